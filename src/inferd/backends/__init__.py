@@ -1,0 +1,1 @@
+"""Runtimes behind the :mod:`inferd.backends.base` protocols, one module each."""

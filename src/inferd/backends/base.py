@@ -1,0 +1,65 @@
+"""The contracts every runtime implements, with a small explicit lifecycle.
+
+``Backend.load(ctx) -> LoadedModel``; ``LoadedModel.create_instance(group, index) -> ModelInstance``;
+``ModelInstance.execute(requests) -> one result per request`` where a result is either the output
+tensors or an :class:`~inferd.errors.InferdError`, so one bad request never fails its batch-mates.
+``execute`` is called from the instance's own worker thread and may block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
+from inferd.errors import InferdError
+
+Outputs = dict[str, np.ndarray[Any, Any]]
+Result = Outputs | InferdError
+
+
+@dataclass(frozen=True, slots=True)
+class LoadContext:
+    spec: ModelSpec
+    version: int
+    model_dir: Path  # <repo>/<model>
+    version_dir: Path  # <repo>/<model>/<version>
+
+    @property
+    def model_path(self) -> Path:
+        """``<version>/<default_model_filename>``; a directory is allowed (ONNX ``model.onnx/``)."""
+        path = self.version_dir / self.spec.default_model_filename
+        if path.is_dir() and (path / self.spec.default_model_filename).exists():
+            return path / self.spec.default_model_filename
+        return path
+
+
+class ModelInstance(Protocol):
+    def execute(self, requests: Sequence[InferRequest]) -> list[Result]: ...
+
+    def close(self) -> None: ...
+
+
+class LoadedModel(Protocol):
+    def create_instance(self, group: InstanceGroupSpec, index: int) -> ModelInstance: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """A runtime. ``name`` is the config ``backend`` value, ``platforms`` the accepted ``platform``s."""
+
+    name: str
+    platforms: tuple[str, ...]
+    default_model_filename: str
+
+    def auto_complete(self, config: Any, model_path: Path, *, default_max_batch_size: int) -> None:
+        """Fill a partial ``ModelConfig`` message in place from the model file (may be a no-op)."""
+        ...
+
+    def load(self, ctx: LoadContext) -> LoadedModel: ...

@@ -1,0 +1,1 @@
+"""Domain types shared by every layer: datatypes, requests, responses, config views."""

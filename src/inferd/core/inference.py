@@ -1,0 +1,44 @@
+"""Protocol-neutral inference request and response.
+
+Tensors are numpy arrays. BYTES tensors are object arrays of ``bytes``. Codecs build these from
+the wire without copying where the wire allows (``np.frombuffer``); backends read them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ParamValue = bool | int | float | str
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """One entry of a request's ``outputs`` list."""
+
+    name: str
+    binary: bool | None = None  # None: fall back to the request-level default
+    classification: int = 0  # top-N classification extension, 0 = off
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    model_name: str
+    inputs: dict[str, np.ndarray[Any, Any]]
+    model_version: str = ""  # "" = the latest ready version
+    id: str = ""
+    outputs: list[RequestedOutput] | None = None  # None = every model output
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    binary_output_default: bool = False  # HTTP `binary_data_output`
+
+
+@dataclass(slots=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    outputs: dict[str, np.ndarray[Any, Any]]  # in the order they are to be sent
+    id: str = ""
+    parameters: dict[str, ParamValue] = field(default_factory=dict)

@@ -1,0 +1,85 @@
+"""A typed, read-only view of a normalised model configuration.
+
+Built once when a model loads (``inferd.codecs.model_config.spec_from_proto``) and used on the
+request path instead of the protobuf message. ``proto`` keeps the normalised
+``ModelConfig`` message for the configuration endpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.core.datatypes import DataType
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]  # without the batch dimension; -1 = variable
+    reshape: tuple[int, ...] | None = None
+    optional: bool = False
+    allow_ragged_batch: bool = False
+    is_shape_tensor: bool = False
+    label_filename: str = ""
+
+    def full_shape(self, max_batch_size: int) -> list[int]:
+        """The shape shown in model metadata: ``[-1] + dims`` when the model batches."""
+        return [-1, *self.dims] if max_batch_size > 0 else list(self.dims)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroupSpec:
+    name: str
+    kind: str  # "KIND_CPU", "KIND_GPU", "KIND_MODEL"
+    count: int
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicySpec:
+    timeout_action: str = "REJECT"  # or "DELAY"
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicBatchingSpec:
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_queue_policy: QueuePolicySpec = QueuePolicySpec()
+    priority_queue_policy: dict[int, QueuePolicySpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    instance_groups: tuple[InstanceGroupSpec, ...]
+    parameters: dict[str, str]
+    default_model_filename: str
+    dynamic_batching: DynamicBatchingSpec | None = None
+    has_sequence_batching: bool = False
+    is_ensemble: bool = False
+    decoupled: bool = False
+    proto: Any = None  # the normalised tritonclient.grpc.model_config_pb2.ModelConfig
+    input_by_name: dict[str, TensorSpec] = field(default_factory=dict)
+    output_by_name: dict[str, TensorSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_by_name", {t.name: t for t in self.inputs})
+        object.__setattr__(self, "output_by_name", {t.name: t for t in self.outputs})
+
+    @property
+    def metadata_platform(self) -> str:
+        """``platform`` as model metadata reports it (the backend when platform is empty)."""
+        return self.platform or self.backend

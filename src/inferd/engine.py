@@ -1,0 +1,175 @@
+"""The facade every front end (HTTP, gRPC, in-process) talks to.
+
+The engine resolves a model version through the repository manager, checks the request against
+the model's configuration, hands it to that version's scheduler and shapes the response
+(requested-output subset, classification). It knows no wire format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferd.core.classification import classify
+from inferd.core.inference import InferRequest, InferResponse
+from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, TensorMetadata
+from inferd.core.model_spec import ModelSpec
+from inferd.core.validation import validate_request
+from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
+from inferd.repository.manager import ModelManager, ServingModel
+
+SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
+
+EXTENSIONS: tuple[str, ...] = (
+    "classification",
+    "model_repository",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+)
+
+
+def parse_version(version: str) -> int | None:
+    """``""`` means the latest ready version; anything else must be an integer > 0."""
+    if not version:
+        return None
+    try:
+        value = int(version)
+    except ValueError:
+        value = 0
+    if value <= 0 or not version.isdigit():
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: not an integer), version should be an integral value > 0"
+        )
+    return value
+
+
+class Engine:
+    """One engine per server; safe to share between front ends on the same event loop."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        *,
+        server_version: str,
+        strict_readiness: bool = True,
+        extensions: tuple[str, ...] = EXTENSIONS,
+    ) -> None:
+        self._manager = manager
+        self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
+        self._strict_readiness = strict_readiness
+        self._accepting = True
+
+    @property
+    def manager(self) -> ModelManager:
+        return self._manager
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        return True
+
+    def is_ready(self) -> bool:
+        if not self._accepting:
+            return False
+        if self._strict_readiness:
+            return self._manager.all_ready()
+        return True
+
+    def stop_accepting(self) -> None:
+        """First stage of shutdown: report not ready and refuse new inference requests."""
+        self._accepting = False
+
+    def server_metadata(self) -> ServerMetadata:
+        return self._metadata
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self._manager.get(name, parse_version(version))
+        except InferdError:
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        wanted = parse_version(version)
+        model = self._manager.get(name, wanted)
+        spec = model.spec
+        versions = [str(wanted)] if wanted is not None else [
+            str(v) for v in self._manager.ready_versions(name)
+        ]
+        mbs = spec.max_batch_size
+        return ModelMetadata(
+            name=spec.name,
+            versions=versions,
+            platform=spec.metadata_platform,
+            inputs=[TensorMetadata(t.name, t.datatype.name, t.full_shape(mbs)) for t in spec.inputs],
+            outputs=[
+                TensorMetadata(t.name, t.datatype.name, t.full_shape(mbs)) for t in spec.outputs
+            ],
+        )
+
+    def model_config(self, name: str, version: str = "") -> ModelSpec:
+        """The normalised configuration; render ``spec.proto`` with the codecs."""
+        return self._manager.get(name, parse_version(version)).spec
+
+    # -- inference ----------------------------------------------------------------------------
+
+    def resolve(self, name: str, version: str = "") -> ServingModel:
+        return self._manager.get(name, parse_version(version))
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if not self._accepting:
+            raise UnavailableError("the server is shutting down and accepts no new requests")
+        model = self._manager.get(request.model_name, parse_version(request.model_version))
+        validate_request(request, model.spec)
+        outputs = await model.scheduler.submit(request)
+        return self._shape_response(request, model, outputs)
+
+    @staticmethod
+    def _shape_response(
+        request: InferRequest, model: ServingModel, outputs: dict[str, np.ndarray[Any, Any]]
+    ) -> InferResponse:
+        spec = model.spec
+        if request.outputs is None:
+            selected = {t.name: outputs[t.name] for t in spec.outputs if t.name in outputs}
+        else:
+            selected = {}
+            for wanted in request.outputs:
+                if wanted.name not in outputs:
+                    raise InvalidArgumentError(
+                        f"model '{spec.name}' did not produce requested output '{wanted.name}'"
+                    )
+                array = outputs[wanted.name]
+                if wanted.classification > 0:
+                    array = classify(
+                        array,
+                        wanted.classification,
+                        batched=spec.max_batch_size > 0,
+                        labels=model.labels.get(wanted.name),
+                    )
+                selected[wanted.name] = array
+        return InferResponse(
+            model_name=spec.name,
+            model_version=str(model.version),
+            outputs=selected,
+            id=request.id,
+        )
+
+    # -- repository ---------------------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        return self._manager.index(ready_only=ready_only)
+
+    async def load_model(
+        self,
+        name: str,
+        *,
+        config_json: str | None = None,
+        files: dict[str, bytes] | None = None,
+    ) -> None:
+        await self._manager.load(name, config_json=config_json, files=files)
+
+    async def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
+        await self._manager.unload(name, unload_dependents=unload_dependents)
