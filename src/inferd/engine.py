@@ -17,7 +17,7 @@ from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, Tens
 from inferd.core.model_spec import ModelSpec
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
-from inferd.repository.manager import ModelManager, ServingModel
+from inferd.repository.manager_types import ModelManager, ServingModel
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
 

@@ -1,42 +1,424 @@
-"""Model repository manager: which model versions exist, their lifecycle, load/unload/poll."""
+"""The repository manager: which model versions exist, their lifecycle, and load/unload/poll.
+
+Loading runs in worker threads so the event loop keeps serving other models; a reload swaps the
+new versions in only once they are READY and then drains the old ones, so in-flight requests
+finish on the version that accepted them.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import enum
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path, PurePosixPath
 
-import numpy as np
-
-from inferd.core.inference import InferRequest
+from inferd.backends.registry import BackendRegistry
+from inferd.core.lifecycle import ModelState
 from inferd.core.metadata import IndexEntry
-from inferd.core.model_spec import ModelSpec
+from inferd.errors import (
+    InferdError,
+    ModelLoadError,
+    NotFoundError,
+    UnavailableError,
+)
+from inferd.repository.layout import find_models
+from inferd.repository.loader import (
+    LoadedVersion,
+    LoadOptions,
+    PreparedModel,
+    load_version,
+    prepare,
+)
+from inferd.repository.manager_types import ServingModel
+from inferd.repository.poll import fingerprint
+
+_log = logging.getLogger("inferd.repository")
+
+_MODEL_LEVEL = 0  # status key for a model whose versions are not known (e.g. a bad config)
 
 
-class Scheduler(Protocol):
-    async def submit(self, request: InferRequest) -> dict[str, np.ndarray[Any, Any]]: ...
+class ControlMode(enum.Enum):
+    NONE = "none"
+    POLL = "poll"
+    EXPLICIT = "explicit"
 
 
 @dataclass(slots=True)
-class ServingModel:
-    """One READY model version as the engine sees it."""
-
-    spec: ModelSpec
-    version: int
-    scheduler: Scheduler
-    labels: dict[str, list[str]] = field(default_factory=dict)  # output name -> class labels
+class VersionStatus:
+    state: ModelState
+    reason: str = ""
 
 
-class ModelManager(Protocol):
-    def get(self, name: str, version: int | None) -> ServingModel: ...
+@dataclass(slots=True)
+class ModelRecord:
+    name: str
+    status: dict[int, VersionStatus] = field(default_factory=dict)
+    loaded: dict[int, LoadedVersion] = field(default_factory=dict)
+    fingerprint: str = ""
+    override_dir: Path | None = None  # a directory made from `file:` overrides
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    def ready_versions(self, name: str) -> list[int]: ...
 
-    def all_ready(self) -> bool: ...
+class RepositoryManager:
+    """Implements :class:`inferd.repository.manager_types.ModelManager`."""
 
-    def index(self, *, ready_only: bool) -> list[IndexEntry]: ...
+    def __init__(
+        self,
+        roots: Iterable[Path],
+        registry: BackendRegistry,
+        *,
+        mode: ControlMode = ControlMode.NONE,
+        options: LoadOptions = LoadOptions(),
+        load_parallelism: int = 4,
+    ) -> None:
+        self._roots = [Path(r) for r in roots]
+        self._registry = registry
+        self._mode = mode
+        self._options = options
+        self._records: dict[str, ModelRecord] = {}
+        # the hot-path view: name -> (versions -> serving, latest ready version)
+        self._ready: dict[str, tuple[dict[int, ServingModel], ServingModel]] = {}
+        self._load_gate = asyncio.Semaphore(max(1, load_parallelism))
+        self._background: set[asyncio.Task[None]] = set()
+        self._expected: set[str] = set()  # models that should be loaded (for readiness)
+
+    @property
+    def mode(self) -> ControlMode:
+        return self._mode
+
+    # -- hot path ------------------------------------------------------------------------------
+
+    def get(self, name: str, version: int | None) -> ServingModel:
+        entry = self._ready.get(name)
+        if entry is None:
+            if name in self._records:
+                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        if version is None:
+            return entry[1]
+        serving = entry[0].get(version)
+        if serving is None:
+            raise NotFoundError(
+                f"Request for unknown model: '{name}' version {version} is not found"
+            )
+        return serving
+
+    def ready_versions(self, name: str) -> list[int]:
+        entry = self._ready.get(name)
+        return sorted(entry[0]) if entry else []
+
+    def all_ready(self) -> bool:
+        return all(name in self._ready for name in self._expected)
+
+    # -- index ---------------------------------------------------------------------------------
+
+    def _scan(self) -> tuple[dict[str, Path], dict[str, str]]:
+        """Model directories by name, and names that are broken (e.g. in two roots)."""
+        found = find_models(self._roots)
+        dirs: dict[str, Path] = {}
+        problems: dict[str, str] = {}
+        for name, paths in found.items():
+            if len(paths) > 1:
+                problems[name] = "model appears in two or more repositories"
+            dirs[name] = paths[0]
+        return dirs, problems
+
+    def index(self, *, ready_only: bool) -> list[IndexEntry]:
+        dirs, _ = self._scan()
+        names = sorted(set(dirs) | set(self._records))
+        entries: list[IndexEntry] = []
+        for name in names:
+            record = self._records.get(name)
+            if record is None or not record.status:
+                if not ready_only:
+                    entries.append(IndexEntry(name=name))
+                continue
+            for version in sorted(record.status):
+                status = record.status[version]
+                if ready_only and status.state is not ModelState.READY:
+                    continue
+                shown = None if version == _MODEL_LEVEL else str(version)
+                entries.append(IndexEntry(name, shown, status.state.value, status.reason))
+        return entries
+
+    # -- startup, load, unload -----------------------------------------------------------------
+
+    async def startup(self, load_models: Iterable[str] = ()) -> dict[str, str]:
+        """Load the models the control mode asks for; return failures by model name."""
+        dirs, problems = self._scan()
+        wanted = list(load_models)
+        if self._mode is ControlMode.EXPLICIT:
+            names = sorted(dirs) if "*" in wanted else wanted
+        else:
+            names = sorted(dirs)
+        self._expected = set(names)
+        failures: dict[str, str] = {}
+        for name, problem in problems.items():
+            if name in self._expected:
+                self._mark_unavailable(name, problem)
+                failures[name] = problem
+
+        async def one(name: str) -> None:
+            if name in failures:
+                return
+            try:
+                await self._load(name, dirs.get(name))
+            except InferdError as exc:
+                failures[name] = str(exc)
+
+        await asyncio.gather(*(one(n) for n in names))
+        if self._mode is ControlMode.POLL:
+            self._expected = set()  # poll mode readiness follows what loaded
+        return failures
+
+    def _mark_unavailable(self, name: str, reason: str) -> None:
+        record = self._records.setdefault(name, ModelRecord(name))
+        record.status[_MODEL_LEVEL] = VersionStatus(ModelState.UNAVAILABLE, reason)
 
     async def load(
-        self, name: str, *, config_json: str | None, files: dict[str, bytes] | None
-    ) -> None: ...
+        self, name: str, *, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        if self._mode is not ControlMode.EXPLICIT:
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
+        model_dir: Path | None
+        override_dir: Path | None = None
+        if files:
+            if config_json is None:
+                raise ModelLoadError(
+                    f"failed to load '{name}', a 'config' parameter is required with file overrides"
+                )
+            override_dir = await asyncio.to_thread(_write_override_dir, name, files)
+            model_dir = override_dir
+        else:
+            dirs, problems = self._scan()
+            if name in problems:
+                raise ModelLoadError(f"failed to load '{name}', {problems[name]}")
+            model_dir = dirs.get(name)
+        try:
+            await self._load(name, model_dir, override_json=config_json, override_dir=override_dir)
+        except BaseException:
+            if override_dir is not None and not self._owns_override(name, override_dir):
+                _remove_override(override_dir)
+            raise
+        self._expected.add(name)
 
-    async def unload(self, name: str, *, unload_dependents: bool) -> None: ...
+    def _owns_override(self, name: str, path: Path) -> bool:
+        record = self._records.get(name)
+        return record is not None and record.override_dir == path
+
+    async def _load(
+        self,
+        name: str,
+        model_dir: Path | None,
+        *,
+        override_json: str | None = None,
+        override_dir: Path | None = None,
+    ) -> None:
+        if model_dir is None:
+            raise ModelLoadError(
+                f"failed to load '{name}', failed to poll from model repository: no model "
+                f"directory named '{name}' in {', '.join(str(r) for r in self._roots)}"
+            )
+        record = self._records.setdefault(name, ModelRecord(name))
+        async with record.lock, self._load_gate:
+            try:
+                prepared = await asyncio.to_thread(
+                    prepare, name, model_dir, self._registry, self._options,
+                    override_json=override_json,
+                )
+            except InferdError as exc:
+                self._fail_all(record, str(exc))
+                raise
+            await self._swap_in(record, prepared)
+            record.fingerprint = await asyncio.to_thread(fingerprint, model_dir)
+            old_override = record.override_dir
+            record.override_dir = override_dir
+            if old_override is not None and old_override != override_dir:
+                _remove_override(old_override)
+
+    def _fail_all(self, record: ModelRecord, reason: str) -> None:
+        """A failed (re)load: versions still serving stay READY; others become UNAVAILABLE."""
+        if record.loaded:
+            return
+        versions = [v for v in record.status if v != _MODEL_LEVEL] or [_MODEL_LEVEL]
+        record.status = {v: VersionStatus(ModelState.UNAVAILABLE, reason) for v in versions}
+
+    async def _swap_in(self, record: ModelRecord, prepared: PreparedModel) -> None:
+        name = record.name
+        new: dict[int, LoadedVersion] = {}
+        errors: list[str] = []
+        record.status.pop(_MODEL_LEVEL, None)
+        for version in prepared.versions:
+            if version not in record.loaded:
+                record.status[version] = VersionStatus(ModelState.LOADING)
+        results = await asyncio.gather(
+            *(asyncio.to_thread(load_version, prepared, v, self._registry) for v in prepared.versions),
+            return_exceptions=True,
+        )
+        for version, result in zip(prepared.versions, results, strict=True):
+            if isinstance(result, BaseException):
+                reason = str(result)
+                errors.append(reason)
+                if version not in record.loaded:
+                    record.status[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
+                _log.error("%s", reason)
+            else:
+                new[version] = result
+        if not new:
+            raise ModelLoadError(errors[0] if errors else f"failed to load '{name}'")
+        old = record.loaded
+        keep_old = {v: lv for v, lv in old.items() if v not in new and v in prepared.versions}
+        retired = [lv for v, lv in old.items() if v in new or v not in prepared.versions]
+        record.loaded = {**keep_old, **new}
+        for version in record.loaded:
+            record.status[version] = VersionStatus(ModelState.READY)
+        self._publish(record)
+        for lv in retired:
+            version = lv.serving.version
+            if version not in record.loaded:
+                record.status[version] = VersionStatus(ModelState.UNLOADING)
+        await self._retire(record, retired)
+        for lv in retired:
+            version = lv.serving.version
+            if version not in record.loaded:
+                record.status[version] = VersionStatus(ModelState.UNAVAILABLE, "unloaded")
+        for version, lv in new.items():
+            _log.info("model '%s' version %d is READY (%s)", name, version, lv.serving.spec.backend)
+
+    def _publish(self, record: ModelRecord) -> None:
+        """Update the hot-path view for one model (a single dict assignment)."""
+        if not record.loaded:
+            self._ready.pop(record.name, None)
+            return
+        versions = {v: lv.serving for v, lv in record.loaded.items()}
+        self._ready[record.name] = (versions, versions[max(versions)])
+
+    async def _retire(self, record: ModelRecord, retired: list[LoadedVersion]) -> None:
+        for lv in retired:
+            await lv.scheduler.drain()
+            await asyncio.to_thread(lv.close)
+
+    async def unload(self, name: str, *, unload_dependents: bool = False) -> None:
+        if self._mode is not ControlMode.EXPLICIT:
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
+        await self._unload(name)
+        self._expected.discard(name)
+
+    async def _unload(self, name: str) -> None:
+        record = self._records.get(name)
+        if record is None:
+            dirs, _ = self._scan()
+            if name not in dirs:
+                raise NotFoundError(f"failed to unload '{name}', no model named '{name}' is known")
+            return
+        async with record.lock:
+            retired = list(record.loaded.values())
+            for lv in retired:
+                record.status[lv.serving.version] = VersionStatus(ModelState.UNLOADING)
+            record.loaded = {}
+            self._publish(record)
+            await self._retire(record, retired)
+            for lv in retired:
+                record.status[lv.serving.version] = VersionStatus(ModelState.UNAVAILABLE, "unloaded")
+            if record.override_dir is not None:
+                _remove_override(record.override_dir)
+                record.override_dir = None
+
+    # -- polling -------------------------------------------------------------------------------
+
+    async def poll_once(self) -> None:
+        """Load new models, reload changed ones, unload removed ones (poll mode)."""
+        dirs, problems = self._scan()
+        for name in sorted(set(self._records) - set(dirs)):
+            if self._records[name].loaded:
+                _log.info("model '%s' left the repository: unloading", name)
+                await self._unload(name)
+        for name, model_dir in sorted(dirs.items()):
+            if name in problems:
+                self._mark_unavailable(name, problems[name])
+                continue
+            record = self._records.get(name)
+            stamp = await asyncio.to_thread(fingerprint, model_dir)
+            if record is not None and record.fingerprint == stamp:
+                continue
+            try:
+                await self._load(name, model_dir)
+            except InferdError as exc:
+                _log.error("poll: %s", exc)
+                # the old versions, if any, keep serving; remember the stamp to avoid retrying
+                self._records[name].fingerprint = stamp
+
+    async def run_polling(self, period_s: float) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                await self.poll_once()
+            except Exception:
+                _log.exception("polling the model repository failed")
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Wait for in-flight requests of every version; False if the grace period ran out."""
+        schedulers = [lv.scheduler for r in self._records.values() for lv in r.loaded.values()]
+        if not schedulers:
+            return True
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(s.drain() for s in schedulers)), timeout=timeout_s
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Unload everything."""
+        for name in list(self._records):
+            record = self._records[name]
+            retired = list(record.loaded.values())
+            record.loaded = {}
+            self._publish(record)
+            for lv in retired:
+                await asyncio.to_thread(lv.close)
+                record.status[lv.serving.version] = VersionStatus(ModelState.UNAVAILABLE, "unloaded")
+            if record.override_dir is not None:
+                _remove_override(record.override_dir)
+                record.override_dir = None
+
+
+def _write_override_dir(name: str, files: dict[str, bytes]) -> Path:
+    """Materialise ``file:<version>/<path>`` overrides as a temporary model directory."""
+    root = Path(tempfile.mkdtemp(prefix="inferd-override-"))
+    model_dir = root / name
+    try:
+        for key, content in files.items():
+            rel = PurePosixPath(key)
+            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+                raise ModelLoadError(
+                    f"failed to load '{name}', failed to poll from model repository: "
+                    f"file override path '{key}' must be relative and stay inside the model"
+                )
+            target = model_dir.joinpath(*rel.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+    except OSError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise ModelLoadError(
+            f"failed to load '{name}', failed to poll from model repository: {exc}"
+        ) from exc
+    except ModelLoadError:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return model_dir
+
+
+def _remove_override(model_dir: Path) -> None:
+    shutil.rmtree(model_dir.parent, ignore_errors=True)

@@ -1,0 +1,532 @@
+"""ONNX Runtime backend: ``backend: "onnxruntime"`` / ``platform: "onnxruntime_onnx"``.
+
+One ``InferenceSession`` per instance (ONNX Runtime releases the GIL while it runs, so each
+instance runs on its own worker thread). Session options come from the config ``parameters``
+with the keys Triton's ONNX Runtime backend reads; values it cannot honour are rejected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from inferd.backends.base import LoadContext, Outputs, Result
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
+from inferd.errors import (
+    ConfigError,
+    InferdError,
+    InternalError,
+    InvalidInputError,
+    ModelLoadError,
+)
+
+log = logging.getLogger(__name__)
+
+_CPU = "CPUExecutionProvider"
+_CUDA = "CUDAExecutionProvider"
+_TENSORRT = "TensorrtExecutionProvider"
+
+# ONNX Runtime type strings -> model config data types.
+_ORT_TO_CONFIG = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(bfloat16)": "TYPE_BF16",
+    "tensor(string)": "TYPE_STRING",
+}
+
+# optimization.graph.level as Triton's ONNX Runtime backend reads it (0 / unset = all).
+_GRAPH_LEVELS = {
+    0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+_TRUE = frozenset({"1", "true", "on", "yes"})
+_FALSE = frozenset({"0", "false", "off", "no"})
+
+_INPUT_ERROR_HINTS = ("shape", "dimension", "broadcast", "rank", "input", "data type")
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """Session options parsed once from the config; applied to every instance's session."""
+
+    intra_op_threads: int = 1
+    inter_op_threads: int = 0
+    parallel_execution: bool = False
+    graph_level: int = 0
+    enable_mem_arena: bool | None = None
+    enable_mem_pattern: bool | None = None
+    config_entries: tuple[tuple[str, str], ...] = ()
+    run_config_entries: tuple[tuple[str, str], ...] = ()
+
+    def session_options(self) -> ort.SessionOptions:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.intra_op_threads
+        options.inter_op_num_threads = self.inter_op_threads
+        options.execution_mode = (
+            ort.ExecutionMode.ORT_PARALLEL
+            if self.parallel_execution
+            else ort.ExecutionMode.ORT_SEQUENTIAL
+        )
+        options.graph_optimization_level = _GRAPH_LEVELS[self.graph_level]
+        if self.enable_mem_arena is not None:
+            options.enable_cpu_mem_arena = self.enable_mem_arena
+        if self.enable_mem_pattern is not None:
+            options.enable_mem_pattern = self.enable_mem_pattern
+        for key, value in self.config_entries:
+            options.add_session_config_entry(key, value)
+        return options
+
+    def run_options(self) -> ort.RunOptions:
+        options = ort.RunOptions()
+        for key, value in self.run_config_entries:
+            options.add_run_config_entry(key, value)
+        return options
+
+
+def _int_param(params: dict[str, str], key: str, default: int, *, minimum: int) -> int:
+    raw = params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(
+            f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'"
+        ) from None
+    if value < minimum:
+        raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'")
+    return value
+
+
+def _bool_param(params: dict[str, str], key: str) -> bool | None:
+    raw = params.get(key)
+    if raw is None:
+        return None
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"parameter '{key}' must be a boolean (1/0, true/false), got '{raw}'")
+
+
+def parse_settings(spec: ModelSpec) -> SessionSettings:
+    """Read the session settings from the config; raise :class:`ConfigError` on a bad value."""
+    params = spec.parameters
+    execution_mode = _int_param(params, "execution_mode", 0, minimum=0)
+    if execution_mode not in (0, 1):
+        raise ConfigError(
+            f"parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), "
+            f"got '{params['execution_mode']}'"
+        )
+    graph_level = 0
+    proto = spec.proto
+    if proto is not None and proto.optimization.HasField("graph"):
+        graph_level = int(proto.optimization.graph.level)
+    if graph_level not in _GRAPH_LEVELS:
+        raise ConfigError(
+            f"optimization.graph.level must be -1 (basic), 1 (extended), 2 (disabled) or "
+            f"0 (all, the default), got {graph_level}"
+        )
+    entries: list[tuple[str, str]] = []
+    device_alloc = _bool_param(params, "session.use_device_allocator_for_initializers")
+    if device_alloc is not None:
+        entries.append(("session.use_device_allocator_for_initializers", str(int(device_alloc))))
+    run_entries: list[tuple[str, str]] = []
+    shrinkage = params.get("memory.enable_memory_arena_shrinkage")
+    if shrinkage is not None:
+        run_entries.append(("memory.enable_memory_arena_shrinkage", shrinkage))
+    return SessionSettings(
+        intra_op_threads=_int_param(params, "intra_op_thread_count", 1, minimum=0),
+        inter_op_threads=_int_param(params, "inter_op_thread_count", 0, minimum=0),
+        parallel_execution=execution_mode == 1,
+        graph_level=graph_level,
+        enable_mem_arena=_bool_param(params, "enable_mem_arena"),
+        enable_mem_pattern=_bool_param(params, "enable_mem_pattern"),
+        config_entries=tuple(entries),
+        run_config_entries=tuple(run_entries),
+    )
+
+
+def _providers(group: InstanceGroupSpec, spec: ModelSpec) -> list[Any]:
+    if group.kind != "KIND_GPU":
+        return [_CPU]
+    available = ort.get_available_providers()
+    if _CUDA not in available:
+        raise ModelLoadError(
+            f"failed to load '{spec.name}': instance group '{group.name}' requests KIND_GPU but "
+            "this ONNX Runtime has no CUDA execution provider (install onnxruntime-gpu)"
+        )
+    device = group.gpus[0] if group.gpus else 0
+    providers: list[Any] = []
+    if _wants_tensorrt(spec):
+        if _TENSORRT not in available:
+            raise ModelLoadError(
+                f"failed to load '{spec.name}': the tensorrt execution accelerator is requested "
+                "but this ONNX Runtime has no TensorRT execution provider"
+            )
+        providers.append((_TENSORRT, {"device_id": device}))
+    providers.append((_CUDA, {"device_id": device}))
+    providers.append(_CPU)
+    return providers
+
+
+def _wants_tensorrt(spec: ModelSpec) -> bool:
+    proto = spec.proto
+    if proto is None:
+        return False
+    accelerators = proto.optimization.execution_accelerators.gpu_execution_accelerator
+    return any(a.name == "tensorrt" for a in accelerators)
+
+
+# -- auto-complete ------------------------------------------------------------------------------
+
+
+def _onnx_dims(shape: Sequence[Any]) -> list[int]:
+    """ONNX Runtime reports symbolic or unknown dimensions as str / None: both become -1."""
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+
+
+def _config_type(ort_type: str, tensor_name: str) -> str:
+    found = _ORT_TO_CONFIG.get(ort_type)
+    if found is None:
+        raise ConfigError(
+            f"unable to auto-complete tensor '{tensor_name}': ONNX type {ort_type} has no "
+            "model config data type"
+        )
+    return found
+
+
+def _fill_tensors(target: Any, args: Sequence[Any], batching: bool) -> None:
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    for arg in args:
+        tensor = target.add()
+        tensor.name = arg.name
+        tensor.data_type = mc.DataType.Value(_config_type(arg.type, arg.name))
+        dims = _onnx_dims(arg.shape)
+        if batching:
+            dims = dims[1:]
+        if not dims:
+            tensor.dims.append(1)
+            if batching:
+                tensor.reshape.SetInParent()
+        else:
+            tensor.dims.extend(dims)
+
+
+# -- tensor adaptation --------------------------------------------------------------------------
+
+
+def _fill_variable(pattern: Sequence[int], donors: list[int]) -> tuple[int, ...] | None:
+    """``pattern`` with its -1 entries taken in order from ``donors`` (None if they disagree)."""
+    if pattern.count(-1) != len(donors):
+        return None
+    it = iter(donors)
+    return tuple(next(it) if d == -1 else d for d in pattern)
+
+
+def _refit(
+    array: np.ndarray[Any, Any], batched: bool, source: Sequence[int], target: Sequence[int]
+) -> np.ndarray[Any, Any]:
+    """Reshape ``[batch] + source`` into ``[batch] + target`` (config dims <-> reshape)."""
+    lead = array.shape[:1] if batched else ()
+    inner = array.shape[1:] if batched else array.shape
+    donors = (
+        [inner[i] for i, d in enumerate(source) if d == -1] if len(inner) == len(source) else []
+    )
+    shape = _fill_variable(target, donors)
+    if shape is None:
+        return array.reshape(*lead, *target) if target.count(-1) <= 1 else array
+    return array.reshape(*lead, *shape)
+
+
+def _to_ort_strings(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    flat = array.ravel()
+    out = np.empty(flat.shape, dtype=object)
+    for i, item in enumerate(flat):
+        if isinstance(item, bytes | bytearray | memoryview):
+            try:
+                out[i] = bytes(item).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInputError(
+                    f"input '{name}' element {i} is not valid UTF-8, which ONNX Runtime string "
+                    f"tensors require: {exc.reason} at byte {exc.start}"
+                ) from None
+        else:
+            out[i] = str(item)
+    return out.reshape(array.shape)
+
+
+def _from_ort_strings(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    flat = array.ravel()
+    out = np.empty(flat.shape, dtype=object)
+    for i, item in enumerate(flat):
+        out[i] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+    return out.reshape(array.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one tensor moves between the request (config dims) and the model (ONNX shape)."""
+
+    tensor: TensorSpec
+    model_rank: int | None  # ONNX rank, None if unknown
+
+    def request_to_model(self, array: np.ndarray[Any, Any], batched: bool) -> np.ndarray[Any, Any]:
+        if self.tensor.reshape is not None:
+            array = _refit(array, batched, self.tensor.dims, self.tensor.reshape)
+        elif self.model_rank == 0 and array.size == 1 and array.ndim == 1:
+            array = array.reshape(())
+        if self.tensor.datatype.is_bytes:
+            array = _to_ort_strings(self.tensor.name, array)
+        return array
+
+    def model_to_response(self, array: np.ndarray[Any, Any], batched: bool) -> np.ndarray[Any, Any]:
+        if self.tensor.datatype.is_bytes:
+            array = _from_ort_strings(array)
+        if self.tensor.reshape is not None:
+            array = _refit(array, batched, self.tensor.reshape, self.tensor.dims)
+        elif array.ndim == 0:
+            array = array.reshape(self.tensor.dims if -1 not in self.tensor.dims else (1,))
+        return array
+
+
+def _translate(exc: Exception, model: str) -> InferdError:
+    message = str(exc)
+    invalid = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError, TypeError)
+    if isinstance(exc, invalid):
+        return InvalidInputError(f"inference request to model '{model}' was rejected: {message}")
+    fail = ort.capi.onnxruntime_pybind11_state.Fail
+    if isinstance(exc, fail) and any(h in message.lower() for h in _INPUT_ERROR_HINTS):
+        return InvalidInputError(f"inference request to model '{model}' failed: {message}")
+    return InternalError(f"onnxruntime failed to run model '{model}': {message}")
+
+
+# -- the protocols ------------------------------------------------------------------------------
+
+
+class OnnxRuntimeInstance:
+    """One session; ``execute`` runs on the instance's worker thread."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        session: ort.InferenceSession,
+        run_options: ort.RunOptions,
+    ) -> None:
+        self._spec = spec
+        self._session: ort.InferenceSession | None = session
+        self._run_options = run_options
+        ranks = {a.name: len(a.shape) for a in session.get_inputs()}
+        out_ranks = {a.name: len(a.shape) for a in session.get_outputs()}
+        self._inputs = {t.name: _Plan(t, ranks.get(t.name)) for t in spec.inputs}
+        self._outputs = {t.name: _Plan(t, out_ranks.get(t.name)) for t in spec.outputs}
+        self._batched = spec.max_batch_size > 0
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        return self._session
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
+        return [self._execute_one(request) for request in requests]
+
+    def _execute_one(self, request: InferRequest) -> Result:
+        try:
+            feeds = self._feeds(request.inputs)
+            wanted = (
+                list(self._outputs)
+                if request.outputs is None
+                else [o.name for o in request.outputs if o.name in self._outputs]
+            )
+            return self.run(feeds, wanted)
+        except InferdError as exc:
+            return exc
+
+    def _feeds(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
+        feeds: dict[str, np.ndarray[Any, Any]] = {}
+        for name, array in inputs.items():
+            plan = self._inputs.get(name)
+            if plan is None:
+                raise InvalidInputError(
+                    f"unexpected inference input '{name}' for model '{self._spec.name}'"
+                )
+            feeds[name] = plan.request_to_model(array, self._batched)
+        return feeds
+
+    def run(self, feeds: dict[str, np.ndarray[Any, Any]], output_names: list[str]) -> Outputs:
+        """Run one (possibly concatenated) batch and return outputs shaped as the config says."""
+        if not output_names:
+            return {}
+        session = self._session
+        if session is None:
+            raise InternalError(f"an instance of model '{self._spec.name}' was used after close")
+        try:
+            produced = session.run(output_names, feeds, self._run_options)
+        except Exception as exc:  # translated once, here, at the runtime boundary
+            raise _translate(exc, self._spec.name) from exc
+        return {
+            name: self._outputs[name].model_to_response(np.asarray(array), self._batched)
+            for name, array in zip(output_names, produced, strict=True)
+        }
+
+    def close(self) -> None:
+        self._session = None
+
+
+class OnnxRuntimeModel:
+    """A loaded model version; builds one session per instance."""
+
+    def __init__(self, ctx: LoadContext, settings: SessionSettings, path: Path) -> None:
+        self._ctx = ctx
+        self._settings = settings
+        self._path = path
+        self._spare: tuple[str, ort.InferenceSession] | None = None
+        self._lock = threading.Lock()
+
+    def build_session(self, group: InstanceGroupSpec) -> ort.InferenceSession:
+        spec = self._ctx.spec
+        providers = _providers(group, spec)
+        try:
+            return ort.InferenceSession(
+                str(self._path),
+                sess_options=self._settings.session_options(),
+                providers=providers,
+            )
+        except Exception as exc:
+            raise ModelLoadError(
+                f"failed to load '{spec.name}' version {self._ctx.version}: onnxruntime could "
+                f"not create a session from {self._path}: {exc}"
+            ) from exc
+
+    def keep_spare(self, group: InstanceGroupSpec, session: ort.InferenceSession) -> None:
+        self._spare = (group.kind, session)
+
+    def create_instance(self, group: InstanceGroupSpec, index: int) -> OnnxRuntimeInstance:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None and spare[0] == group.kind:
+            session = spare[1]
+        else:
+            session = self.build_session(group)
+        return OnnxRuntimeInstance(self._ctx.spec, session, self._settings.run_options())
+
+    def close(self) -> None:
+        self._spare = None
+
+
+def _check_io(spec: ModelSpec, session: ort.InferenceSession) -> None:
+    """Config inputs/outputs must exist in the model with the same data types."""
+    model_inputs = {a.name: a for a in session.get_inputs()}
+    model_outputs = {a.name: a for a in session.get_outputs()}
+    for kind, tensors, available in (
+        ("input", spec.inputs, model_inputs),
+        ("output", spec.outputs, model_outputs),
+    ):
+        for tensor in tensors:
+            arg = available.get(tensor.name)
+            if arg is None:
+                if kind == "input" and tensor.optional:
+                    continue
+                raise ConfigError(
+                    f"unexpected {kind} '{tensor.name}' in the model configuration; the model "
+                    f"has {kind}s: {', '.join(sorted(available))}"
+                )
+            model_type = _ORT_TO_CONFIG.get(arg.type, arg.type)
+            if model_type != tensor.datatype.config_name:
+                raise ConfigError(
+                    f"{kind} '{tensor.name}': the model expects data type {model_type} but the "
+                    f"model configuration specifies {tensor.datatype.config_name}"
+                )
+    configured = {t.name for t in spec.inputs}
+    missing = [name for name in model_inputs if name not in configured]
+    if missing and not spec.has_sequence_batching:
+        raise ConfigError(f"the model configuration is missing model input(s) {', '.join(missing)}")
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+    platforms: tuple[str, ...] = ("onnxruntime_onnx",)
+    default_model_filename = "model.onnx"
+
+    def auto_complete(self, config: Any, model_path: Path, *, default_max_batch_size: int) -> None:
+        """PROTOCOL.md §5.7: batching and input/output lists from the ONNX graph."""
+        if len(config.input) > 0 and len(config.output) > 0:
+            log.debug("skipping model configuration auto-complete for '%s'", config.name)
+            return
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.intra_op_num_threads = 1
+        try:
+            session = ort.InferenceSession(str(model_path), sess_options=options, providers=[_CPU])
+        except Exception as exc:
+            raise ConfigError(
+                f"unable to auto-complete the configuration from {model_path}: {exc}"
+            ) from exc
+        inputs, outputs = session.get_inputs(), session.get_outputs()
+        can_batch = all(
+            len(arg.shape) >= 1 and _onnx_dims(arg.shape)[0] == -1 for arg in (*inputs, *outputs)
+        )
+        if can_batch:
+            if config.max_batch_size == 0:
+                config.max_batch_size = default_max_batch_size
+            if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
+                config.dynamic_batching.SetInParent()
+        elif config.max_batch_size != 0:
+            raise ConfigError(
+                f"autofill failed for model '{config.name or model_path.parent.parent.name}': "
+                "model does not support batching while non-zero max_batch_size is specified"
+            )
+        batching = config.max_batch_size > 0
+        if len(config.input) == 0:
+            _fill_tensors(config.input, inputs, batching)
+        if len(config.output) == 0:
+            _fill_tensors(config.output, outputs, batching)
+
+    def load(self, ctx: LoadContext) -> OnnxRuntimeModel:
+        spec = ctx.spec
+        path = ctx.model_path
+        if not path.is_file():
+            raise ModelLoadError(
+                f"failed to load '{spec.name}' version {ctx.version}: unable to find '{path}'"
+            )
+        settings = parse_settings(spec)
+        model = OnnxRuntimeModel(ctx, settings, path)
+        first_group = (
+            spec.instance_groups[0]
+            if spec.instance_groups
+            else InstanceGroupSpec(name=spec.name, kind="KIND_CPU", count=1)
+        )
+        session = model.build_session(first_group)
+        try:
+            _check_io(spec, session)
+        except ConfigError as exc:
+            raise ModelLoadError(
+                f"failed to load '{spec.name}' version {ctx.version}: {exc}"
+            ) from exc
+        model.keep_spare(first_group, session)
+        return model

@@ -1,0 +1,158 @@
+"""Which runtime serves a model: a registry built by the composition root, never a global.
+
+Runtimes are registered lazily (a factory, called the first time a model needs it) so that
+optional, heavy runtimes are imported only when a model uses them, and a missing one fails with
+the ``pip install`` command that brings it in.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from inferd.backends.base import Backend
+from inferd.errors import ConfigError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "inferd.backends"
+
+BackendFactory = Callable[[], Backend]
+
+
+@dataclass(slots=True)
+class _Entry:
+    name: str
+    platforms: tuple[str, ...]
+    factory: BackendFactory
+    extra: str | None
+    backend: Backend | None = None
+    platforms_known: bool = True  # False for entry points until they are imported
+
+
+class BackendRegistry:
+    """Backends by config ``backend`` name, and by ``platform`` as a fallback."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def register(self, backend: Backend) -> None:
+        """Register a ready backend instance (replaces one of the same name)."""
+        self._entries[backend.name] = _Entry(
+            backend.name, tuple(backend.platforms), lambda: backend, None, backend
+        )
+
+    def register_lazy(
+        self,
+        name: str,
+        factory: BackendFactory,
+        *,
+        platforms: tuple[str, ...] = (),
+        extra: str | None = None,
+        platforms_known: bool = True,
+    ) -> None:
+        """Register a backend built on first use. ``extra`` names the ``inferd[extra]`` that
+        installs its runtime; an ``ImportError`` from ``factory`` is reported with it."""
+        self._entries[name] = _Entry(name, platforms, factory, extra, None, platforms_known)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def get(self, name: str) -> Backend:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ConfigError(
+                f"unsupported backend '{name}'; available backends: {self._available()}"
+            )
+        return self._materialise(entry)
+
+    def for_config(self, config: Any) -> Backend:
+        """The backend for a ``ModelConfig``: by ``backend``, else by ``platform``."""
+        backend_name: str = config.backend
+        platform: str = config.platform
+        if backend_name:
+            return self.get(backend_name)
+        if platform:
+            found = self.backend_name_for_platform(platform)
+            if found is not None:
+                return self.get(found)
+            raise ConfigError(
+                f"unsupported platform '{platform}'; available backends: {self._available()}"
+            )
+        raise ConfigError(
+            "model configuration names neither a backend nor a platform; available backends: "
+            f"{self._available()}"
+        )
+
+    def backend_name_for_platform(self, platform: str) -> str | None:
+        """The registered backend that accepts ``platform``, importing entry points if needed."""
+        for entry in self._entries.values():
+            if entry.platforms_known and platform in entry.platforms:
+                return entry.name
+        for entry in list(self._entries.values()):
+            if not entry.platforms_known:
+                try:
+                    self._materialise(entry)
+                except UnavailableError:
+                    continue
+                if platform in entry.platforms:
+                    return entry.name
+        return None
+
+    def _available(self) -> str:
+        return ", ".join(self.names()) or "(none)"
+
+    def _materialise(self, entry: _Entry) -> Backend:
+        if entry.backend is not None:
+            return entry.backend
+        try:
+            backend = entry.factory()
+        except ImportError as exc:
+            hint = f"pip install 'inferd[{entry.extra}]'" if entry.extra else "install it"
+            raise UnavailableError(
+                f"backend '{entry.name}' needs a runtime that is not installed ({exc}); "
+                f"to use it run: {hint}"
+            ) from exc
+        entry.backend = backend
+        entry.platforms = tuple(backend.platforms)
+        entry.platforms_known = True
+        return backend
+
+
+def _onnxruntime_factory() -> Backend:
+    from inferd.backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend()
+
+
+def _entry_point_factory(ep: importlib.metadata.EntryPoint) -> BackendFactory:
+    def build() -> Backend:
+        target = ep.load()
+        backend: Backend = target() if callable(target) else target
+        return backend
+
+    return build
+
+
+def default_registry(*, load_entry_points: bool = True) -> BackendRegistry:
+    """The built-in backends plus any installed plugin in the ``inferd.backends`` group.
+
+    A plugin entry point names a zero-argument callable (typically the backend class) that
+    returns a backend; it is imported when a model first needs it. Built-ins win name clashes.
+    """
+    registry = BackendRegistry()
+    if load_entry_points:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            registry.register_lazy(
+                ep.name, _entry_point_factory(ep), extra=ep.name, platforms_known=False
+            )
+    registry.register_lazy(
+        "onnxruntime",
+        _onnxruntime_factory,
+        platforms=("onnxruntime_onnx",),
+        extra="onnxruntime",
+    )
+    return registry

@@ -1,0 +1,36 @@
+"""Entry point of the ``inferd`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from inferd import __version__
+from inferd.cli.repo import add_repo_parser
+from inferd.cli.serve import add_serve_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inferd",
+        description="inferd: a fast, Triton-compatible inference server and toolkit.",
+    )
+    parser.add_argument("--version", action="version", version=f"inferd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_serve_parser(sub)
+    add_repo_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""``inferd serve``: flags named like ``tritonserver``'s, so existing launch scripts carry over."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from inferd.errors import InferdError
+from inferd.repository.manager import ControlMode
+from inferd.server import Server, ServerConfig, StartupError
+
+_log = logging.getLogger("inferd")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
+    parser.add_argument(
+        name,
+        type=parse_bool,
+        nargs="?",
+        const=True,
+        default=default,
+        metavar="BOOL",
+        help=f"{help_text} (default: {str(default).lower()})",
+    )
+
+
+def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a Triton-layout model repository over HTTP and gRPC",
+        description=(
+            "Serve the models of one or more Triton-layout model repositories over the KServe v2 "
+            "protocol (HTTP on 8000, gRPC on 8001, Prometheus metrics on 8002), so tritonclient "
+            "and perf_analyzer work unchanged. Flags follow tritonserver's names."
+        ),
+        epilog=(
+            "examples:\n"
+            "  inferd serve --model-repository examples/models\n"
+            "  inferd serve --model-repository /models --model-control-mode explicit "
+            "--load-model simple\n"
+            "  inferd serve --model-repository /models --http-port 0 --grpc-port 0 "
+            "--ready-file /tmp/ports.json"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    repo = p.add_argument_group("model repository")
+    repo.add_argument(
+        "--model-repository", "--model-store", dest="model_repository", action="append",
+        required=True, type=Path, metavar="DIR",
+        help="a model repository folder; repeat the flag to serve several",
+    )
+    repo.add_argument(
+        "--model-control-mode", choices=[m.value for m in ControlMode], default="none",
+        help="none: load every model at start; poll: also follow changes on disk; explicit: load "
+        "only --load-model models and allow the load/unload API (default: none)",
+    )
+    repo.add_argument(
+        "--repository-poll-secs", type=float, default=15.0, metavar="SECONDS",
+        help="how often poll mode re-scans the repositories (default: 15)",
+    )
+    repo.add_argument(
+        "--load-model", action="append", default=[], metavar="NAME",
+        help="explicit mode: a model to load at start; repeatable; '*' loads all",
+    )
+    repo.add_argument(
+        "--model-config-name", metavar="NAME",
+        help="use <model>/configs/NAME.pbtxt instead of config.pbtxt where it exists",
+    )
+    repo.add_argument(
+        "--disable-auto-complete-config", action="store_true",
+        help="do not fill missing config fields from the model files",
+    )
+    repo.add_argument(
+        "--strict-model-config", type=parse_bool, nargs="?", const=True, default=None,
+        metavar="BOOL", help="deprecated inverse of auto-complete; true = --disable-auto-complete-config",
+    )
+    repo.add_argument(
+        "--model-load-thread-count", type=int, default=4, metavar="N",
+        help="models loaded in parallel (default: 4)",
+    )
+    repo.add_argument(
+        "--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
+        help="backend setting, e.g. onnxruntime,default-max-batch-size=8",
+    )
+
+    life = p.add_argument_group("startup and shutdown")
+    _bool_flag(life, "--strict-readiness", True,
+               "ready means every model that should be loaded is READY")
+    _bool_flag(life, "--exit-on-error", True,
+               "exit if a model fails to load at start; false serves the others")
+    life.add_argument(
+        "--exit-timeout-secs", type=float, default=30.0, metavar="SECONDS",
+        help="grace period for in-flight requests on SIGINT/SIGTERM (default: 30)",
+    )
+    life.add_argument(
+        "--ready-file", type=Path, metavar="FILE",
+        help="write the bound ports as JSON here once serving (handy with port 0)",
+    )
+
+    net = p.add_argument_group("endpoints (port 0 picks a free port and logs it)")
+    _bool_flag(net, "--allow-http", True, "serve HTTP")
+    net.add_argument("--http-port", type=int, default=8000, metavar="PORT")
+    net.add_argument("--http-address", default="0.0.0.0", metavar="ADDR")
+    net.add_argument(
+        "--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES",
+        help="largest accepted HTTP request body, after decompression (default: 64 MiB)",
+    )
+    _bool_flag(net, "--allow-grpc", True, "serve gRPC")
+    net.add_argument("--grpc-port", type=int, default=8001, metavar="PORT")
+    net.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
+    _bool_flag(net, "--allow-metrics", True, "serve Prometheus metrics")
+    net.add_argument("--metrics-port", type=int, default=8002, metavar="PORT")
+    net.add_argument("--metrics-address", default=None, metavar="ADDR",
+                     help="default: the HTTP address")
+
+    log = p.add_argument_group("logging")
+    log.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL",
+                     help="0 = info; 1 or more = verbose")
+    p.set_defaults(func=run_serve)
+
+
+def _backend_settings(items: list[str]) -> int:
+    """Parse --backend-config values; only settings inferd honours are accepted."""
+    default_max_batch = 4
+    for item in items:
+        backend, _, setting = item.partition(",")
+        key, _, value = setting.partition("=")
+        if backend == "onnxruntime" and key == "default-max-batch-size" and value.isdigit():
+            default_max_batch = int(value)
+            continue
+        raise InferdError(
+            f"--backend-config '{item}' is not supported; supported: "
+            "onnxruntime,default-max-batch-size=<N>"
+        )
+    return default_max_batch
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    auto_complete = not args.disable_auto_complete_config
+    if args.strict_model_config is not None:
+        auto_complete = auto_complete and not args.strict_model_config
+    return ServerConfig(
+        model_repositories=tuple(args.model_repository),
+        model_control_mode=ControlMode(args.model_control_mode),
+        repository_poll_secs=args.repository_poll_secs,
+        load_models=tuple(args.load_model),
+        model_config_name=args.model_config_name,
+        auto_complete_config=auto_complete,
+        default_max_batch_size=_backend_settings(args.backend_config),
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        exit_timeout_secs=args.exit_timeout_secs,
+        model_load_thread_count=args.model_load_thread_count,
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_bytes=args.http_max_input_size,
+        allow_grpc=args.allow_grpc,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        log_verbose=args.log_verbose,
+        ready_file=args.ready_file,
+    )
+
+
+async def serve(config: ServerConfig) -> int:
+    server = Server(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except (StartupError, OSError) as exc:
+        _log.error("%s", exc)
+        return 1
+    _log.info("inferd is serving; press Ctrl+C to stop")
+    await stop.wait()
+    _log.info("shutting down: finishing in-flight requests (up to %.0f s)",
+              config.exit_timeout_secs)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
+    await server.stop()
+    _log.info("stopped")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.log_verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = config_from_args(args)
+    except InferdError as exc:
+        print(f"inferd serve: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(config))
+    return uvloop.run(serve(config))

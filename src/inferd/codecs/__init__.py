@@ -1,0 +1,1 @@
+"""Pure conversions between wire formats and core types."""

@@ -1,0 +1,342 @@
+"""KServe v2 gRPC messages <-> protocol-neutral requests and responses (pure functions).
+
+The message classes are the ones generated in ``tritonclient.grpc.service_pb2``; inferd never
+compiles its own copy of the protos (two copies of ``grpc_service.proto`` would collide in the
+protobuf descriptor pool).
+
+Requests carry tensor data either in ``raw_input_contents`` (what tritonclient and perf_analyzer
+send: one bytes element per input that has data, in ``inputs`` order) or in typed ``contents``.
+Raw data is wrapped with ``np.frombuffer``, so the arrays handed to the engine share memory with
+the message's bytes and are read-only. Responses always carry ``raw_output_contents``, one element
+per output in ``outputs`` order, because the C++ client indexes it unconditionally.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from math import prod
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
+from inferd.errors import InvalidArgumentError, UnsupportedError
+
+__all__ = [
+    "ENABLE_EMPTY_FINAL_RESPONSE",
+    "decode_infer_request",
+    "decode_parameters",
+    "encode_infer_response",
+    "encode_parameters",
+    "serialize_bytes_tensor",
+    "split_bytes_tensor",
+]
+
+ENABLE_EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+
+_SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+_LENGTH = struct.Struct("<I")
+
+# typed ``InferTensorContents`` field -> the numpy dtype the wire uses for it
+_WIRE_DTYPES: dict[str, np.dtype[Any]] = {
+    "bool_contents": np.dtype(np.bool_),
+    "int_contents": np.dtype(np.int32),
+    "int64_contents": np.dtype(np.int64),
+    "uint_contents": np.dtype(np.uint32),
+    "uint64_contents": np.dtype(np.uint64),
+    "fp32_contents": np.dtype(np.float32),
+    "fp64_contents": np.dtype(np.float64),
+}
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+
+def decode_parameters(params: Mapping[str, Any]) -> dict[str, ParamValue]:
+    """``map<string, InferParameter>`` -> Python values; well-known keys are type-checked."""
+    out: dict[str, ParamValue] = {}
+    for key in params:
+        param = params[key]
+        kind = param.WhichOneof("parameter_choice")
+        if kind is None:
+            raise InvalidArgumentError(f"parameter '{key}' carries no value")
+        value: ParamValue = getattr(param, kind)
+        if key == "sequence_id":
+            if kind not in ("int64_param", "uint64_param", "string_param"):
+                raise InvalidArgumentError(
+                    "invalid value type for 'sequence_id' parameter, expected "
+                    "int64_param or string_param"
+                )
+        elif key in ("sequence_start", "sequence_end", ENABLE_EMPTY_FINAL_RESPONSE):
+            if kind != "bool_param":
+                raise InvalidArgumentError(
+                    f"invalid value type for '{key}' parameter, expected bool_param"
+                )
+        elif key in ("priority", "timeout") and (
+            kind not in ("int64_param", "uint64_param") or int(value) < 0
+        ):
+            raise InvalidArgumentError(
+                f"invalid value for '{key}' parameter, expected a uint64_param or a "
+                "non-negative int64_param"
+            )
+        out[key] = value
+    return out
+
+
+def encode_parameters(values: Mapping[str, ParamValue], target: Any) -> None:
+    """Fill a ``map<string, InferParameter>`` from Python values."""
+    for key, value in values.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            if value > 2**63 - 1:
+                param.uint64_param = value
+            else:
+                param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)
+
+
+def _reject_shm(params: Mapping[str, Any], what: str, model: str) -> None:
+    for key in _SHM_KEYS:
+        if key in params:
+            raise UnsupportedError(
+                f"shared memory is not supported by this server: {what} of the request for "
+                f"model '{model}' sets '{key}'; send tensor data in the request instead"
+            )
+
+
+# -- BYTES tensors ------------------------------------------------------------------------------
+
+
+def split_bytes_tensor(raw: bytes, count: int, what: str) -> np.ndarray[Any, Any]:
+    """Decode 4-byte little-endian length-prefixed elements into a 1-D object array of bytes.
+
+    ``what`` names the tensor in error messages, e.g. ``"input 'X' for model 'm'"``.
+    """
+    items: list[bytes] = []
+    pos, end = 0, len(raw)
+    while pos < end:
+        if end - pos < 4:
+            raise InvalidArgumentError(
+                f"malformed BYTES data for {what}: {end - pos} trailing byte(s) cannot hold the "
+                "4-byte length of another element"
+            )
+        (length,) = _LENGTH.unpack_from(raw, pos)
+        pos += 4
+        if length > end - pos:
+            raise InvalidArgumentError(
+                f"malformed BYTES data for {what}: element {len(items)} declares {length} bytes "
+                f"but only {end - pos} remain"
+            )
+        items.append(raw[pos : pos + length])
+        pos += length
+    if len(items) != count:
+        raise InvalidArgumentError(
+            f"unexpected number of BYTES elements for {what}: the shape holds {count} "
+            f"element(s), the data holds {len(items)}"
+        )
+    array = np.empty(count, dtype=object)
+    array[:] = items
+    return array
+
+
+def _as_bytes(item: Any) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    return str(item).encode("utf-8")
+
+
+def serialize_bytes_tensor(array: np.ndarray[Any, Any]) -> bytes:
+    """Row-major elements, each as a 4-byte little-endian length followed by its bytes."""
+    parts: list[bytes] = []
+    for item in array.ravel(order="C"):
+        data = _as_bytes(item)
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+def _shape_of(tensor: Any, what: str) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in tensor.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidArgumentError(
+            f"invalid shape {list(shape)} for {what}: dimensions must be >= 0"
+        )
+    return shape
+
+
+def _from_raw(
+    raw: bytes, dtype: DataType, shape: tuple[int, ...], what: str
+) -> np.ndarray[Any, Any]:
+    count = prod(shape)
+    if dtype.is_bytes:
+        return split_bytes_tensor(raw, count, what).reshape(shape)
+    expected = count * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidArgumentError(
+            f"input byte size mismatch for {what}: expected {expected} bytes for shape "
+            f"{list(shape)} of {dtype.name}, got {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=dtype.dtype).reshape(shape)
+
+
+def _from_contents(
+    contents: Any, dtype: DataType, shape: tuple[int, ...], what: str
+) -> np.ndarray[Any, Any]:
+    field = dtype.grpc_field
+    if field is None:
+        raise InvalidArgumentError(
+            f"{dtype.name} data for {what} must be sent in raw_input_contents: the typed "
+            "contents have no field for it"
+        )
+    for descriptor, _ in contents.ListFields():
+        if descriptor.name != field:
+            raise InvalidArgumentError(
+                f"{what} has datatype {dtype.name} but its contents set '{descriptor.name}'; "
+                f"expected '{field}'"
+            )
+    values = getattr(contents, field)
+    count = prod(shape)
+    if len(values) != count:
+        raise InvalidArgumentError(
+            f"unexpected number of elements in '{field}' for {what}: the shape "
+            f"{list(shape)} holds {count}, got {len(values)}"
+        )
+    if dtype.is_bytes:
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    wide = np.fromiter(values, dtype=_WIRE_DTYPES[field], count=count)
+    if wide.dtype != dtype.dtype:
+        narrow = wide.astype(dtype.dtype)
+        if not np.array_equal(narrow, wide):
+            raise InvalidArgumentError(
+                f"a value in '{field}' for {what} is out of range for {dtype.name}"
+            )
+        wide = narrow
+    return wide.reshape(shape)
+
+
+def _decode_outputs(outputs: Iterable[Any], model: str) -> list[RequestedOutput] | None:
+    requested: list[RequestedOutput] = []
+    seen: set[str] = set()
+    for out in outputs:
+        what = f"requested output '{out.name}'"
+        if out.name in seen:
+            raise InvalidArgumentError(
+                f"{what} is listed more than once in the request for model '{model}'"
+            )
+        seen.add(out.name)
+        _reject_shm(out.parameters, what, model)
+        params = decode_parameters(out.parameters)
+        wanted = RequestedOutput(name=out.name)
+        for key, value in params.items():
+            if key == "classification":
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise InvalidArgumentError(
+                        f"invalid 'classification' parameter for {what} of model '{model}': "
+                        "expected an int64_param > 0"
+                    )
+                wanted.classification = value
+            elif key == "binary_data":
+                continue  # an HTTP notion; gRPC outputs are always raw
+            else:
+                wanted.parameters[key] = value
+        requested.append(wanted)
+    return requested or None
+
+
+def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
+    """A ``ModelInferRequest`` -> :class:`InferRequest`; raise :class:`InvalidArgumentError`."""
+    model = msg.model_name
+    raw_contents = msg.raw_input_contents
+    raw_count = len(raw_contents)
+    raw_index = 0
+    inputs: dict[str, np.ndarray[Any, Any]] = {}
+    for tensor in msg.inputs:
+        name = tensor.name
+        what = f"input '{name}' for model '{model}'"
+        if name in inputs:
+            raise InvalidArgumentError(f"{what} is specified more than once in the request")
+        _reject_shm(tensor.parameters, f"input '{name}'", model)
+        try:
+            dtype = datatypes.from_name(tensor.datatype)
+        except InvalidArgumentError:
+            raise InvalidArgumentError(f"invalid datatype '{tensor.datatype}' for {what}") from None
+        shape = _shape_of(tensor, what)
+        if tensor.HasField("contents"):
+            if raw_count:
+                raise InvalidArgumentError(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{name}' for model '{model}'"
+                )
+            inputs[name] = _from_contents(tensor.contents, dtype, shape, what)
+            continue
+        if raw_index >= raw_count:
+            raise InvalidArgumentError(
+                f"unable to find data for input tensor '{name}' for model '{model}' in request."
+            )
+        inputs[name] = _from_raw(raw_contents[raw_index], dtype, shape, what)
+        raw_index += 1
+    if raw_index != raw_count:
+        raise InvalidArgumentError(
+            f"the request for model '{model}' carries {raw_count} raw_input_contents "
+            f"element(s) but only {raw_index} input(s) take raw data"
+        )
+    return InferRequest(
+        model_name=model,
+        inputs=inputs,
+        model_version=msg.model_version,
+        id=msg.id,
+        outputs=_decode_outputs(msg.outputs, model),
+        parameters=decode_parameters(msg.parameters),
+    )
+
+
+# -- responses ----------------------------------------------------------------------------------
+
+
+def _raw_output(array: np.ndarray[Any, Any]) -> tuple[DataType, bytes]:
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    dtype = datatypes.from_dtype(array.dtype)
+    if dtype.is_bytes:
+        return dtype, serialize_bytes_tensor(array)
+    return dtype, array.tobytes(order="C")  # protobuf bytes fields accept only bytes
+
+
+def encode_infer_response(
+    response: InferResponse, *, into: service_pb2.ModelInferResponse | None = None
+) -> service_pb2.ModelInferResponse:
+    """An :class:`InferResponse` -> ``ModelInferResponse`` with raw output contents only.
+
+    ``into`` fills an existing (empty) message, e.g. the ``infer_response`` field of a stream
+    response, which saves copying the tensor bytes once more.
+    """
+    msg = service_pb2.ModelInferResponse() if into is None else into
+    msg.model_name = response.model_name
+    msg.model_version = response.model_version
+    msg.id = response.id
+    if response.parameters:
+        encode_parameters(response.parameters, msg.parameters)
+    for name, array in response.outputs.items():
+        dtype, raw = _raw_output(array)
+        out = msg.outputs.add()
+        out.name = name
+        out.datatype = dtype.name
+        out.shape.extend(array.shape)
+        msg.raw_output_contents.append(raw)
+    return msg

@@ -1,0 +1,607 @@
+"""KServe v2 REST inference bodies, with Triton's binary tensor extension, <-> core types.
+
+Pure functions, no I/O. The HTTP front end hands over the (already decompressed) request body and
+the value of the ``Inference-Header-Content-Length`` header; it gets back the JSON header of the
+reply and the binary blobs that follow it.
+
+Wire rules (see PROTOCOL.md §1.7, §1.8, §2.1):
+
+* Each input carries exactly one of ``data`` (JSON, flat or nested, row-major),
+  ``parameters.binary_data_size`` (raw little-endian bytes after the JSON header, in input order)
+  or ``parameters.shared_memory_region`` (not supported yet).
+* BYTES elements are JSON strings (UTF-8 encoded into ``bytes``) or, in binary, a 4-byte
+  little-endian length followed by that many bytes, per element.
+* Binary inputs are views into the request body (``np.frombuffer``), so they are read-only.
+* Output format: per-output ``binary_data`` wins, then the request's ``binary_data_output``,
+  default JSON. JSON outputs carry no ``parameters`` key at all.
+
+Choices this codec makes where Triton leaves a gap:
+
+* A BYTES output requested as JSON whose elements are not all valid UTF-8 is sent in binary form
+  instead (with ``binary_data_size``); clients pick the format per output from its parameters, so
+  they read it unchanged, whereas an invalid JSON string would break their JSON parser.
+* FP16 and BF16 outputs requested as JSON are written as JSON numbers (Triton refuses); FP16/BF16
+  *inputs* in JSON are refused with Triton's message.
+* Non-finite floats in JSON outputs are written as ``null`` (JSON has no NaN/Infinity);
+  tritonclient turns ``null`` back into NaN. Use binary outputs to keep infinities.
+* The host is assumed little-endian (as every platform numpy wheels ship for).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.core import datatypes
+from inferd.core.datatypes import DataType
+from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
+from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata
+from inferd.errors import InvalidArgumentError, UnsupportedError
+
+MAX_DIMS = 32
+# Bound on the product of the non-zero dims of a shape; stops absurd shapes such as
+# [0, 2**62] (zero elements, but numpy cannot even describe it) before numpy sees them.
+MAX_ELEMENTS = 1 << 40
+
+_ONE_OF_MESSAGE = (
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+    "'parameters', 'shared_memory_region' in 'parameters'. But {problem} for input '{name}'"
+)
+_MISSING_HEADER_MESSAGE = (
+    "must specify valid 'Infer-Header-Content-Length' in request header and "
+    "'binary_data_size' when passing inputs in binary data format (input '{name}')"
+)
+_UINT32 = struct.Struct("<I")
+_UINT_PARAMS = ("priority", "timeout")
+_BOOL_PARAMS = ("sequence_start", "sequence_end")
+
+Blob = bytes | memoryview
+
+
+# ------------------------------------------------------------------------------------------------
+# request decoding
+# ------------------------------------------------------------------------------------------------
+
+
+def decode_infer_request(
+    model_name: str,
+    model_version: str,
+    body: bytes | memoryview,
+    header_length: int | None,
+) -> InferRequest:
+    """Decode a v2 inference request body; raise :class:`InvalidArgumentError` on any flaw.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` header (``None`` when absent:
+    the whole body is JSON).
+    """
+    view = memoryview(body) if not isinstance(body, memoryview) else body
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    total = len(view)
+    if header_length is None:
+        header_view, rest = view, view[total:]
+    else:
+        if header_length == 0:
+            raise UnsupportedError(
+                "raw binary inference requests (Inference-Header-Content-Length: 0) are not "
+                "supported; send a JSON inference header"
+            )
+        if header_length < 0 or header_length > total:
+            raise InvalidArgumentError(
+                f"Inference-Header-Content-Length {header_length} is outside the request body "
+                f"of {total} bytes"
+            )
+        header_view, rest = view[:header_length], view[header_length:]
+    header = _parse_json_object(header_view, "inference request")
+
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgumentError("inference request 'id' must be a string")
+    parameters, binary_default = _request_parameters(header.get("parameters"))
+
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgumentError("inference request must have an 'inputs' array")
+    inputs: dict[str, np.ndarray[Any, Any]] = {}
+    offset = 0
+    body_bytes = len(rest)
+    for index, raw in enumerate(raw_inputs):
+        if not isinstance(raw, dict):
+            raise InvalidArgumentError(f"inference request input #{index} must be a JSON object")
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise InvalidArgumentError(
+                f"inference request input #{index} must have a string 'name'"
+            )
+        if name in inputs:
+            raise InvalidArgumentError(f"input '{name}' appears more than once in the request")
+        dtype = _input_datatype(raw, name)
+        shape = _shape(raw.get("shape"), name)
+        source = _input_source(raw, name)
+        if source == "data":
+            inputs[name] = _json_tensor(raw["data"], dtype, shape, name)
+            continue
+        size = source
+        if header_length is None:
+            raise InvalidArgumentError(_MISSING_HEADER_MESSAGE.format(name=name))
+        if size > body_bytes - offset:
+            raise InvalidArgumentError(
+                f"unexpected size for input '{name}', expecting {size} bytes but only "
+                f"{body_bytes - offset} bytes remain in the request body for model "
+                f"'{model_name}'"
+            )
+        inputs[name] = _binary_tensor(rest[offset : offset + size], dtype, shape, name, model_name)
+        offset += size
+    if offset != body_bytes:
+        raise InvalidArgumentError(
+            f"unexpected additional input data for model '{model_name}': "
+            f"{body_bytes - offset} bytes after the last binary input"
+        )
+
+    outputs = _requested_outputs(header.get("outputs"))
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        inputs=inputs,
+        id=request_id,
+        outputs=outputs,
+        parameters=parameters,
+        binary_output_default=binary_default,
+    )
+
+
+def _parse_json_object(data: bytes | memoryview, what: str) -> dict[str, Any]:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the {what} JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError(f"the {what} JSON must be an object")
+    return parsed
+
+
+def _is_uint(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _scalar_param(key: str, value: Any, where: str) -> ParamValue:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise InvalidArgumentError(
+        f"parameter '{key}' of {where} must be a string, number or boolean, "
+        f"got {type(value).__name__ if value is not None else 'null'}"
+    )
+
+
+def _request_parameters(raw: Any) -> tuple[dict[str, ParamValue], bool]:
+    if raw is None:
+        return {}, False
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError("inference request 'parameters' must be a JSON object")
+    params: dict[str, ParamValue] = {}
+    binary_default = False
+    for key, value in raw.items():
+        if key.startswith("triton_"):
+            raise InvalidArgumentError(
+                f"parameter '{key}' is reserved (the 'triton_' prefix) and cannot be set on an "
+                "HTTP inference request"
+            )
+        if key == "binary_data_output":
+            if not isinstance(value, bool):
+                raise InvalidArgumentError("parameter 'binary_data_output' must be a boolean")
+            binary_default = value
+            continue
+        if key == "sequence_id" and not (_is_uint(value) or isinstance(value, str)):
+            raise InvalidArgumentError(
+                "parameter 'sequence_id' must be an unsigned integer or a string"
+            )
+        if key in _UINT_PARAMS and not _is_uint(value):
+            raise InvalidArgumentError(f"parameter '{key}' must be an unsigned integer")
+        if key in _BOOL_PARAMS and not isinstance(value, bool):
+            raise InvalidArgumentError(f"parameter '{key}' must be a boolean")
+        params[key] = _scalar_param(key, value, "the inference request")
+    return params, binary_default
+
+
+def _input_datatype(raw: dict[str, Any], name: str) -> DataType:
+    value = raw.get("datatype")
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"input '{name}' must have a string 'datatype'")
+    try:
+        return datatypes.from_name(value)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"input '{name}': {exc}") from None
+
+
+def _shape(value: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise InvalidArgumentError(f"input '{name}' must have a 'shape' array")
+    if len(value) > MAX_DIMS:
+        raise InvalidArgumentError(
+            f"shape of input '{name}' has {len(value)} dimensions; at most {MAX_DIMS} allowed"
+        )
+    nonzero = 1
+    for dim in value:
+        if not _is_uint(dim):
+            raise InvalidArgumentError(
+                f"shape of input '{name}' must be a list of non-negative integers, got {value}"
+            )
+        if dim:
+            nonzero *= dim
+            if nonzero > MAX_ELEMENTS:
+                raise InvalidArgumentError(
+                    f"shape {value} of input '{name}' is too large "
+                    f"(more than {MAX_ELEMENTS} elements)"
+                )
+    return tuple(value)
+
+
+def _input_source(raw: dict[str, Any], name: str) -> str | int:
+    """``"data"`` or the ``binary_data_size``; errors for none, several, or shared memory."""
+    params = raw.get("parameters")
+    if params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        raise InvalidArgumentError(f"'parameters' of input '{name}' must be a JSON object")
+    has_data = "data" in raw
+    has_binary = "binary_data_size" in params
+    has_shm = "shared_memory_region" in params
+    count = has_data + has_binary + has_shm
+    if count != 1:
+        problem = "none of them is set" if count == 0 else "more than one is set"
+        raise InvalidArgumentError(_ONE_OF_MESSAGE.format(problem=problem, name=name))
+    if has_shm:
+        raise UnsupportedError(
+            f"input '{name}' uses shared memory, which this server does not support yet; "
+            "send the data in the request body"
+        )
+    if has_data:
+        return "data"
+    size = params["binary_data_size"]
+    if not _is_uint(size):
+        raise InvalidArgumentError(
+            f"'binary_data_size' of input '{name}' must be a non-negative integer"
+        )
+    return int(size)
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    """Row-major flattening of nested JSON arrays, without recursion."""
+    flat: list[Any] = []
+    stack: list[Iterable[Any]] = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if type(item) is list:
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def _json_tensor(
+    data: Any, dtype: DataType, shape: tuple[int, ...], name: str
+) -> np.ndarray[Any, Any]:
+    if dtype.name in ("FP16", "BF16"):
+        raise InvalidArgumentError(
+            f"receiving {dtype.name} data via JSON is not supported. Please use the binary "
+            f"data format for input '{name}'"
+        )
+    if not isinstance(data, list):
+        raise InvalidArgumentError(f"'data' of input '{name}' must be a JSON array")
+    kinds = set(map(type, data))
+    if list in kinds:
+        data = _flatten(data)
+        kinds = set(map(type, data))
+    expected = _element_count(shape)
+    if len(data) != expected:
+        raise InvalidArgumentError(
+            f"unexpected number of elements for input '{name}': shape {list(shape)} needs "
+            f"{expected}, got {len(data)}"
+        )
+    if dtype.is_bytes:
+        if not kinds <= {str}:
+            raise InvalidArgumentError(
+                f"data of BYTES input '{name}' must be JSON strings"
+            )
+        out = np.empty(expected, dtype=object)
+        try:
+            out[:] = [s.encode() for s in data]
+        except UnicodeEncodeError as exc:
+            raise InvalidArgumentError(
+                f"data of input '{name}' is not valid UTF-8: {exc}"
+            ) from None
+        return out.reshape(shape)
+    kind = dtype.dtype.kind
+    if kind == "b":
+        allowed: set[type] = {bool}
+        wanted = "true/false"
+    elif kind in "iu":
+        allowed, wanted = {int}, "integers"
+    else:
+        allowed, wanted = {int, float}, "numbers"
+    if not kinds <= allowed:
+        raise InvalidArgumentError(
+            f"data of {dtype.name} input '{name}' must be JSON {wanted}"
+        )
+    try:
+        with np.errstate(over="ignore"):  # a too-large float becomes inf, as a C cast would
+            array = np.array(data, dtype=dtype.dtype)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"data of input '{name}' does not fit datatype {dtype.name}: {exc}"
+        ) from None
+    return array.reshape(shape)
+
+
+def _binary_tensor(
+    blob: memoryview, dtype: DataType, shape: tuple[int, ...], name: str, model_name: str
+) -> np.ndarray[Any, Any]:
+    count = _element_count(shape)
+    if dtype.is_bytes:
+        return _decode_bytes_blob(blob, count, name, model_name).reshape(shape)
+    expected = count * dtype.itemsize
+    if len(blob) != expected:
+        raise InvalidArgumentError(
+            f"unexpected size for input '{name}', expecting {expected} bytes "
+            f"(shape {list(shape)} of {dtype.name}) but binary_data_size is {len(blob)} "
+            f"for model '{model_name}'"
+        )
+    return np.frombuffer(blob, dtype=dtype.dtype, count=count).reshape(shape)
+
+
+def _decode_bytes_blob(
+    blob: memoryview, count: int, name: str, model_name: str
+) -> np.ndarray[Any, Any]:
+    pos, end = 0, len(blob)
+    if count > end // 4:
+        raise InvalidArgumentError(
+            f"unexpected size for input '{name}': {count} BYTES elements need at least "
+            f"{4 * count} bytes, binary_data_size is {end} for model '{model_name}'"
+        )
+    out = np.empty(count, dtype=object)
+    for i in range(count):
+        if end - pos < 4:
+            raise InvalidArgumentError(
+                f"unexpected size for input '{name}': binary BYTES data ends after {i} of "
+                f"{count} elements for model '{model_name}'"
+            )
+        (length,) = _UINT32.unpack_from(blob, pos)
+        pos += 4
+        if length > end - pos:
+            raise InvalidArgumentError(
+                f"unexpected size for input '{name}': element {i} claims {length} bytes but "
+                f"only {end - pos} remain for model '{model_name}'"
+            )
+        out[i] = bytes(blob[pos : pos + length])
+        pos += length
+    if pos != end:
+        raise InvalidArgumentError(
+            f"unexpected size for input '{name}': {end - pos} bytes left after the {count} "
+            f"BYTES elements of its shape for model '{model_name}'"
+        )
+    return out
+
+
+def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise InvalidArgumentError("inference request 'outputs' must be an array")
+    outputs: list[RequestedOutput] = []
+    seen: set[str] = set()
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidArgumentError(
+                f"requested output #{index} must be an object with a string 'name'"
+            )
+        name: str = item["name"]
+        if name in seen:
+            raise InvalidArgumentError(f"output '{name}' is requested more than once")
+        seen.add(name)
+        params = item.get("parameters")
+        if params is None:
+            params = {}
+        elif not isinstance(params, dict):
+            raise InvalidArgumentError(f"'parameters' of output '{name}' must be a JSON object")
+        wanted = RequestedOutput(name=name)
+        for key, value in params.items():
+            if key == "binary_data":
+                if not isinstance(value, bool):
+                    raise InvalidArgumentError(
+                        f"'binary_data' of output '{name}' must be a boolean"
+                    )
+                wanted.binary = value
+            elif key == "classification":
+                if not _is_uint(value):
+                    raise InvalidArgumentError(
+                        f"'classification' of output '{name}' must be a non-negative integer"
+                    )
+                wanted.classification = value
+            elif key.startswith("shared_memory_"):
+                raise UnsupportedError(
+                    f"output '{name}' asks for shared memory, which this server does not "
+                    "support yet"
+                )
+            else:
+                wanted.parameters[key] = _scalar_param(key, value, f"output '{name}'")
+        outputs.append(wanted)
+    return outputs
+
+
+# ------------------------------------------------------------------------------------------------
+# response encoding
+# ------------------------------------------------------------------------------------------------
+
+
+def encode_infer_response(
+    response: InferResponse, request: InferRequest
+) -> tuple[bytes, list[Blob]]:
+    """Return the JSON inference header and the binary blobs that follow it, in output order.
+
+    The blobs are views of the output arrays where possible (no copy); the caller writes
+    ``header + b"".join(blobs)`` and, when any blob is non-empty, sends
+    ``Inference-Header-Content-Length: len(header)``.
+    """
+    binary_by_name: dict[str, bool] = {}
+    if request.outputs is not None:
+        for wanted in request.outputs:
+            if wanted.binary is not None:
+                binary_by_name[wanted.name] = wanted.binary
+    default_binary = request.binary_output_default
+
+    outputs: list[dict[str, Any]] = []
+    blobs: list[Blob] = []
+    for name, array in response.outputs.items():
+        array = _little_endian(array)
+        dtype = datatypes.from_dtype(array.dtype)
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": dtype.name,
+            "shape": list(array.shape),
+        }
+        binary = binary_by_name.get(name, default_binary)
+        if not binary:
+            data = _json_data(array, dtype)
+            if data is not None:
+                entry["data"] = data
+                outputs.append(entry)
+                continue
+        blob = _binary_blob(array, dtype)
+        entry["parameters"] = {"binary_data_size": len(blob)}
+        blobs.append(blob)
+        outputs.append(entry)
+
+    header: dict[str, Any] = {}
+    if response.id:
+        header["id"] = response.id
+    header["model_name"] = response.model_name
+    header["model_version"] = str(response.model_version)
+    if response.parameters:
+        header["parameters"] = response.parameters
+    header["outputs"] = outputs
+    return orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY), blobs
+
+
+def _little_endian(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    if array.dtype.byteorder == ">":
+        return array.astype(array.dtype.newbyteorder("<"))
+    return array
+
+
+def _json_data(array: np.ndarray[Any, Any], dtype: DataType) -> Any:
+    """A value orjson can serialise flat, or ``None`` when the output must go binary."""
+    if dtype.is_bytes:
+        texts: list[str] = []
+        for item in array.reshape(-1).tolist():
+            if isinstance(item, bytes):
+                try:
+                    texts.append(item.decode())
+                except UnicodeDecodeError:
+                    return None
+            else:
+                texts.append(str(item))
+        return texts
+    if dtype.name == "BF16":
+        array = array.astype(np.float32)
+    return np.ascontiguousarray(array).reshape(-1)
+
+
+def _binary_blob(array: np.ndarray[Any, Any], dtype: DataType) -> Blob:
+    if dtype.is_bytes:
+        return serialize_bytes_elements(array.reshape(-1).tolist())
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return memoryview(flat.view(np.uint8))
+
+
+def serialize_bytes_elements(items: Sequence[Any]) -> bytes:
+    """The binary form of BYTES elements: per element a 4-byte little-endian length, then data."""
+    parts: list[bytes] = []
+    pack = _UINT32.pack
+    for item in items:
+        if isinstance(item, str):
+            item = item.encode()
+        elif not isinstance(item, (bytes, bytearray, memoryview)):
+            item = str(item).encode()
+        parts.append(pack(len(item)))
+        parts.append(bytes(item))
+    return b"".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# the other JSON endpoints
+# ------------------------------------------------------------------------------------------------
+
+
+def server_metadata_dict(meta: ServerMetadata) -> dict[str, Any]:
+    return {"name": meta.name, "version": meta.version, "extensions": list(meta.extensions)}
+
+
+def model_metadata_dict(meta: ModelMetadata) -> dict[str, Any]:
+    return {
+        "name": meta.name,
+        "versions": list(meta.versions),
+        "platform": meta.platform,
+        "inputs": [
+            {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in meta.inputs
+        ],
+        "outputs": [
+            {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in meta.outputs
+        ],
+    }
+
+
+def repository_index_list(entries: Sequence[IndexEntry]) -> list[dict[str, str]]:
+    """Never-loaded models as ``{"name"}`` only; ``reason`` only when non-empty."""
+    rows: list[dict[str, str]] = []
+    for entry in entries:
+        row = {"name": entry.name}
+        if entry.version is not None:
+            row["version"] = entry.version
+        if entry.state is not None:
+            row["state"] = entry.state
+        if entry.reason:
+            row["reason"] = entry.reason
+        rows.append(row)
+    return rows
+
+
+def loads(data: bytes | memoryview) -> Any:
+    """Parse JSON; malformed JSON (or invalid UTF-8) raises :class:`InvalidArgumentError`."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"malformed JSON: {exc}") from None
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+__all__ = [
+    "MAX_DIMS",
+    "MAX_ELEMENTS",
+    "decode_infer_request",
+    "dumps",
+    "encode_infer_response",
+    "error_body",
+    "loads",
+    "model_metadata_dict",
+    "repository_index_list",
+    "serialize_bytes_elements",
+    "server_metadata_dict",
+]

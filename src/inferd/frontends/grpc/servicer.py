@@ -1,0 +1,316 @@
+"""``inference.GRPCInferenceService`` over :class:`inferd.engine.Engine` (grpc.aio).
+
+Every RPC is an ``async def``: the service runs on the server's event loop, as the engine does.
+Errors are mapped once, by :mod:`inferd.frontends.grpc.errors`, and sent with
+``context.abort`` so tritonclient sees the inferd message as the status details.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferd.codecs.v2_grpc import (
+    ENABLE_EMPTY_FINAL_RESPONSE,
+    decode_infer_request,
+    encode_infer_response,
+)
+from inferd.engine import Engine
+from inferd.errors import (
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnsupportedError,
+)
+from inferd.frontends.grpc.errors import status_for
+
+__all__ = ["GrpcInferenceServicer"]
+
+_Failure = tuple[Any, str]  # (grpc.StatusCode, details)
+_StreamResult = tuple[Any, _Failure | None]  # (ModelStreamInferResponse, failure)
+
+_STREAM_ERRORS_AS_STATUS = "triton_grpc_error"  # metadata key: close the stream on first error
+
+
+class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """The KServe v2 / Triton gRPC service.
+
+    ``max_stream_inflight`` bounds the requests of one ``ModelStreamInfer`` stream that are
+    being computed or waiting to be written; beyond it the stream stops reading (HTTP/2 flow
+    control then pushes back on the client).
+    """
+
+    def __init__(
+        self, engine: Engine, *, log: logging.Logger, max_stream_inflight: int = 1024
+    ) -> None:
+        if max_stream_inflight < 1:
+            raise ValueError("max_stream_inflight must be >= 1")
+        self._engine = engine
+        self._log = log
+        self._max_stream_inflight = max_stream_inflight
+        self._ids = itertools.count(1)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _request_id(self, client_id: str = "") -> str:
+        rid = f"grpc-{next(self._ids)}"
+        return f"{rid} (client id '{client_id}')" if client_id else rid
+
+    @contextlib.asynccontextmanager
+    async def _mapped_errors(self, context: Any, client_id: str = "") -> AsyncIterator[None]:
+        """Turn an exception of the body into a gRPC status via the one error table."""
+        try:
+            yield
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            code, details = status_for(exc, log=self._log, request_id=self._request_id(client_id))
+            await context.abort(code, details)
+
+    async def _infer(self, msg: Any, *, into: Any = None) -> Any:
+        request = decode_infer_request(msg)
+        # consumed here: it only shapes how a decoupled stream ends, it is not a model parameter
+        request.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, None)
+        response = await self._engine.infer(request)
+        return encode_infer_response(response, into=into)
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=self._engine.is_live())
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=self._engine.is_ready())
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        # unknown or unloaded models answer OK with ready=false (tritonclient raises otherwise)
+        ready = self._engine.model_ready(request.name, request.version)
+        return service_pb2.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        meta = self._engine.server_metadata()
+        return service_pb2.ServerMetadataResponse(
+            name=meta.name, version=meta.version, extensions=list(meta.extensions)
+        )
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            meta = self._engine.model_metadata(request.name, request.version)
+            tensor = service_pb2.ModelMetadataResponse.TensorMetadata
+            return service_pb2.ModelMetadataResponse(
+                name=meta.name,
+                versions=meta.versions,
+                platform=meta.platform,
+                inputs=[
+                    tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs
+                ],
+                outputs=[
+                    tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs
+                ],
+            )
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            spec = self._engine.model_config(request.name, request.version)
+            if spec.proto is None:
+                raise InternalError(f"model '{spec.name}' has no configuration message")
+            return service_pb2.ModelConfigResponse(config=spec.proto)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            raise UnsupportedError("the statistics extension is not implemented by this server yet")
+
+    # -- inference ----------------------------------------------------------------------------
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context, request.id):
+            return await self._infer(request)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterable[Any], context: Any
+    ) -> AsyncIterator[Any]:
+        """Requests of one stream run concurrently; responses are written in request order.
+
+        A failed request yields ``error_message`` with an ``infer_response`` carrying only the
+        request id, and the stream stays open (unless the client sent the metadata
+        ``triton_grpc_error: true``, which closes the stream with the error's status instead).
+        """
+        errors_as_status = any(
+            key == _STREAM_ERRORS_AS_STATUS and str(value).lower() == "true"
+            for key, value in (context.invocation_metadata() or ())
+        )
+        pending: asyncio.Queue[asyncio.Task[_StreamResult] | None] = asyncio.Queue(
+            self._max_stream_inflight
+        )
+        reader = asyncio.create_task(self._read_stream(request_iterator, pending))
+        try:
+            while True:
+                task = await pending.get()
+                if task is None:
+                    break
+                response, failure = await task
+                if failure is not None and errors_as_status:
+                    await context.abort(*failure)
+                yield response
+            await reader  # a failure of the request stream itself ends the RPC with it
+        finally:
+            reader.cancel()
+            while not pending.empty():
+                leftover = pending.get_nowait()
+                if leftover is not None:
+                    leftover.cancel()
+
+    async def _read_stream(
+        self,
+        request_iterator: AsyncIterable[Any],
+        pending: asyncio.Queue[asyncio.Task[_StreamResult] | None],
+    ) -> None:
+        try:
+            async for msg in request_iterator:
+                task = asyncio.create_task(self._stream_one(msg))
+                try:
+                    await pending.put(task)
+                except asyncio.CancelledError:
+                    task.cancel()
+                    raise
+        except Exception:
+            await pending.put(None)
+            raise
+        await pending.put(None)
+
+    async def _stream_one(self, msg: Any) -> _StreamResult:
+        out = service_pb2.ModelStreamInferResponse()
+        try:
+            await self._infer(msg, into=out.infer_response)
+        except Exception as exc:
+            code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))
+            out = service_pb2.ModelStreamInferResponse(error_message=details)
+            out.infer_response.id = msg.id
+            return out, (code, details)
+        return out, None
+
+    # -- model repository ---------------------------------------------------------------------
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            entries = self._engine.repository_index(ready_only=request.ready)
+            index = service_pb2.RepositoryIndexResponse.ModelIndex
+            return service_pb2.RepositoryIndexResponse(
+                models=[
+                    index(
+                        name=e.name,
+                        version=e.version or "",
+                        state=e.state or "",
+                        reason=e.reason,
+                    )
+                    for e in entries
+                ]
+            )
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            _reject_repository_name(request.repository_name)
+            config_json: str | None = None
+            files: dict[str, bytes] = {}
+            for key in request.parameters:
+                param = request.parameters[key]
+                kind = param.WhichOneof("parameter_choice")
+                if key == "config":
+                    if kind != "string_param":
+                        raise InvalidArgumentError(
+                            "invalid value type for load parameter 'config', expected string_param"
+                        )
+                    config_json = param.string_param
+                elif key.startswith("file:"):
+                    if kind != "bytes_param":
+                        raise InvalidArgumentError(
+                            f"invalid value type for load parameter '{key}', expected bytes_param"
+                        )
+                    files[key[len("file:") :]] = param.bytes_param
+                else:
+                    raise InvalidArgumentError(
+                        f"unrecognized load parameter '{key}': expected 'config' or "
+                        "'file:<version>/<path>'"
+                    )
+            await self._engine.load_model(
+                request.model_name, config_json=config_json, files=files or None
+            )
+            return service_pb2.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            _reject_repository_name(request.repository_name)
+            unload_dependents = False
+            for key in request.parameters:
+                param = request.parameters[key]
+                if key != "unload_dependents":
+                    raise InvalidArgumentError(
+                        f"unrecognized unload parameter '{key}': expected 'unload_dependents'"
+                    )
+                if param.WhichOneof("parameter_choice") != "bool_param":
+                    raise InvalidArgumentError(
+                        "invalid value type for unload parameter 'unload_dependents', "
+                        "expected bool_param"
+                    )
+                unload_dependents = param.bool_param
+            await self._engine.unload_model(request.model_name, unload_dependents=unload_dependents)
+            return service_pb2.RepositoryModelUnloadResponse()
+
+    # -- shared memory, trace, logging (not supported yet) ------------------------------------
+    # Nothing can be registered, so status lists nothing and unregister (all or one) succeeds:
+    # the shared-memory examples and perf_analyzer unregister everything at startup.
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            if request.name:
+                raise NotFoundError(f"Unable to find system shared memory region: '{request.name}'")
+            return service_pb2.SystemSharedMemoryStatusResponse()
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            raise UnsupportedError(
+                "system shared memory is not supported by this server: send tensor data in "
+                "the request instead"
+            )
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            if request.name:
+                raise NotFoundError(f"Unable to find cuda shared memory region: '{request.name}'")
+            return service_pb2.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            raise UnsupportedError(
+                "CUDA shared memory is not supported by this server: send tensor data in the "
+                "request instead"
+            )
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return service_pb2.CudaSharedMemoryUnregisterResponse()
+
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            raise UnsupportedError("the trace extension is not implemented by this server")
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        async with self._mapped_errors(context):
+            raise UnsupportedError("the logging extension is not implemented by this server")
+
+
+def _reject_repository_name(name: str) -> None:
+    if name:
+        raise UnsupportedError(
+            f"'repository_name' specification is not supported (got '{name}'): models are "
+            "addressed by name across all repositories"
+        )

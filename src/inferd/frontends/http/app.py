@@ -1,0 +1,317 @@
+"""The HTTP front end: a raw ASGI 3 application over the engine (no web framework).
+
+Every response carries ``Content-Length`` and is sent as one start message plus one body message.
+Only inference replies are compressed (PROTOCOL.md §2.3); errors are ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.codecs import v2_http
+from inferd.engine import Engine
+from inferd.errors import InvalidArgumentError, UnsupportedError
+from inferd.frontends.http.compression import (
+    choose_response_coding,
+    compress_response,
+    decompress_request,
+    too_large,
+)
+from inferd.frontends.http.errors import HttpStatusError, describe_exception
+from inferd.frontends.http.routes import Endpoint, Route, match_route
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON = b"application/json"
+OCTET_STREAM = b"application/octet-stream"
+_NOT_FOUND = HttpStatusError(404, "Not Found")
+_NOT_ALLOWED = HttpStatusError(405, "Method Not Allowed")
+
+
+@dataclass(slots=True)
+class Reply:
+    status: int
+    body: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    @classmethod
+    def json(cls, value: Any, status: int = 200) -> Reply:
+        return cls(status, v2_http.dumps(value), [(b"content-type", JSON)])
+
+    @classmethod
+    def error(cls, status: int, message: str) -> Reply:
+        return cls(status, v2_http.error_body(message), [(b"content-type", JSON)])
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body arrived; nothing is to be sent."""
+
+
+@dataclass(slots=True)
+class _Headers:
+    content_length: int | None = None
+    content_encoding: str | None = None
+    accept_encoding: str | None = None
+    inference_header_length: str | None = None
+
+
+def _read_headers(scope: Scope) -> _Headers:
+    found = _Headers()
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                found.content_length = int(value)
+            except ValueError:
+                raise InvalidArgumentError("invalid Content-Length header") from None
+        elif name == b"content-encoding":
+            found.content_encoding = value.decode("latin-1")
+        elif name == b"accept-encoding":
+            found.accept_encoding = value.decode("latin-1")
+        elif name == b"inference-header-content-length":
+            found.inference_header_length = value.decode("latin-1")
+    return found
+
+
+class HttpApp:
+    """ASGI 3 application serving the KServe v2 REST API with Triton's extensions."""
+
+    def __init__(self, engine: Engine, *, max_body_bytes: int, log: logging.Logger) -> None:
+        if max_body_bytes <= 0:
+            raise ValueError("max_body_bytes must be positive")
+        self._engine = engine
+        self._max_body_bytes = max_body_bytes
+        self._log = log
+        self._handlers: dict[Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply]]] = {
+            Endpoint.SERVER_METADATA: self._server_metadata,
+            Endpoint.HEALTH_LIVE: self._health_live,
+            Endpoint.HEALTH_READY: self._health_ready,
+            Endpoint.MODEL_METADATA: self._model_metadata,
+            Endpoint.MODEL_READY: self._model_ready,
+            Endpoint.MODEL_CONFIG: self._model_config,
+            Endpoint.MODEL_INFER: self._infer,
+            Endpoint.MODEL_STATS: self._statistics,
+            Endpoint.ALL_STATS: self._statistics,
+            Endpoint.REPOSITORY_INDEX: self._repository_index,
+            Endpoint.REPOSITORY_LOAD: self._repository_load,
+            Endpoint.REPOSITORY_UNLOAD: self._repository_unload,
+        }
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self._max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        # other scope types (websocket) are not served; returning closes them
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            reply = await self._dispatch(scope, receive)
+        except _ClientGone:
+            return
+        except Exception as exc:  # mapped once, here
+            status, message = describe_exception(
+                exc, self._log, f"{scope.get('method')} {scope.get('path')}"
+            )
+            reply = Reply.error(status, message)
+        await _send_reply(send, reply)
+
+    async def _dispatch(self, scope: Scope, receive: Receive) -> Reply:
+        raw = scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else scope["path"]
+        route = match_route(path.partition("?")[0])
+        if route is None:
+            raise _NOT_FOUND
+        if scope["method"] != route.method:
+            raise _NOT_ALLOWED
+        return await self._handlers[route.endpoint](route, scope, receive)
+
+    # -- body ---------------------------------------------------------------------------------
+
+    async def _read_body(self, headers: _Headers, receive: Receive) -> bytes:
+        limit = self._max_body_bytes
+        if headers.content_length is not None and headers.content_length > limit:
+            raise too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if headers.content_encoding is not None:
+            body = decompress_request(body, headers.content_encoding, limit)
+        return body
+
+    async def _read_json_body(self, scope: Scope, receive: Receive, what: str) -> dict[str, Any]:
+        body = await self._read_body(_read_headers(scope), receive)
+        if not body.strip():
+            return {}
+        try:
+            parsed = v2_http.loads(body)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(f"failed to parse the {what} request: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise InvalidArgumentError(f"the {what} request body must be a JSON object")
+        return parsed
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    async def _health_live(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        return Reply(200 if self._engine.is_live() else 400)
+
+    async def _health_ready(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        return Reply(200 if self._engine.is_ready() else 400)
+
+    async def _server_metadata(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        return Reply.json(v2_http.server_metadata_dict(self._engine.server_metadata()))
+
+    async def _model_metadata(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        meta = self._engine.model_metadata(route.model, route.version)
+        return Reply.json(v2_http.model_metadata_dict(meta))
+
+    async def _model_ready(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        if self._engine.model_ready(route.model, route.version):
+            return Reply(200)
+        return Reply.error(400, "Model version not ready")
+
+    async def _model_config(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        from inferd.codecs.model_config import to_json_dict  # the config codec owns rendering
+
+        spec = self._engine.model_config(route.model, route.version)
+        return Reply.json(to_json_dict(spec.proto))
+
+    async def _statistics(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        raise UnsupportedError("the statistics extension is not available on this server yet")
+
+    # -- inference ----------------------------------------------------------------------------
+
+    async def _infer(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        headers = _read_headers(scope)
+        header_length: int | None = None
+        if headers.inference_header_length is not None:
+            try:
+                header_length = int(headers.inference_header_length)
+            except ValueError:
+                raise InvalidArgumentError(
+                    "invalid Inference-Header-Content-Length header "
+                    f"'{headers.inference_header_length}'"
+                ) from None
+        body = await self._read_body(headers, receive)
+        request = v2_http.decode_infer_request(route.model, route.version, body, header_length)
+        response = await self._engine.infer(request)
+        header, blobs = v2_http.encode_infer_response(response, request)
+        reply_headers: list[tuple[bytes, bytes]]
+        if any(len(blob) for blob in blobs):
+            payload = b"".join((header, *blobs))
+            reply_headers = [
+                (b"content-type", OCTET_STREAM),
+                (b"inference-header-content-length", str(len(header)).encode()),
+            ]
+        else:
+            payload = header if not blobs else b"".join((header, *blobs))
+            reply_headers = [(b"content-type", JSON)]
+        coding = choose_response_coding(headers.accept_encoding)
+        if coding != "identity":
+            payload = compress_response(payload, coding)
+            reply_headers.append((b"content-encoding", coding.encode()))
+        return Reply(200, payload, reply_headers)
+
+    # -- model repository ---------------------------------------------------------------------
+
+    async def _repository_index(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        body = await self._read_json_body(scope, receive, "repository index")
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidArgumentError("'ready' of the repository index request must be a boolean")
+        entries = self._engine.repository_index(ready_only=ready)
+        return Reply.json(v2_http.repository_index_list(entries))
+
+    async def _repository_load(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        params = _parameters(await self._read_json_body(scope, receive, "model load"))
+        config_json: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in params.items():
+            if key == "config":
+                if not isinstance(value, str):
+                    raise InvalidArgumentError(
+                        "load parameter 'config' must be a string holding the model "
+                        "configuration as JSON"
+                    )
+                config_json = value
+            elif key.startswith("file:"):
+                if not isinstance(value, str):
+                    raise InvalidArgumentError(f"load parameter '{key}' must be a base64 string")
+                try:
+                    files[key[len("file:") :]] = base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError) as exc:
+                    raise InvalidArgumentError(
+                        f"load parameter '{key}' is not valid base64: {exc}"
+                    ) from None
+            else:
+                raise InvalidArgumentError(
+                    f"unknown load parameter '{key}': expected 'config' or 'file:<path>'"
+                )
+        await self._engine.load_model(
+            route.model, config_json=config_json, files=files or None
+        )
+        return Reply(200)
+
+    async def _repository_unload(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        params = _parameters(await self._read_json_body(scope, receive, "model unload"))
+        dependents = params.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidArgumentError("unload parameter 'unload_dependents' must be a boolean")
+        unknown = set(params) - {"unload_dependents"}
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown unload parameter(s) {sorted(unknown)}: expected 'unload_dependents'"
+            )
+        await self._engine.unload_model(route.model, unload_dependents=dependents)
+        return Reply(200)
+
+
+def _parameters(body: dict[str, Any]) -> dict[str, Any]:
+    params = body.get("parameters", {})
+    if not isinstance(params, dict):
+        raise InvalidArgumentError("'parameters' must be a JSON object")
+    return params
+
+
+async def _send_reply(send: Send, reply: Reply) -> None:
+    headers = reply.headers
+    headers.append((b"content-length", str(len(reply.body)).encode()))
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
+__all__ = ["HttpApp", "Reply"]

@@ -1,0 +1,157 @@
+"""Turning a model directory into READY serving versions (blocking work, run off the loop)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inferd.backends.base import LoadContext, LoadedModel, ModelInstance
+from inferd.backends.registry import BackendRegistry
+from inferd.codecs.model_config import spec_from_proto
+from inferd.core.model_spec import ModelSpec
+from inferd.errors import ConfigError, InferdError, ModelLoadError
+from inferd.repository.autocomplete import complete_config
+from inferd.repository.config import read_model_config
+from inferd.repository.layout import list_versions
+from inferd.repository.manager_types import ServingModel
+from inferd.repository.normalize import normalize_and_validate
+from inferd.scheduling.direct import DirectScheduler
+from inferd.scheduling.instances import InstancePool
+
+_log = logging.getLogger("inferd.repository")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    auto_complete: bool = True
+    config_name: str | None = None
+    default_max_batch_size: int = 4
+
+
+@dataclass(slots=True)
+class PreparedModel:
+    """The completed configuration of a model and the versions its policy selects."""
+
+    spec: ModelSpec
+    model_dir: Path
+    versions: list[int]
+
+
+@dataclass(slots=True)
+class LoadedVersion:
+    serving: ServingModel
+    loaded: LoadedModel
+    pool: InstancePool
+    scheduler: DirectScheduler
+
+    def close(self) -> None:
+        self.pool.close()
+        try:
+            self.loaded.close()
+        except Exception:
+            _log.exception("closing model '%s' failed", self.serving.spec.name)
+
+
+def select_versions(proto: Any, available: list[int]) -> list[int]:
+    """Apply the config's version policy to the version directories present."""
+    policy = proto.version_policy
+    which = policy.WhichOneof("policy_choice")
+    ordered = sorted(available)
+    if which == "all":
+        return ordered
+    if which == "specific":
+        return sorted(set(int(v) for v in policy.specific.versions))
+    count = policy.latest.num_versions if which == "latest" else 1
+    return ordered[-max(count, 1) :]
+
+
+def prepare(
+    name: str,
+    model_dir: Path,
+    registry: BackendRegistry,
+    options: LoadOptions,
+    *,
+    override_json: str | None = None,
+) -> PreparedModel:
+    """Read, auto-complete, normalise and validate the config; choose the versions to serve."""
+    available = list_versions(model_dir)
+    if not available:
+        raise ModelLoadError(f"failed to load '{name}', no version is available")
+    try:
+        proto = read_model_config(
+            model_dir, config_name=options.config_name, override_json=override_json
+        )
+        complete_config(
+            proto,
+            model_dir,
+            available,
+            registry,
+            auto_complete=options.auto_complete,
+            default_max_batch_size=options.default_max_batch_size,
+        )
+        normalize_and_validate(proto, model_dir)
+    except InferdError as exc:
+        raise ModelLoadError(f"failed to load '{name}', {exc}") from exc
+    spec = spec_from_proto(proto)
+    versions = select_versions(proto, available)
+    missing = [v for v in versions if v not in available]
+    if missing:
+        raise ModelLoadError(
+            f"failed to load '{name}', version(s) {missing} named by the version policy have no "
+            f"directory in {model_dir}"
+        )
+    return PreparedModel(spec=spec, model_dir=model_dir, versions=versions)
+
+
+def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:
+    labels: dict[str, list[str]] = {}
+    for out in spec.outputs:
+        if out.label_filename:
+            path = model_dir / out.label_filename
+            try:
+                labels[out.name] = path.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise ConfigError(
+                    f"label file '{path}' of output '{out.name}' cannot be read: {exc}"
+                ) from exc
+    return labels
+
+
+def load_version(
+    prepared: PreparedModel, version: int, registry: BackendRegistry
+) -> LoadedVersion:
+    """Load one version and start its instances. Blocking."""
+    spec = prepared.spec
+    name = spec.name
+    try:
+        backend = registry.for_config(spec.proto)
+        ctx = LoadContext(
+            spec=spec,
+            version=version,
+            model_dir=prepared.model_dir,
+            version_dir=prepared.model_dir / str(version),
+        )
+        loaded = backend.load(ctx)
+    except ModelLoadError:
+        raise
+    except InferdError as exc:
+        raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
+    except Exception as exc:
+        raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
+    instances: list[ModelInstance] = []
+    try:
+        for group in spec.instance_groups:
+            for index in range(group.count):
+                instances.append(loaded.create_instance(group, index))
+        labels = read_labels(spec, prepared.model_dir)
+    except Exception as exc:
+        for instance in instances:
+            instance.close()
+        loaded.close()
+        raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
+    pool = InstancePool(f"{name}-{version}", instances)
+    scheduler = DirectScheduler(pool)
+    serving = ServingModel(spec=spec, version=version, scheduler=scheduler, labels=labels)
+    return LoadedVersion(serving=serving, loaded=loaded, pool=pool, scheduler=scheduler)

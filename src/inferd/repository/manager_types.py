@@ -1,0 +1,42 @@
+"""What the engine needs from the repository: serving versions and the manager protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from inferd.core.inference import InferRequest
+from inferd.core.metadata import IndexEntry
+from inferd.core.model_spec import ModelSpec
+
+
+class Scheduler(Protocol):
+    async def submit(self, request: InferRequest) -> dict[str, np.ndarray[Any, Any]]: ...
+
+
+@dataclass(slots=True)
+class ServingModel:
+    """One READY model version as the engine sees it."""
+
+    spec: ModelSpec
+    version: int
+    scheduler: Scheduler
+    labels: dict[str, list[str]] = field(default_factory=dict)  # output name -> class labels
+
+
+class ModelManager(Protocol):
+    def get(self, name: str, version: int | None) -> ServingModel: ...
+
+    def ready_versions(self, name: str) -> list[int]: ...
+
+    def all_ready(self) -> bool: ...
+
+    def index(self, *, ready_only: bool) -> list[IndexEntry]: ...
+
+    async def load(
+        self, name: str, *, config_json: str | None, files: dict[str, bytes] | None
+    ) -> None: ...
+
+    async def unload(self, name: str, *, unload_dependents: bool) -> None: ...

@@ -1,0 +1,236 @@
+"""Defaults Triton applies to every loaded config, then validation (PROTOCOL.md §5.6).
+
+After :func:`normalize_and_validate` the config is what the ``/config`` endpoints return and
+what :func:`inferd.codecs.model_config.spec_from_proto` turns into the hot-path view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from inferd.core.datatypes import BY_CONFIG_NAME
+from inferd.errors import ConfigError
+
+DEFAULT_MAX_SEQUENCE_IDLE_US = 1_000_000
+ENSEMBLE_PLATFORM = "ensemble"
+
+_KIND_AUTO = mc.ModelInstanceGroup.Kind.Value("KIND_AUTO")
+_KIND_GPU = mc.ModelInstanceGroup.Kind.Value("KIND_GPU")
+_KIND_CPU = mc.ModelInstanceGroup.Kind.Value("KIND_CPU")
+
+
+def normalize_and_validate(config: Any, model_dir: Path, *, gpu_count: int = 0) -> None:
+    """Apply Triton's defaults to ``config`` in place, then validate it.
+
+    ``gpu_count`` is the number of usable GPUs (0 on this build: GPU groups are refused).
+    Raises :class:`ConfigError` naming the offending field.
+    """
+    _normalize(config, model_dir, gpu_count)
+    _validate(config, model_dir)
+
+
+# -- normalisation ------------------------------------------------------------------------------
+
+
+def _normalize(config: Any, model_dir: Path, gpu_count: int) -> None:
+    dir_name = model_dir.name
+    if not config.name:
+        config.name = dir_name
+    elif config.name != dir_name:
+        raise ConfigError(
+            f"model configuration name '{config.name}' does not match the model directory "
+            f"name '{dir_name}'"
+        )
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    mbs = config.max_batch_size
+    scheduling = config.WhichOneof("scheduling_choice")
+    if (
+        scheduling == "dynamic_batching"
+        and mbs > 0
+        and not config.dynamic_batching.preferred_batch_size
+    ):
+        config.dynamic_batching.preferred_batch_size.append(mbs)
+    if scheduling == "sequence_batching":
+        seq = config.sequence_batching
+        if seq.max_sequence_idle_microseconds == 0:
+            seq.max_sequence_idle_microseconds = DEFAULT_MAX_SEQUENCE_IDLE_US
+        oldest = seq.WhichOneof("strategy_choice") == "oldest"
+        if oldest and mbs > 0 and not seq.oldest.preferred_batch_size:
+            seq.oldest.preferred_batch_size.append(mbs)
+    is_ensemble = config.platform == ENSEMBLE_PLATFORM
+    if not is_ensemble:
+        opt = config.optimization
+        if not opt.HasField("input_pinned_memory"):
+            opt.input_pinned_memory.enable = True
+        if not opt.HasField("output_pinned_memory"):
+            opt.output_pinned_memory.enable = True
+        _normalize_instance_groups(config, gpu_count)
+    # Triton always reports these two; setting the (empty) messages makes them print.
+    config.model_transaction_policy.SetInParent()
+    config.response_cache.SetInParent()
+
+
+def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
+    groups = config.instance_group
+    if not groups:
+        groups.add()
+    several = len(groups) > 1
+    for index, group in enumerate(groups):
+        if not group.name:
+            group.name = f"{config.name}_{index}" if several else config.name
+        if group.kind == _KIND_AUTO:
+            group.kind = _KIND_GPU if gpu_count > 0 else _KIND_CPU
+        if group.count < 1:
+            group.count = 1
+        if group.kind == _KIND_GPU and gpu_count > 0 and not group.gpus:
+            group.gpus.extend(range(gpu_count))
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _validate(config: Any, model_dir: Path) -> None:
+    name = config.name
+    mbs = config.max_batch_size
+    if mbs < 0:
+        raise ConfigError(f"model '{name}': max_batch_size must be >= 0, got {mbs}")
+    policy = config.version_policy
+    if policy.WhichOneof("policy_choice") == "latest" and policy.latest.num_versions < 1:
+        raise ConfigError(
+            f"model '{name}': version_policy.latest.num_versions must be >= 1, got "
+            f"{policy.latest.num_versions}"
+        )
+    is_ensemble = config.platform == ENSEMBLE_PLATFORM
+    _validate_tensors(config, "input", config.input)
+    _validate_tensors(config, "output", config.output)
+    _validate_labels(config, model_dir)
+    scheduling = config.WhichOneof("scheduling_choice")
+    if scheduling == "dynamic_batching":
+        _validate_dynamic_batching(config)
+    if scheduling == "sequence_batching" and mbs > 0:
+        seq = config.sequence_batching
+        if seq.WhichOneof("strategy_choice") == "oldest":
+            _check_preferred(name, "sequence_batching.oldest", seq.oldest.preferred_batch_size, mbs)
+    if not is_ensemble:
+        for group in config.instance_group:
+            if group.kind == _KIND_GPU and not group.gpus:
+                raise ConfigError(
+                    f"model '{name}': instance group '{group.name}' requests KIND_GPU but no "
+                    "GPU is available"
+                )
+    elif len(config.instance_group) > 0:
+        raise ConfigError(f"ensemble model '{name}' must not have an instance_group")
+
+
+def _validate_tensors(config: Any, kind: str, tensors: Iterable[Any]) -> None:
+    name = config.name
+    seen: set[str] = set()
+    for index, tensor in enumerate(tensors):
+        if not tensor.name:
+            raise ConfigError(f"model '{name}': {kind}[{index}] must specify a 'name'")
+        where = f"model '{name}': {kind} '{tensor.name}'"
+        if tensor.name in seen:
+            raise ConfigError(f"model '{name}': {kind} name '{tensor.name}' appears more than once")
+        seen.add(tensor.name)
+        type_name = mc.DataType.Name(tensor.data_type)
+        if type_name == "TYPE_INVALID":
+            raise ConfigError(f"{where} must specify a valid 'data_type'")
+        if type_name not in BY_CONFIG_NAME:
+            raise ConfigError(f"{where} has unsupported data_type {type_name}")
+        dims = list(tensor.dims)
+        if not dims:
+            raise ConfigError(
+                f"{where} must specify 'dims' (use dims: [ 1 ] with reshape: {{ shape: [ ] }} "
+                "for a scalar)"
+            )
+        _check_dims(where, "dims", dims)
+        if tensor.HasField("reshape"):
+            shape = list(tensor.reshape.shape)
+            _check_dims(where, "reshape", shape)
+            _check_reshape(where, dims, shape)
+            if not shape and config.max_batch_size == 0:
+                raise ConfigError(
+                    f"{where} has an empty reshape, which is only allowed when the model batches"
+                )
+
+
+def _check_dims(where: str, field: str, dims: list[int]) -> None:
+    for d in dims:
+        if d == 0 or d < -1:
+            raise ConfigError(
+                f"{where}: {field} {dims} has an invalid dimension {d}; each must be >= 1, or -1 "
+                "for a variable-size dimension"
+            )
+
+
+def _check_reshape(where: str, dims: list[int], shape: list[int]) -> None:
+    variable_dims = dims.count(-1)
+    variable_shape = shape.count(-1)
+    if variable_dims != variable_shape:
+        raise ConfigError(
+            f"{where}: reshape {shape} must have as many variable-size dimensions as dims {dims}"
+        )
+    if variable_dims == 0 and _product(dims) != _product(shape):
+        raise ConfigError(
+            f"{where}: reshape {shape} has {_product(shape)} elements but dims {dims} has "
+            f"{_product(dims)}"
+        )
+
+
+def _product(values: list[int]) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def _validate_labels(config: Any, model_dir: Path) -> None:
+    for output in config.output:
+        if output.label_filename and not (model_dir / output.label_filename).is_file():
+            raise ConfigError(
+                f"model '{config.name}': output '{output.name}' names label_filename "
+                f"'{output.label_filename}' but {model_dir / output.label_filename} does not exist"
+            )
+
+
+def _check_preferred(name: str, field: str, sizes: Iterable[int], mbs: int) -> None:
+    for size in sizes:
+        if size < 1 or size > mbs:
+            raise ConfigError(
+                f"model '{name}': {field}.preferred_batch_size {size} must be between 1 and "
+                f"max_batch_size {mbs}"
+            )
+
+
+def _validate_dynamic_batching(config: Any) -> None:
+    name = config.name
+    mbs = config.max_batch_size
+    db = config.dynamic_batching
+    if mbs == 0:
+        raise ConfigError(
+            f"model '{name}': dynamic_batching requires max_batch_size > 0 (the model must "
+            "support batching)"
+        )
+    _check_preferred(name, "dynamic_batching", db.preferred_batch_size, mbs)
+    levels = db.priority_levels
+    if levels > 0:
+        if not 1 <= db.default_priority_level <= levels:
+            raise ConfigError(
+                f"model '{name}': dynamic_batching.default_priority_level must be in [1, "
+                f"{levels}], got {db.default_priority_level}"
+            )
+        for level in db.priority_queue_policy:
+            if not 1 <= level <= levels:
+                raise ConfigError(
+                    f"model '{name}': dynamic_batching.priority_queue_policy has level {level} "
+                    f"outside [1, {levels}]"
+                )
+    elif db.priority_queue_policy:
+        raise ConfigError(
+            f"model '{name}': dynamic_batching.priority_queue_policy requires priority_levels > 0"
+        )

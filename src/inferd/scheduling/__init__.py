@@ -1,0 +1,1 @@
+"""Per-model scheduling: the pure policies, queues and the thin drivers that run them."""

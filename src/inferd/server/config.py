@@ -1,0 +1,55 @@
+"""The typed server configuration, parsed once at the edge (CLI or Python) and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferd.errors import InvalidArgumentError
+from inferd.repository.manager import ControlMode
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    model_repositories: tuple[Path, ...]
+    model_control_mode: ControlMode = ControlMode.NONE
+    repository_poll_secs: float = 15.0
+    load_models: tuple[str, ...] = ()
+    model_config_name: str | None = None
+    auto_complete_config: bool = True
+    default_max_batch_size: int = 4
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    exit_timeout_secs: float = 30.0
+    model_load_thread_count: int = 4
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_max_input_bytes: int = 64 * 1024 * 1024
+    allow_grpc: bool = True
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    allow_metrics: bool = True
+    metrics_address: str | None = None  # None: the HTTP address
+    metrics_port: int = 8002
+    log_verbose: int = 0
+    ready_file: Path | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:
+            raise InvalidArgumentError(
+                "--load-model can only be used with --model-control-mode=explicit"
+            )
+        if "*" in self.load_models and len(self.load_models) > 1:
+            raise InvalidArgumentError("--load-model=* must be the only --load-model given")
+        if not self.model_repositories:
+            raise InvalidArgumentError("at least one --model-repository is required")
+        for port_name in ("http_port", "grpc_port", "metrics_port"):
+            port = getattr(self, port_name)
+            if not 0 <= port <= 65535:
+                raise InvalidArgumentError(f"--{port_name.replace('_', '-')} {port} is not a port")
+        if self.repository_poll_secs <= 0:
+            raise InvalidArgumentError("--repository-poll-secs must be > 0")
+        if self.http_max_input_bytes <= 0:
+            raise InvalidArgumentError("--http-max-input-size must be > 0")

@@ -1,0 +1,172 @@
+"""The composition root: build every component from a ServerConfig, start and stop in stages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inferd import __version__
+from inferd.backends.registry import BackendRegistry, default_registry
+from inferd.engine import Engine
+from inferd.errors import InferdError, UnavailableError
+from inferd.repository.loader import LoadOptions
+from inferd.repository.manager import ControlMode, RepositoryManager
+from inferd.server.config import ServerConfig
+
+_log = logging.getLogger("inferd.server")
+
+
+class StartupError(InferdError):
+    """The server could not start (a model failed with --exit-on-error, a port was taken...)."""
+
+
+@dataclass(slots=True)
+class _Listener:
+    name: str
+    port: int
+    stop: Any  # async callable(grace_s)
+
+
+@dataclass(slots=True)
+class Server:
+    """One inferd server. ``await start()``, read ``ports``, ``await stop()``."""
+
+    config: ServerConfig
+    registry: BackendRegistry | None = None
+    manager: RepositoryManager = field(init=False)
+    engine: Engine = field(init=False)
+    ports: dict[str, int] = field(default_factory=dict, init=False)
+    _listeners: list[_Listener] = field(default_factory=list, init=False)
+    _poller: asyncio.Task[None] | None = field(default=None, init=False)
+    _stopped: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.manager = RepositoryManager(
+            cfg.model_repositories,
+            self.registry if self.registry is not None else default_registry(),
+            mode=cfg.model_control_mode,
+            options=LoadOptions(
+                auto_complete=cfg.auto_complete_config,
+                config_name=cfg.model_config_name,
+                default_max_batch_size=cfg.default_max_batch_size,
+            ),
+            load_parallelism=cfg.model_load_thread_count,
+        )
+        self.engine = Engine(
+            self.manager, server_version=__version__, strict_readiness=cfg.strict_readiness
+        )
+
+    async def start(self) -> None:
+        cfg = self.config
+        for root in cfg.model_repositories:
+            if not Path(root).is_dir():
+                raise StartupError(f"model repository '{root}' does not exist or is not a folder")
+        failures = await self.manager.startup(cfg.load_models)
+        for name, reason in failures.items():
+            _log.error("model '%s' failed to load: %s", name, reason)
+        if failures and cfg.exit_on_error:
+            await self.manager.close()
+            raise StartupError(
+                f"{len(failures)} model(s) failed to load ({', '.join(sorted(failures))}); "
+                "fix them or start with --exit-on-error=false to serve the others"
+            )
+        try:
+            await self._start_listeners()
+        except BaseException:
+            await self._stop_listeners(0.0)
+            await self.manager.close()
+            raise
+        if cfg.model_control_mode is ControlMode.POLL:
+            self._poller = asyncio.create_task(
+                self.manager.run_polling(cfg.repository_poll_secs), name="inferd-poll"
+            )
+        for listener in self._listeners:
+            _log.info("Started %s service at port %d", listener.name, listener.port)
+        _log.info("inferd ready: %s", json.dumps(self.ports))
+        if cfg.ready_file is not None:
+            _write_ready_file(cfg.ready_file, self.ports)
+
+    async def _start_listeners(self) -> None:
+        cfg = self.config
+        if cfg.allow_http:
+            from inferd.frontends.http.app import HttpApp
+            from inferd.frontends.http.server import start_http_server
+
+            app = HttpApp(
+                self.engine,
+                max_body_bytes=cfg.http_max_input_bytes,
+                log=logging.getLogger("inferd.http"),
+            )
+            handle, port = await start_http_server(app, cfg.http_address, cfg.http_port)
+            self._add("HTTP", port, handle.stop)
+        if cfg.allow_grpc:
+            from inferd.frontends.grpc.server import start_grpc_server
+
+            grpc_server, port = await start_grpc_server(
+                self.engine, cfg.grpc_address, cfg.grpc_port, log=logging.getLogger("inferd.grpc")
+            )
+            self._add("GRPC", port, grpc_server.stop)
+        if cfg.allow_metrics:
+            from inferd.metrics.server import start_metrics_server
+
+            address = cfg.metrics_address or cfg.http_address
+            handle, port = await start_metrics_server(self.engine, address, cfg.metrics_port)
+            self._add("Metrics", port, handle.stop)
+
+    def _add(self, name: str, port: int, stop: Any) -> None:
+        self._listeners.append(_Listener(name, port, stop))
+        self.ports[name.lower()] = port
+
+    async def stop(self) -> None:
+        """Not ready -> refuse new requests -> finish in-flight (grace period) -> close -> unload."""
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self.config.exit_timeout_secs
+        self.engine.stop_accepting()
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if not await self.manager.drain(grace):
+            _log.warning("in-flight requests did not finish within %.1f s", grace)
+        remaining = max(0.0, grace - (loop.time() - started))
+        await self._stop_listeners(remaining)
+        await self.manager.close()
+        if self.config.ready_file is not None:
+            try:
+                self.config.ready_file.unlink()
+            except OSError:
+                pass
+
+    async def _stop_listeners(self, grace_s: float) -> None:
+        listeners, self._listeners = self._listeners, []
+        for listener in reversed(listeners):
+            try:
+                await listener.stop(grace_s)
+            except Exception:
+                _log.exception("stopping the %s service failed", listener.name)
+
+    async def __aenter__(self) -> Server:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _write_ready_file(path: Path, ports: dict[str, int]) -> None:
+    """Write the bound ports atomically so a watcher never reads a half-written file."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), **ports}) + "\n")
+    os.replace(tmp, path)
+
+
+__all__ = ["Server", "ServerConfig", "StartupError", "UnavailableError"]
