@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -19,8 +20,13 @@ def add_repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _build_examples(args: argparse.Namespace) -> int:
+    from inferd.errors import InferdError
     from inferd.examples.build import build_examples
 
-    built = build_examples(args.output, force=args.force)
+    try:
+        built = build_examples(args.output, force=args.force)
+    except InferdError as exc:
+        print(f"inferd repo build-examples: error: {exc}", file=sys.stderr)
+        return 1
     print(f"built {len(built)} model(s) in {args.output}: {', '.join(built)}")
     return 0

@@ -30,13 +30,13 @@ Choices this codec makes where Triton leaves a gap:
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 
+from inferd.codecs.bytes_tensor import deserialize_bytes_elements, serialize_bytes_elements
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
@@ -56,7 +56,6 @@ _MISSING_HEADER_MESSAGE = (
     "must specify valid 'Infer-Header-Content-Length' in request header and "
     "'binary_data_size' when passing inputs in binary data format (input '{name}')"
 )
-_UINT32 = struct.Struct("<I")
 _UINT_PARAMS = ("priority", "timeout")
 _BOOL_PARAMS = ("sequence_start", "sequence_end")
 
@@ -122,11 +121,10 @@ def decode_infer_request(
             raise InvalidArgumentError(f"input '{name}' appears more than once in the request")
         dtype = _input_datatype(raw, name)
         shape = _shape(raw.get("shape"), name)
-        source = _input_source(raw, name)
-        if source == "data":
+        size = _binary_size(raw, name)
+        if size is None:
             inputs[name] = _json_tensor(raw["data"], dtype, shape, name)
             continue
-        size = source
         if header_length is None:
             raise InvalidArgumentError(_MISSING_HEADER_MESSAGE.format(name=name))
         if size > body_bytes - offset:
@@ -241,8 +239,9 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _input_source(raw: dict[str, Any], name: str) -> str | int:
-    """``"data"`` or the ``binary_data_size``; errors for none, several, or shared memory."""
+def _binary_size(raw: dict[str, Any], name: str) -> int | None:
+    """The ``binary_data_size``, or ``None`` for JSON ``data``; errors for none, several, or
+    shared memory."""
     params = raw.get("parameters")
     if params is None:
         params = {}
@@ -261,7 +260,7 @@ def _input_source(raw: dict[str, Any], name: str) -> str | int:
             "send the data in the request body"
         )
     if has_data:
-        return "data"
+        return None
     size = params["binary_data_size"]
     if not _is_uint(size):
         raise InvalidArgumentError(
@@ -311,9 +310,7 @@ def _json_tensor(
         )
     if dtype.is_bytes:
         if not kinds <= {str}:
-            raise InvalidArgumentError(
-                f"data of BYTES input '{name}' must be JSON strings"
-            )
+            raise InvalidArgumentError(f"data of BYTES input '{name}' must be JSON strings")
         out = np.empty(expected, dtype=object)
         try:
             out[:] = [s.encode() for s in data]
@@ -331,9 +328,7 @@ def _json_tensor(
     else:
         allowed, wanted = {int, float}, "numbers"
     if not kinds <= allowed:
-        raise InvalidArgumentError(
-            f"data of {dtype.name} input '{name}' must be JSON {wanted}"
-        )
+        raise InvalidArgumentError(f"data of {dtype.name} input '{name}' must be JSON {wanted}")
     try:
         with np.errstate(over="ignore"):  # a too-large float becomes inf, as a C cast would
             array = np.array(data, dtype=dtype.dtype)
@@ -349,7 +344,8 @@ def _binary_tensor(
 ) -> np.ndarray[Any, Any]:
     count = _element_count(shape)
     if dtype.is_bytes:
-        return _decode_bytes_blob(blob, count, name, model_name).reshape(shape)
+        what = f"input '{name}' for model '{model_name}'"
+        return deserialize_bytes_elements(blob, count, what).reshape(shape)
     expected = count * dtype.itemsize
     if len(blob) != expected:
         raise InvalidArgumentError(
@@ -358,39 +354,6 @@ def _binary_tensor(
             f"for model '{model_name}'"
         )
     return np.frombuffer(blob, dtype=dtype.dtype, count=count).reshape(shape)
-
-
-def _decode_bytes_blob(
-    blob: memoryview, count: int, name: str, model_name: str
-) -> np.ndarray[Any, Any]:
-    pos, end = 0, len(blob)
-    if count > end // 4:
-        raise InvalidArgumentError(
-            f"unexpected size for input '{name}': {count} BYTES elements need at least "
-            f"{4 * count} bytes, binary_data_size is {end} for model '{model_name}'"
-        )
-    out = np.empty(count, dtype=object)
-    for i in range(count):
-        if end - pos < 4:
-            raise InvalidArgumentError(
-                f"unexpected size for input '{name}': binary BYTES data ends after {i} of "
-                f"{count} elements for model '{model_name}'"
-            )
-        (length,) = _UINT32.unpack_from(blob, pos)
-        pos += 4
-        if length > end - pos:
-            raise InvalidArgumentError(
-                f"unexpected size for input '{name}': element {i} claims {length} bytes but "
-                f"only {end - pos} remain for model '{model_name}'"
-            )
-        out[i] = bytes(blob[pos : pos + length])
-        pos += length
-    if pos != end:
-        raise InvalidArgumentError(
-            f"unexpected size for input '{name}': {end - pos} bytes left after the {count} "
-            f"BYTES elements of its shape for model '{model_name}'"
-        )
-    return out
 
 
 def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
@@ -521,21 +484,7 @@ def _binary_blob(array: np.ndarray[Any, Any], dtype: DataType) -> Blob:
     if dtype.is_bytes:
         return serialize_bytes_elements(array.reshape(-1).tolist())
     flat = np.ascontiguousarray(array).reshape(-1)
-    return memoryview(flat.view(np.uint8))
-
-
-def serialize_bytes_elements(items: Sequence[Any]) -> bytes:
-    """The binary form of BYTES elements: per element a 4-byte little-endian length, then data."""
-    parts: list[bytes] = []
-    pack = _UINT32.pack
-    for item in items:
-        if isinstance(item, str):
-            item = item.encode()
-        elif not isinstance(item, (bytes, bytearray, memoryview)):
-            item = str(item).encode()
-        parts.append(pack(len(item)))
-        parts.append(bytes(item))
-    return b"".join(parts)
+    return flat.view(np.uint8).data
 
 
 # ------------------------------------------------------------------------------------------------
@@ -602,6 +551,5 @@ __all__ = [
     "loads",
     "model_metadata_dict",
     "repository_index_list",
-    "serialize_bytes_elements",
     "server_metadata_dict",
 ]

@@ -281,9 +281,7 @@ class HttpApp:
                 raise InvalidArgumentError(
                     f"unknown load parameter '{key}': expected 'config' or 'file:<path>'"
                 )
-        await self._engine.load_model(
-            route.model, config_json=config_json, files=files or None
-        )
+        await self._engine.load_model(route.model, config_json=config_json, files=files or None)
         return Reply(200)
 
     async def _repository_unload(self, route: Route, scope: Scope, receive: Receive) -> Reply:

@@ -31,8 +31,7 @@ def decompress_request(body: bytes, content_encoding: str, limit: int) -> bytes:
     wbits = _WBITS.get(coding)
     if wbits is None:
         raise InvalidArgumentError(
-            f"unsupported Content-Encoding '{content_encoding}': expected gzip, deflate or "
-            "identity"
+            f"unsupported Content-Encoding '{content_encoding}': expected gzip, deflate or identity"
         )
     inflater = zlib.decompressobj(wbits)
     try:

@@ -52,7 +52,8 @@ def describe_exception(exc: BaseException, log: logging.Logger, context: str) ->
 
 __all__ = [
     "HTTP_STATUS",
-    "HttpStatusError",     "INTERNAL_ERROR_MESSAGE",
+    "INTERNAL_ERROR_MESSAGE",
+    "HttpStatusError",
     "describe_exception",
     "status_for",
 ]

@@ -90,7 +90,8 @@ def match_route(raw_path: str) -> Route | None:
     found = _REPOSITORY_RE.fullmatch(raw_path)
     if found is not None:
         endpoint = (
-            Endpoint.REPOSITORY_LOAD if found.group("action") == "load"
+            Endpoint.REPOSITORY_LOAD
+            if found.group("action") == "load"
             else Endpoint.REPOSITORY_UNLOAD
         )
         return Route(endpoint, unquote(found.group("model")))

@@ -1,0 +1,68 @@
+"""The binary form of BYTES tensors shared by the binary tensor extension and gRPC raw contents:
+per element, in row-major order, a 4-byte little-endian length followed by that many bytes."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from inferd.errors import InvalidArgumentError
+
+_LENGTH = struct.Struct("<I")
+
+
+def deserialize_bytes_elements(
+    blob: bytes | memoryview, count: int, what: str
+) -> np.ndarray[Any, Any]:
+    """Split ``blob`` into exactly ``count`` elements (a flat object array of ``bytes``).
+
+    ``what`` names the tensor in error messages, e.g. ``"input 'X' of model 'm'"``.
+    """
+    pos, end = 0, len(blob)
+    if count > end // 4:
+        raise InvalidArgumentError(
+            f"unexpected size for {what}: {count} BYTES elements need at least {4 * count} "
+            f"bytes, got {end}"
+        )
+    out = np.empty(count, dtype=object)
+    unpack = _LENGTH.unpack_from
+    for i in range(count):
+        if end - pos < 4:
+            raise InvalidArgumentError(
+                f"unexpected size for {what}: BYTES data ends after {i} of {count} elements"
+            )
+        (length,) = unpack(blob, pos)
+        pos += 4
+        if length > end - pos:
+            raise InvalidArgumentError(
+                f"unexpected size for {what}: element {i} claims {length} bytes but only "
+                f"{end - pos} remain"
+            )
+        out[i] = bytes(blob[pos : pos + length])
+        pos += length
+    if pos != end:
+        raise InvalidArgumentError(
+            f"unexpected size for {what}: {end - pos} bytes left after the {count} BYTES "
+            "elements of its shape"
+        )
+    return out
+
+
+def serialize_bytes_elements(items: Iterable[Any]) -> bytes:
+    """Encode elements (``bytes``; ``str`` as UTF-8; anything else as ``str(item)``)."""
+    parts: list[bytes] = []
+    pack = _LENGTH.pack
+    for item in items:
+        if isinstance(item, str):
+            item = item.encode()
+        elif not isinstance(item, (bytes, bytearray, memoryview)):
+            item = str(item).encode()
+        parts.append(pack(len(item)))
+        parts.append(bytes(item))
+    return b"".join(parts)
+
+
+__all__ = ["deserialize_bytes_elements", "serialize_bytes_elements"]

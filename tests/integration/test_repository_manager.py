@@ -1,0 +1,208 @@
+"""The repository manager and engine over real ONNX Runtime models (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferd.backends.registry import default_registry
+from inferd.core.inference import InferRequest
+from inferd.engine import Engine
+from inferd.errors import (
+    InvalidArgumentError,
+    ModelLoadError,
+    NotFoundError,
+    UnavailableError,
+)
+from inferd.repository.loader import LoadOptions
+from inferd.repository.manager import ControlMode, RepositoryManager
+from tests.helpers.models import write_add_sub
+
+
+def make(roots: list[Path], mode: ControlMode = ControlMode.NONE) -> tuple[RepositoryManager, Engine]:
+    manager = RepositoryManager(roots, default_registry(), mode=mode, options=LoadOptions())
+    return manager, Engine(manager, server_version="test")
+
+
+def request(model: str = "simple", version: str = "", batch: int = 1) -> InferRequest:
+    a = np.arange(16 * batch, dtype=np.int32).reshape(batch, 16)
+    b = np.ones((batch, 16), dtype=np.int32)
+    return InferRequest(model, {"INPUT0": a, "INPUT1": b}, model_version=version)
+
+
+async def test_none_mode_loads_everything_and_infers(tmp_path: Path) -> None:
+    write_add_sub(tmp_path, "simple")
+    write_add_sub(tmp_path, "other")
+    manager, engine = make([tmp_path])
+    assert await manager.startup() == {}
+    try:
+        assert engine.is_ready()
+        response = await engine.infer(request(batch=3))
+        np.testing.assert_array_equal(
+            response.outputs["OUTPUT0"], np.arange(48, dtype=np.int32).reshape(3, 16) + 1
+        )
+        assert response.model_version == "1"
+        index = {(e.name, e.version, e.state) for e in engine.repository_index()}
+        assert index == {("simple", "1", "READY"), ("other", "1", "READY")}
+        with pytest.raises(UnavailableError, match="explicit model load"):
+            await engine.load_model("simple")
+    finally:
+        await manager.close()
+
+
+async def test_broken_model_is_unavailable_with_reason_and_others_serve(tmp_path: Path) -> None:
+    write_add_sub(tmp_path, "simple")
+    broken = write_add_sub(tmp_path, "broken")
+    (broken / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
+    bad_cfg = write_add_sub(tmp_path, "badcfg")
+    (bad_cfg / "config.pbtxt").write_text("max_batch_size: -3 bogus_field: 1")
+    manager, engine = make([tmp_path])
+    failures = await manager.startup()
+    try:
+        assert set(failures) == {"broken", "badcfg"}
+        assert failures["broken"].startswith("failed to load 'broken'")
+        states = {e.name: (e.state, e.reason) for e in engine.repository_index()}
+        assert states["simple"] == ("READY", "")
+        assert states["broken"][0] == "UNAVAILABLE" and "broken" in states["broken"][1]
+        assert states["badcfg"][0] == "UNAVAILABLE" and "bogus_field" in states["badcfg"][1]
+        assert not engine.is_ready()  # strict readiness: not every model is READY
+        await engine.infer(request())
+        with pytest.raises(NotFoundError, match="Request for unknown model: 'broken'"):
+            await engine.infer(request("broken"))
+    finally:
+        await manager.close()
+
+
+async def test_unknown_model_and_bad_versions(tmp_path: Path) -> None:
+    write_add_sub(tmp_path, "simple")
+    manager, engine = make([tmp_path])
+    await manager.startup()
+    try:
+        with pytest.raises(NotFoundError, match="^Request for unknown model: 'nope' is not found"):
+            await engine.infer(request("nope"))
+        with pytest.raises(NotFoundError, match="version 7"):
+            await engine.infer(request(version="7"))
+        with pytest.raises(InvalidArgumentError, match="failed to get model version"):
+            await engine.infer(request(version="abc"))
+        assert not engine.model_ready("simple", "7")
+        assert engine.model_ready("simple")
+    finally:
+        await manager.close()
+
+
+async def test_version_policies(tmp_path: Path) -> None:
+    cfg_all = (
+        'name: "{name}" platform: "onnxruntime_onnx" max_batch_size: 8 version_policy { all {} }'
+    )
+    write_add_sub(tmp_path, "all", (1, 2, 3), config=cfg_all)
+    write_add_sub(tmp_path, "latest", (1, 2, 3), config=None)
+    manager, engine = make([tmp_path])
+    await manager.startup()
+    try:
+        assert manager.ready_versions("all") == [1, 2, 3]
+        assert manager.ready_versions("latest") == [3]
+        r2 = await engine.infer(request("all", version="2"))
+        assert r2.outputs["OUTPUT0"][0, 0] == 0 + 1 + 1  # version 2 adds 1
+        latest = await engine.infer(request("all"))
+        assert latest.model_version == "3"
+        assert engine.model_metadata("all").versions == ["1", "2", "3"]
+    finally:
+        await manager.close()
+
+
+async def test_explicit_mode_load_unload_and_overrides(tmp_path: Path) -> None:
+    write_add_sub(tmp_path, "simple")
+    manager, engine = make([tmp_path], ControlMode.EXPLICIT)
+    await manager.startup([])
+    try:
+        assert [(e.name, e.version) for e in engine.repository_index()] == [("simple", None)]
+        with pytest.raises(NotFoundError):
+            await engine.infer(request())
+        await engine.load_model("simple", config_json='{"max_batch_size":"16"}')
+        assert engine.model_config("simple").max_batch_size == 16
+        await engine.infer(request(batch=12))
+        await engine.unload_model("simple")
+        entry = engine.repository_index()[0]
+        assert (entry.state, entry.reason) == ("UNAVAILABLE", "unloaded")
+        assert not engine.model_ready("simple")
+        with pytest.raises(ModelLoadError, match="failed to load 'missing'"):
+            await engine.load_model("missing")
+        with pytest.raises(ModelLoadError, match="failed to load 'simple'"):
+            await engine.load_model("simple", config_json="{not json")
+        # a model made entirely of uploaded files
+        from tests.helpers.models import add_sub_model
+
+        await engine.load_model(
+            "uploaded",
+            config_json='{"name": "uploaded", "backend": "onnxruntime", "max_batch_size": 8}',
+            files={"1/model.onnx": add_sub_model(5)},
+        )
+        response = await engine.infer(request("uploaded"))
+        assert response.outputs["OUTPUT0"][0, 0] == 0 + 1 + 5
+        with pytest.raises(ModelLoadError, match="failed to poll from model repository"):
+            await engine.load_model(
+                "evil", config_json='{"backend": "onnxruntime"}', files={"../x/model.onnx": b"x"}
+            )
+    finally:
+        await manager.close()
+
+
+async def test_two_roots_and_duplicates(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_add_sub(a, "one")
+    write_add_sub(b, "two")
+    write_add_sub(a, "dup")
+    write_add_sub(b, "dup")
+    manager, engine = make([a, b])
+    failures = await manager.startup()
+    try:
+        assert set(failures) == {"dup"}
+        assert manager.ready_versions("one") == [1] and manager.ready_versions("two") == [1]
+        dup = [e for e in engine.repository_index() if e.name == "dup"][0]
+        assert dup.state == "UNAVAILABLE" and "two or more repositories" in dup.reason
+    finally:
+        await manager.close()
+
+
+async def test_poll_reloads_changed_model_without_dropping_requests(tmp_path: Path) -> None:
+    model_dir = write_add_sub(tmp_path, "simple")
+    manager, engine = make([tmp_path], ControlMode.POLL)
+    await manager.startup()
+    try:
+        assert (await engine.infer(request())).outputs["OUTPUT0"][0, 0] == 1
+        stop = asyncio.Event()
+        errors: list[BaseException] = []
+        seen: set[int] = set()
+
+        async def hammer() -> None:
+            while not stop.is_set():
+                try:
+                    seen.add(int((await engine.infer(request())).outputs["OUTPUT0"][0, 0]))
+                except BaseException as exc:  # any failure during the reload is a bug
+                    errors.append(exc)
+                await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(hammer()) for _ in range(4)]
+        from tests.helpers.models import add_sub_model
+
+        (model_dir / "1" / "model.onnx").write_bytes(add_sub_model(100))
+        os.utime(model_dir / "1" / "model.onnx", ns=(1, 1))  # a different stamp for sure
+        write_add_sub(tmp_path, "added")
+        await manager.poll_once()
+        after = await engine.infer(request())
+        stop.set()
+        await asyncio.gather(*tasks)
+        assert errors == []
+        assert after.outputs["OUTPUT0"][0, 0] == 101
+        assert manager.ready_versions("added") == [1]
+        import shutil
+
+        shutil.rmtree(tmp_path / "added")
+        await manager.poll_once()
+        assert manager.ready_versions("added") == []
+    finally:
+        await manager.close()
