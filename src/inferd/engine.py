@@ -96,15 +96,19 @@ class Engine:
         wanted = parse_version(version)
         model = self._manager.get(name, wanted)
         spec = model.spec
-        versions = [str(wanted)] if wanted is not None else [
-            str(v) for v in self._manager.ready_versions(name)
-        ]
+        versions = (
+            [str(wanted)]
+            if wanted is not None
+            else [str(v) for v in self._manager.ready_versions(name)]
+        )
         mbs = spec.max_batch_size
         return ModelMetadata(
             name=spec.name,
             versions=versions,
             platform=spec.metadata_platform,
-            inputs=[TensorMetadata(t.name, t.datatype.name, t.full_shape(mbs)) for t in spec.inputs],
+            inputs=[
+                TensorMetadata(t.name, t.datatype.name, t.full_shape(mbs)) for t in spec.inputs
+            ],
             outputs=[
                 TensorMetadata(t.name, t.datatype.name, t.full_shape(mbs)) for t in spec.outputs
             ],

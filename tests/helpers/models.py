@@ -25,7 +25,9 @@ output [
 def add_sub_model(offset: int = 0) -> bytes:
     """OUTPUT0 = INPUT0 + INPUT1 + offset, OUTPUT1 = INPUT0 - INPUT1 (INT32, [-1, 16])."""
     shape = ["batch", 16]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("INPUT0", "INPUT1")]
+    inputs = [
+        helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("INPUT0", "INPUT1")
+    ]
     outputs = [
         helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("OUTPUT0", "OUTPUT1")
     ]

@@ -23,7 +23,9 @@ from inferd.repository.manager import ControlMode, RepositoryManager
 from tests.helpers.models import write_add_sub
 
 
-def make(roots: list[Path], mode: ControlMode = ControlMode.NONE) -> tuple[RepositoryManager, Engine]:
+def make(
+    roots: list[Path], mode: ControlMode = ControlMode.NONE
+) -> tuple[RepositoryManager, Engine]:
     manager = RepositoryManager(roots, default_registry(), mode=mode, options=LoadOptions())
     return manager, Engine(manager, server_version="test")
 
@@ -67,8 +69,10 @@ async def test_broken_model_is_unavailable_with_reason_and_others_serve(tmp_path
         assert failures["broken"].startswith("failed to load 'broken'")
         states = {e.name: (e.state, e.reason) for e in engine.repository_index()}
         assert states["simple"] == ("READY", "")
-        assert states["broken"][0] == "UNAVAILABLE" and "broken" in states["broken"][1]
-        assert states["badcfg"][0] == "UNAVAILABLE" and "bogus_field" in states["badcfg"][1]
+        assert states["broken"][0] == "UNAVAILABLE"
+        assert "broken" in states["broken"][1]
+        assert states["badcfg"][0] == "UNAVAILABLE"
+        assert "bogus_field" in states["badcfg"][1]
         assert not engine.is_ready()  # strict readiness: not every model is READY
         await engine.infer(request())
         with pytest.raises(NotFoundError, match="Request for unknown model: 'broken'"):

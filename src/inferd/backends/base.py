@@ -1,6 +1,7 @@
 """The contracts every runtime implements, with a small explicit lifecycle.
 
-``Backend.load(ctx) -> LoadedModel``; ``LoadedModel.create_instance(group, index) -> ModelInstance``;
+``Backend.load(ctx) -> LoadedModel``;
+``LoadedModel.create_instance(group, index) -> ModelInstance``;
 ``ModelInstance.execute(requests) -> one result per request`` where a result is either the output
 tensors or an :class:`~inferd.errors.InferdError`, so one bad request never fails its batch-mates.
 ``execute`` is called from the instance's own worker thread and may block.
@@ -52,7 +53,7 @@ class LoadedModel(Protocol):
 
 
 class Backend(Protocol):
-    """A runtime. ``name`` is the config ``backend`` value, ``platforms`` the accepted ``platform``s."""
+    """A runtime: ``name`` is the config ``backend``, ``platforms`` the accepted ``platform``s."""
 
     name: str
     platforms: tuple[str, ...]

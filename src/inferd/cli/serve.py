@@ -28,7 +28,9 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
-def _bool_flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
+def _bool_flag(
+    parser: argparse._ActionsContainer, name: str, default: bool, help_text: str
+) -> None:
     parser.add_argument(
         name,
         type=parse_bool,
@@ -61,55 +63,91 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     repo = p.add_argument_group("model repository")
     repo.add_argument(
-        "--model-repository", "--model-store", dest="model_repository", action="append",
-        required=True, type=Path, metavar="DIR",
+        "--model-repository",
+        "--model-store",
+        dest="model_repository",
+        action="append",
+        required=True,
+        type=Path,
+        metavar="DIR",
         help="a model repository folder; repeat the flag to serve several",
     )
     repo.add_argument(
-        "--model-control-mode", choices=[m.value for m in ControlMode], default="none",
+        "--model-control-mode",
+        choices=[m.value for m in ControlMode],
+        default="none",
         help="none: load every model at start; poll: also follow changes on disk; explicit: load "
         "only --load-model models and allow the load/unload API (default: none)",
     )
     repo.add_argument(
-        "--repository-poll-secs", type=float, default=15.0, metavar="SECONDS",
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
         help="how often poll mode re-scans the repositories (default: 15)",
     )
     repo.add_argument(
-        "--load-model", action="append", default=[], metavar="NAME",
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="explicit mode: a model to load at start; repeatable; '*' loads all",
     )
     repo.add_argument(
-        "--model-config-name", metavar="NAME",
+        "--model-config-name",
+        metavar="NAME",
         help="use <model>/configs/NAME.pbtxt instead of config.pbtxt where it exists",
     )
     repo.add_argument(
-        "--disable-auto-complete-config", action="store_true",
+        "--disable-auto-complete-config",
+        action="store_true",
         help="do not fill missing config fields from the model files",
     )
     repo.add_argument(
-        "--strict-model-config", type=parse_bool, nargs="?", const=True, default=None,
-        metavar="BOOL", help="deprecated inverse of auto-complete; true = --disable-auto-complete-config",
+        "--strict-model-config",
+        type=parse_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="BOOL",
+        help="deprecated inverse of auto-complete; true = --disable-auto-complete-config",
     )
     repo.add_argument(
-        "--model-load-thread-count", type=int, default=4, metavar="N",
+        "--model-load-thread-count",
+        type=int,
+        default=4,
+        metavar="N",
         help="models loaded in parallel (default: 4)",
     )
     repo.add_argument(
-        "--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
+        "--backend-config",
+        action="append",
+        default=[],
+        metavar="BACKEND,KEY=VALUE",
         help="backend setting, e.g. onnxruntime,default-max-batch-size=8",
     )
 
     life = p.add_argument_group("startup and shutdown")
-    _bool_flag(life, "--strict-readiness", True,
-               "ready means every model that should be loaded is READY")
-    _bool_flag(life, "--exit-on-error", True,
-               "exit if a model fails to load at start; false serves the others")
+    _bool_flag(
+        life, "--strict-readiness", True, "ready means every model that should be loaded is READY"
+    )
+    _bool_flag(
+        life,
+        "--exit-on-error",
+        True,
+        "exit if a model fails to load at start; false serves the others",
+    )
     life.add_argument(
-        "--exit-timeout-secs", type=float, default=30.0, metavar="SECONDS",
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
         help="grace period for in-flight requests on SIGINT/SIGTERM (default: 30)",
     )
     life.add_argument(
-        "--ready-file", type=Path, metavar="FILE",
+        "--ready-file",
+        type=Path,
+        metavar="FILE",
         help="write the bound ports as JSON here once serving (handy with port 0)",
     )
 
@@ -118,7 +156,10 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     net.add_argument("--http-port", type=int, default=8000, metavar="PORT")
     net.add_argument("--http-address", default="0.0.0.0", metavar="ADDR")
     net.add_argument(
-        "--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES",
+        "--http-max-input-size",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
         help="largest accepted HTTP request body, after decompression (default: 64 MiB)",
     )
     _bool_flag(net, "--allow-grpc", True, "serve gRPC")
@@ -126,12 +167,14 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     net.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
     _bool_flag(net, "--allow-metrics", True, "serve Prometheus metrics")
     net.add_argument("--metrics-port", type=int, default=8002, metavar="PORT")
-    net.add_argument("--metrics-address", default=None, metavar="ADDR",
-                     help="default: the HTTP address")
+    net.add_argument(
+        "--metrics-address", default=None, metavar="ADDR", help="default: the HTTP address"
+    )
 
     log = p.add_argument_group("logging")
-    log.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL",
-                     help="0 = info; 1 or more = verbose")
+    log.add_argument(
+        "--log-verbose", type=int, default=0, metavar="LEVEL", help="0 = info; 1 or more = verbose"
+    )
     p.set_defaults(func=run_serve)
 
 
@@ -195,8 +238,9 @@ async def serve(config: ServerConfig) -> int:
         return 1
     _log.info("inferd is serving; press Ctrl+C to stop")
     await stop.wait()
-    _log.info("shutting down: finishing in-flight requests (up to %.0f s)",
-              config.exit_timeout_secs)
+    _log.info(
+        "shutting down: finishing in-flight requests (up to %.0f s)", config.exit_timeout_secs
+    )
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.remove_signal_handler(sig)
     await server.stop()

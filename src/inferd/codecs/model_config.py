@@ -127,10 +127,17 @@ def _ints_back(rendered: dict[str, Any], descriptor: Descriptor) -> None:
             value_field = field.message_type.fields_by_name["value"]
             for key, item in value.items():
                 value[key] = _convert_one(item, value_field)
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
+        elif _is_repeated(field):
             rendered[field.name] = [_convert_one(item, field) for item in value]
         else:
             rendered[field.name] = _convert_one(value, field)
+
+
+def _is_repeated(field: FieldDescriptor) -> bool:
+    flag = getattr(field, "is_repeated", None)  # protobuf >= 6; `label` is deprecated there
+    if flag is not None:
+        return bool(flag)
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def _convert_one(value: Any, field: FieldDescriptor) -> Any:

@@ -17,7 +17,7 @@ from inferd.errors import InvalidArgumentError
 class DataType:
     name: str  # protocol name, e.g. "INT32"
     config_name: str  # model config enum name, e.g. "TYPE_INT32"
-    dtype: np.dtype  # type: ignore[type-arg]
+    dtype: np.dtype
     itemsize: int  # bytes per element; 0 for BYTES (variable)
     grpc_field: str | None  # typed InferTensorContents field, None when raw only
 
@@ -45,7 +45,7 @@ _TABLE = (
 
 BY_NAME: dict[str, DataType] = {d.name: d for d in _TABLE}
 BY_CONFIG_NAME: dict[str, DataType] = {d.config_name: d for d in _TABLE}
-_BY_DTYPE: dict[np.dtype, DataType] = {d.dtype: d for d in _TABLE}  # type: ignore[type-arg]
+_BY_DTYPE: dict[np.dtype, DataType] = {d.dtype: d for d in _TABLE}
 
 BYTES = BY_NAME["BYTES"]
 ALL = _TABLE
@@ -68,7 +68,7 @@ def from_config_name(name: str) -> DataType:
         raise InvalidArgumentError(f"unsupported model config data type '{name}'") from None
 
 
-def from_dtype(dtype: np.dtype) -> DataType:  # type: ignore[type-arg]
+def from_dtype(dtype: np.dtype) -> DataType:
     """The datatype of a numpy array; str/bytes/object arrays are BYTES."""
     found = _BY_DTYPE.get(dtype)
     if found is not None:

@@ -119,9 +119,7 @@ def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:
     return labels
 
 
-def load_version(
-    prepared: PreparedModel, version: int, registry: BackendRegistry
-) -> LoadedVersion:
+def load_version(prepared: PreparedModel, version: int, registry: BackendRegistry) -> LoadedVersion:
     """Load one version and start its instances. Blocking."""
     spec = prepared.spec
     name = spec.name

@@ -72,13 +72,13 @@ class RepositoryManager:
         registry: BackendRegistry,
         *,
         mode: ControlMode = ControlMode.NONE,
-        options: LoadOptions = LoadOptions(),
+        options: LoadOptions | None = None,
         load_parallelism: int = 4,
     ) -> None:
         self._roots = [Path(r) for r in roots]
         self._registry = registry
         self._mode = mode
-        self._options = options
+        self._options = options if options is not None else LoadOptions()
         self._records: dict[str, ModelRecord] = {}
         # the hot-path view: name -> (versions -> serving, latest ready version)
         self._ready: dict[str, tuple[dict[int, ServingModel], ServingModel]] = {}
@@ -96,7 +96,9 @@ class RepositoryManager:
         entry = self._ready.get(name)
         if entry is None:
             if name in self._records:
-                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
+                raise NotFoundError(
+                    f"Request for unknown model: '{name}' has no available versions"
+                )
             raise NotFoundError(f"Request for unknown model: '{name}' is not found")
         if version is None:
             return entry[1]
@@ -229,7 +231,11 @@ class RepositoryManager:
         async with record.lock, self._load_gate:
             try:
                 prepared = await asyncio.to_thread(
-                    prepare, name, model_dir, self._registry, self._options,
+                    prepare,
+                    name,
+                    model_dir,
+                    self._registry,
+                    self._options,
                     override_json=override_json,
                 )
             except InferdError as exc:
@@ -258,7 +264,10 @@ class RepositoryManager:
             if version not in record.loaded:
                 record.status[version] = VersionStatus(ModelState.LOADING)
         results = await asyncio.gather(
-            *(asyncio.to_thread(load_version, prepared, v, self._registry) for v in prepared.versions),
+            *(
+                asyncio.to_thread(load_version, prepared, v, self._registry)
+                for v in prepared.versions
+            ),
             return_exceptions=True,
         )
         for version, result in zip(prepared.versions, results, strict=True):
@@ -327,7 +336,9 @@ class RepositoryManager:
             self._publish(record)
             await self._retire(record, retired)
             for lv in retired:
-                record.status[lv.serving.version] = VersionStatus(ModelState.UNAVAILABLE, "unloaded")
+                record.status[lv.serving.version] = VersionStatus(
+                    ModelState.UNAVAILABLE, "unloaded"
+                )
             if record.override_dir is not None:
                 _remove_override(record.override_dir)
                 record.override_dir = None
@@ -388,7 +399,9 @@ class RepositoryManager:
             self._publish(record)
             for lv in retired:
                 await asyncio.to_thread(lv.close)
-                record.status[lv.serving.version] = VersionStatus(ModelState.UNAVAILABLE, "unloaded")
+                record.status[lv.serving.version] = VersionStatus(
+                    ModelState.UNAVAILABLE, "unloaded"
+                )
             if record.override_dir is not None:
                 _remove_override(record.override_dir)
                 record.override_dir = None

@@ -52,9 +52,7 @@ class InstancePool:
         self._instances = list(instances)
         self._queue: queue.SimpleQueue[WorkItem | None] = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(
-                target=self._run, args=(inst,), name=f"inferd-{name}-{i}", daemon=True
-            )
+            threading.Thread(target=self._run, args=(inst,), name=f"inferd-{name}-{i}", daemon=True)
             for i, inst in enumerate(self._instances)
         ]
         for thread in self._threads:

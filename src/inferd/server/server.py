@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -64,9 +65,9 @@ class Server:
 
     async def start(self) -> None:
         cfg = self.config
-        for root in cfg.model_repositories:
-            if not Path(root).is_dir():
-                raise StartupError(f"model repository '{root}' does not exist or is not a folder")
+        missing = [r for r in cfg.model_repositories if not await asyncio.to_thread(Path(r).is_dir)]
+        if missing:
+            raise StartupError(f"model repository '{missing[0]}' does not exist or is not a folder")
         failures = await self.manager.startup(cfg.load_models)
         for name, reason in failures.items():
             _log.error("model '%s' failed to load: %s", name, reason)
@@ -124,7 +125,7 @@ class Server:
         self.ports[name.lower()] = port
 
     async def stop(self) -> None:
-        """Not ready -> refuse new requests -> finish in-flight (grace period) -> close -> unload."""
+        """Not ready, refuse new requests, finish in-flight (grace period), close, unload."""
         if self._stopped:
             return
         self._stopped = True
@@ -141,10 +142,8 @@ class Server:
         await self._stop_listeners(remaining)
         await self.manager.close()
         if self.config.ready_file is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.config.ready_file.unlink()
-            except OSError:
-                pass
 
     async def _stop_listeners(self, grace_s: float) -> None:
         listeners, self._listeners = self._listeners, []

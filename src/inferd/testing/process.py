@@ -68,9 +68,16 @@ def start_server(
     for repo in repositories:
         cmd += ["--model-repository", str(repo)]
     cmd += [
-        "--http-address", "127.0.0.1", "--http-port", "0",
-        "--grpc-address", "127.0.0.1", "--grpc-port", "0",
-        "--metrics-port", "0",
+        "--http-address",
+        "127.0.0.1",
+        "--http-port",
+        "0",
+        "--grpc-address",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
         *args,
     ]
     process = subprocess.Popen(

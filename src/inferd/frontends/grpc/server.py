@@ -66,6 +66,9 @@ def _add_health_service(server: Any, engine: Engine, log: logging.Logger) -> boo
     except ImportError:
         log.debug("grpcio-health-checking is not installed: no grpc.health.v1 service")
         return False
+    except Exception as exc:  # e.g. generated for a newer protobuf than tritonclient allows
+        log.warning("grpcio-health-checking cannot be used (%s): no grpc.health.v1 service", exc)
+        return False
 
     class _Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         """SERVING iff the server is ready (as Triton does)."""

@@ -161,6 +161,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
                 yield response
             await reader  # a failure of the request stream itself ends the RPC with it
         finally:
+            if reader.done() and not reader.cancelled():
+                reader.exception()  # retrieved: the RPC already ended with its own status
             reader.cancel()
             while not pending.empty():
                 leftover = pending.get_nowait()

@@ -78,11 +78,14 @@ class HttpServer:
         """Open connections (uvicorn protocol objects); for diagnostics and tests."""
         return set(self._server.server_state.connections)
 
-    async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), close idle keep-alives."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish for up to ``grace_s`` seconds (default:
+        the server's ``timeout_graceful_shutdown_s``), close idle keep-alive connections."""
         if self._stopped:
             return
         self._stopped = True
+        if grace_s is not None:
+            self._server.config.timeout_graceful_shutdown = max(0.0, grace_s)  # type: ignore[assignment]
         self._server.should_exit = True
         await self._ticker
         await self._server.shutdown(sockets=[self._sock])

@@ -1,0 +1,578 @@
+"""The gRPC front end on 127.0.0.1:0, driven by tritonclient (sync, streaming and asyncio).
+
+The engine runs over ``StubManager``, a test double of the repository manager whose models
+compute with numpy. It stands in until ``inferd.testing`` can build a server over a real model
+repository; swap ``serving`` for that when it lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aiogrpcclient
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
+
+from inferd.core import datatypes
+from inferd.core.inference import InferRequest
+from inferd.core.metadata import IndexEntry
+from inferd.core.model_spec import ModelSpec, TensorSpec
+from inferd.engine import Engine
+from inferd.errors import ErrorCode, ModelLoadError, NotFoundError
+from inferd.frontends.grpc import STATUS_BY_CODE, start_grpc_server
+from inferd.repository.manager_types import ServingModel
+
+Arrays = dict[str, np.ndarray[Any, Any]]
+
+# -- the test-only assembly: models computing with numpy behind a stub manager ------------------
+
+
+class FnScheduler:
+    """Runs one request at a time through ``fn``; counts concurrent submissions."""
+
+    def __init__(self, fn: Callable[[Arrays], Arrays], delay_input: str | None = None) -> None:
+        self._fn = fn
+        self._delay_input = delay_input
+        self.inflight = 0
+        self.max_inflight = 0
+        self.cancelled = threading.Event()
+
+    async def submit(self, request: InferRequest) -> Arrays:
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            if self._delay_input is not None:
+                await asyncio.sleep(float(request.inputs[self._delay_input].item()) / 1000)
+            return self._fn(request.inputs)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        finally:
+            self.inflight -= 1
+
+
+def _spec(pbtxt: str) -> ModelSpec:
+    proto = text_format.Parse(pbtxt, model_config_pb2.ModelConfig())
+
+    def tensors(items: Any) -> tuple[TensorSpec, ...]:
+        return tuple(
+            TensorSpec(
+                t.name,
+                datatypes.from_config_name(model_config_pb2.DataType.Name(t.data_type)),
+                tuple(t.dims),
+            )
+            for t in items
+        )
+
+    return ModelSpec(
+        name=proto.name,
+        platform=proto.platform,
+        backend=proto.backend,
+        max_batch_size=proto.max_batch_size,
+        inputs=tensors(proto.input),
+        outputs=tensors(proto.output),
+        instance_groups=(),
+        parameters={},
+        default_model_filename="",
+        proto=proto,
+    )
+
+
+def _io_pbtxt(kind: str, dims: str, *names: str) -> str:
+    section = "input" if names[0].startswith("IN") else "output"
+    return "".join(f'{section} {{ name: "{n}" data_type: {kind} dims: [{dims}] }}\n' for n in names)
+
+
+def _add_sub(inputs: Arrays) -> Arrays:
+    a, b = inputs["INPUT0"], inputs["INPUT1"]
+    return {"OUTPUT0": a + b, "OUTPUT1": a - b}
+
+
+def _add_sub_strings(inputs: Arrays) -> Arrays:
+    a = inputs["INPUT0"].astype(np.int32)  # b"12" -> 12
+    b = inputs["INPUT1"].astype(np.int32)
+
+    def encode(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        out = np.empty(x.shape, dtype=object)
+        out.flat[:] = [str(v).encode() for v in x.flat]
+        return out
+
+    return {"OUTPUT0": encode(a + b), "OUTPUT1": encode(a - b)}
+
+
+def _broken(inputs: Arrays) -> Arrays:
+    raise RuntimeError("secret internals must not reach the client")
+
+
+def build_models() -> dict[str, ServingModel]:
+    pairs = ("INPUT0", "INPUT1")
+    outs = ("OUTPUT0", "OUTPUT1")
+    simple = _spec(
+        'name: "simple" platform: "onnxruntime_onnx" backend: "onnxruntime" max_batch_size: 8\n'
+        + _io_pbtxt("TYPE_INT32", "16", *pairs)
+        + _io_pbtxt("TYPE_INT32", "16", *outs)
+    )
+    strings = _spec(
+        'name: "simple_string" platform: "onnxruntime_onnx" max_batch_size: 8\n'
+        + _io_pbtxt("TYPE_STRING", "16", *pairs)
+        + _io_pbtxt("TYPE_STRING", "16", *outs)
+    )
+    delay = _spec(
+        'name: "delay" backend: "python"\n'
+        + _io_pbtxt("TYPE_INT32", "1", "IN")
+        + _io_pbtxt("TYPE_INT32", "1", "OUT")
+    )
+    broken = _spec(
+        'name: "broken" backend: "python"\n'
+        + _io_pbtxt("TYPE_INT32", "1", "IN")
+        + _io_pbtxt("TYPE_INT32", "1", "OUT")
+    )
+    toggle = _spec('name: "toggle" backend: "python"\n' + _io_pbtxt("TYPE_INT32", "1", "IN"))
+    return {
+        "simple": ServingModel(simple, 1, FnScheduler(_add_sub)),
+        "simple_string": ServingModel(strings, 1, FnScheduler(_add_sub_strings)),
+        "delay": ServingModel(delay, 1, FnScheduler(lambda x: {"OUT": x["IN"]}, "IN")),
+        "broken": ServingModel(broken, 1, FnScheduler(_broken)),
+        "toggle": ServingModel(toggle, 2, FnScheduler(lambda x: {})),
+    }
+
+
+class StubManager:
+    """Implements ``inferd.repository.manager_types.ModelManager`` over fixed in-memory models."""
+
+    def __init__(self, models: dict[str, ServingModel]) -> None:
+        self.repository = dict(models)
+        self.loaded = dict(models)
+        self.load_calls: list[tuple[str, str | None, dict[str, bytes] | None]] = []
+        self.unload_calls: list[tuple[str, bool]] = []
+
+    def get(self, name: str, version: int | None) -> ServingModel:
+        model = self.loaded.get(name)
+        if model is None:
+            if name in self.repository:
+                raise NotFoundError(
+                    f"Request for unknown model: '{name}' has no available versions"
+                )
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        if version is not None and version != model.version:
+            raise NotFoundError(
+                f"Request for unknown model: '{name}' version {version} is not found"
+            )
+        return model
+
+    def ready_versions(self, name: str) -> list[int]:
+        return [self.loaded[name].version] if name in self.loaded else []
+
+    def all_ready(self) -> bool:
+        return True
+
+    def index(self, *, ready_only: bool) -> list[IndexEntry]:
+        entries = []
+        for name, model in sorted(self.repository.items()):
+            if name in self.loaded:
+                entries.append(IndexEntry(name, str(model.version), "READY"))
+            elif not ready_only:
+                entries.append(IndexEntry(name, str(model.version), "UNAVAILABLE", "unloaded"))
+        return entries
+
+    async def load(
+        self, name: str, *, config_json: str | None, files: dict[str, bytes] | None
+    ) -> None:
+        self.load_calls.append((name, config_json, files))
+        if name not in self.repository:
+            raise ModelLoadError(f"failed to load '{name}', failed to poll from model repository")
+        self.loaded[name] = self.repository[name]
+
+    async def unload(self, name: str, *, unload_dependents: bool) -> None:
+        self.unload_calls.append((name, unload_dependents))
+        self.loaded.pop(name, None)
+
+
+class Serving:
+    def __init__(self, url: str, manager: StubManager) -> None:
+        self.url = url
+        self.manager = manager
+
+
+@pytest.fixture(scope="module")
+def serving() -> Iterator[Serving]:
+    """A real grpc.aio server on its own event loop thread (the sync client blocks)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="grpc-test-server", daemon=True)
+    thread.start()
+    manager = StubManager(build_models())
+    engine = Engine(manager, server_version="0.0.0-test")
+    log = logging.getLogger("inferd.test.grpc")
+    started = asyncio.run_coroutine_threadsafe(
+        start_grpc_server(engine, "127.0.0.1", 0, log=log), loop
+    )
+    server, port = started.result(timeout=30)
+    assert server.port == port > 0
+    try:
+        yield Serving(f"127.0.0.1:{port}", manager)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(1.0), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
+
+
+@pytest.fixture
+def client(serving: Serving) -> Iterator[grpcclient.InferenceServerClient]:
+    with grpcclient.InferenceServerClient(serving.url) as c:
+        yield c
+
+
+def simple_inputs(
+    a: np.ndarray[Any, Any] | None = None, b: np.ndarray[Any, Any] | None = None
+) -> list[grpcclient.InferInput]:
+    a = np.arange(16, dtype=np.int32).reshape(1, 16) if a is None else a
+    b = np.ones((1, 16), dtype=np.int32) if b is None else b
+    inputs = []
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        infer_input = grpcclient.InferInput(name, list(array.shape), "INT32")
+        infer_input.set_data_from_numpy(array)
+        inputs.append(infer_input)
+    return inputs
+
+
+def one_input(name: str, value: int) -> list[grpcclient.InferInput]:
+    infer_input = grpcclient.InferInput(name, [1], "INT32")
+    infer_input.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return [infer_input]
+
+
+def expect_error(status: str, call: Callable[[], Any]) -> str:
+    with pytest.raises(InferenceServerException) as info:
+        call()
+    assert info.value.status() == status, info.value.message()
+    return str(info.value.message())
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+def test_error_table_covers_every_code() -> None:
+    assert set(STATUS_BY_CODE) == set(ErrorCode)
+    assert STATUS_BY_CODE[ErrorCode.UNSUPPORTED] is grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_health(client: grpcclient.InferenceServerClient) -> None:
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("simple")
+    assert client.is_model_ready("simple", "1")
+    assert not client.is_model_ready("simple", "2")
+    assert not client.is_model_ready("no_such_model")
+    assert not client.is_model_ready("simple", "x")
+
+
+def test_server_and_model_metadata(client: grpcclient.InferenceServerClient) -> None:
+    server = client.get_server_metadata()
+    assert server.name == "triton"
+    assert server.version == "0.0.0-test"
+    assert "model_repository" in server.extensions
+    meta = client.get_model_metadata("simple")
+    assert (meta.name, list(meta.versions), meta.platform) == ("simple", ["1"], "onnxruntime_onnx")
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [
+        ("INPUT0", "INT32", [-1, 16]),
+        ("INPUT1", "INT32", [-1, 16]),
+    ]
+    assert [t.name for t in meta.outputs] == ["OUTPUT0", "OUTPUT1"]
+    assert client.get_model_metadata("delay", as_json=True)["platform"] == "python"
+
+
+def test_model_config(client: grpcclient.InferenceServerClient) -> None:
+    config = client.get_model_config("simple").config
+    assert config.name == "simple"
+    assert config.max_batch_size == 8
+    assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
+    as_json = client.get_model_config("simple", "1", as_json=True)
+    assert as_json["config"]["input"][0]["data_type"] == "TYPE_INT32"
+
+
+def test_infer_int32(client: grpcclient.InferenceServerClient) -> None:
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.full((2, 16), 3, dtype=np.int32)
+    result = client.infer("simple", simple_inputs(a, b), request_id="r-1")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    response = result.get_response()
+    assert (response.id, response.model_name, response.model_version) == ("r-1", "simple", "1")
+
+
+def test_infer_requested_output_subset_and_classification(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    outputs = [grpcclient.InferRequestedOutput("OUTPUT1")]
+    result = client.infer("simple", simple_inputs(), outputs=outputs)
+    assert [o.name for o in result.get_response().outputs] == ["OUTPUT1"]
+    assert result.as_numpy("OUTPUT0") is None
+    outputs = [grpcclient.InferRequestedOutput("OUTPUT0", class_count=2)]
+    result = client.infer("simple", simple_inputs(), outputs=outputs)
+    assert result.as_numpy("OUTPUT0").tolist() == [[b"16:15", b"15:14"]]
+
+
+def test_infer_bytes(client: grpcclient.InferenceServerClient) -> None:
+    a = np.array([[str(i).encode() for i in range(16)]], dtype=object)
+    b = np.array([[b"1"] * 16], dtype=object)
+    inputs = []
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        infer_input = grpcclient.InferInput(name, [1, 16], "BYTES")
+        infer_input.set_data_from_numpy(array)
+        inputs.append(infer_input)
+    result = client.infer("simple_string", inputs)
+    assert result.as_numpy("OUTPUT0").tolist() == [[str(i + 1).encode() for i in range(16)]]
+    assert result.as_numpy("OUTPUT1")[0, 0] == b"-1"
+
+
+def test_infer_errors(client: grpcclient.InferenceServerClient) -> None:
+    text = expect_error("StatusCode.NOT_FOUND", lambda: client.infer("nope", simple_inputs()))
+    assert text.startswith("Request for unknown model")
+    text = expect_error(
+        "StatusCode.INVALID_ARGUMENT",
+        lambda: client.infer("simple", simple_inputs(), model_version="x"),
+    )
+    assert text.startswith("failed to get model version from specified version string 'x'")
+    bad = simple_inputs(np.zeros((1, 3), np.int32), np.zeros((1, 3), np.int32))
+    text = expect_error("StatusCode.INVALID_ARGUMENT", lambda: client.infer("simple", bad))
+    assert "unexpected shape for input 'INPUT0'" in text
+    text = expect_error("StatusCode.INTERNAL", lambda: client.infer("broken", one_input("IN", 1)))
+    assert text == "internal error"
+    text = expect_error(
+        "StatusCode.NOT_FOUND", lambda: client.get_model_metadata("nope", as_json=True)
+    )
+    assert text.startswith("Request for unknown model")
+    expect_error("StatusCode.NOT_FOUND", lambda: client.get_model_config("simple", "7"))
+
+
+def test_stream_keeps_order_and_survives_a_failing_request(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: received.put((result, error)))
+    bad = simple_inputs(np.zeros((1, 3), np.int32), np.zeros((1, 3), np.int32))
+    client.async_stream_infer("simple", simple_inputs(), request_id="1")
+    client.async_stream_infer("simple", bad, request_id="2")
+    client.async_stream_infer("nope", simple_inputs(), request_id="3")
+    client.async_stream_infer("simple", simple_inputs(), request_id="4")
+    client.stop_stream()
+    got = [received.get(timeout=30) for _ in range(4)]
+    assert got[0][1] is None
+    assert got[0][0].get_response().id == "1"
+    assert got[0][0].as_numpy("OUTPUT0").tolist() == [list(range(1, 17))]
+    assert got[1][0] is None
+    assert "unexpected shape for input 'INPUT0'" in got[1][1].message()
+    assert got[2][1].message().startswith("Request for unknown model")
+    assert got[3][0].get_response().id == "4"
+    assert received.empty()
+
+
+async def test_aio_client(serving: Serving) -> None:
+    async with aiogrpcclient.InferenceServerClient(serving.url) as client:
+        assert await client.is_server_live()
+        assert await client.is_model_ready("simple")
+        assert not await client.is_model_ready("nope")
+        result = await client.infer("simple", simple_inputs(), request_id="aio")
+        assert result.get_response().id == "aio"
+        assert result.as_numpy("OUTPUT1").tolist() == [list(range(-1, 15))]
+        with pytest.raises(InferenceServerException) as info:
+            await client.infer("nope", simple_inputs())
+        assert info.value.status() == "StatusCode.NOT_FOUND"
+        assert str(info.value.message()).startswith("Request for unknown model")
+
+
+async def test_aio_stream_runs_concurrently_and_answers_in_order(serving: Serving) -> None:
+    delays = [200, 0, 50, 0, 0]
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        for i, delay in enumerate(delays):
+            yield {"model_name": "delay", "inputs": one_input("IN", delay), "request_id": str(i)}
+
+    scheduler = serving.manager.repository["delay"].scheduler
+    assert isinstance(scheduler, FnScheduler)
+    async with aiogrpcclient.InferenceServerClient(serving.url) as client:
+        ids, values = [], []
+        async for result, error in client.stream_infer(requests()):
+            assert error is None
+            ids.append(result.get_response().id)
+            values.append(int(result.as_numpy("OUT")[0]))
+    assert ids == ["0", "1", "2", "3", "4"]
+    assert values == delays
+    assert scheduler.max_inflight >= 2  # later requests started while the first was sleeping
+
+
+async def test_cancelled_stream_cancels_its_requests(serving: Serving) -> None:
+    scheduler = serving.manager.repository["delay"].scheduler
+    assert isinstance(scheduler, FnScheduler)
+    release = asyncio.Event()
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        yield {"model_name": "delay", "inputs": one_input("IN", 0), "request_id": "fast"}
+        yield {"model_name": "delay", "inputs": one_input("IN", 60_000), "request_id": "slow"}
+        await release.wait()  # keep the stream open until the test is done
+
+    async with aiogrpcclient.InferenceServerClient(serving.url) as client:
+        stream = client.stream_infer(requests())
+        result, error = await stream.__anext__()
+        assert error is None
+        assert result.get_response().id == "fast"
+        stream.cancel()
+        release.set()
+        assert await asyncio.to_thread(scheduler.cancelled.wait, 30)
+        assert await client.is_server_ready()
+        reply = await client.infer("delay", one_input("IN", 0), request_id="after")
+        assert reply.get_response().id == "after"
+
+
+async def test_stream_error_as_status_when_asked(serving: Serving) -> None:
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        yield {"model_name": "delay", "inputs": one_input("IN", 0), "request_id": "ok"}
+        yield {"model_name": "nope", "inputs": one_input("IN", 0), "request_id": "bad"}
+
+    async with aiogrpcclient.InferenceServerClient(serving.url) as client:
+        stream = client.stream_infer(requests(), headers={"triton_grpc_error": "true"})
+        result, error = await stream.__anext__()
+        assert error is None
+        assert result.get_response().id == "ok"
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stream.__anext__()
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert str(info.value.details()).startswith("Request for unknown model")
+
+
+def test_repository_control(serving: Serving, client: grpcclient.InferenceServerClient) -> None:
+    index = client.get_model_repository_index()
+    assert "toggle" in [m.name for m in index.models]
+    client.unload_model("toggle", unload_dependents=True)
+    assert serving.manager.unload_calls[-1] == ("toggle", True)
+    assert not client.is_model_ready("toggle")
+    text = expect_error("StatusCode.NOT_FOUND", lambda: client.get_model_metadata("toggle"))
+    assert text == "Request for unknown model: 'toggle' has no available versions"
+    entry = next(m for m in client.get_model_repository_index().models if m.name == "toggle")
+    assert (entry.version, entry.state, entry.reason) == ("2", "UNAVAILABLE", "unloaded")
+    client.load_model(
+        "toggle", config='{"max_batch_size":"16"}', files={"file:2/model.onnx": b"\x00\x01"}
+    )
+    assert serving.manager.load_calls[-1] == (
+        "toggle",
+        '{"max_batch_size":"16"}',
+        {"2/model.onnx": b"\x00\x01"},
+    )
+    assert client.is_model_ready("toggle", "2")
+    text = expect_error("StatusCode.INTERNAL", lambda: client.load_model("not_there"))
+    assert text.startswith("failed to load 'not_there'")
+
+
+def test_unsupported_extensions_answer_clearly(client: grpcclient.InferenceServerClient) -> None:
+    client.unregister_system_shared_memory()
+    client.unregister_cuda_shared_memory()
+    client.unregister_system_shared_memory("region")
+    assert len(client.get_system_shared_memory_status().regions) == 0
+    assert len(client.get_cuda_shared_memory_status().regions) == 0
+    text = expect_error(
+        "StatusCode.UNIMPLEMENTED",
+        lambda: client.register_system_shared_memory("r", "/key", 64),
+    )
+    assert "shared memory is not supported" in text
+    text = expect_error(
+        "StatusCode.UNIMPLEMENTED", lambda: client.get_inference_statistics("simple")
+    )
+    assert "statistics" in text
+    expect_error("StatusCode.UNIMPLEMENTED", lambda: client.get_log_settings())
+    expect_error("StatusCode.NOT_FOUND", lambda: client.get_system_shared_memory_status("r"))
+
+    infer_input = grpcclient.InferInput("IN", [1], "INT32")
+    infer_input.set_shared_memory("r", 4)
+    text = expect_error("StatusCode.UNIMPLEMENTED", lambda: client.infer("delay", [infer_input]))
+    assert "shared memory is not supported" in text
+
+
+def test_repository_name_and_load_parameters_are_checked(serving: Serving) -> None:
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with grpc.insecure_channel(serving.url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RepositoryModelLoad(
+                service_pb2.RepositoryModelLoadRequest(repository_name="r", model_name="toggle")
+            )
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        request = service_pb2.RepositoryModelLoadRequest(model_name="toggle")
+        request.parameters["colour"].string_param = "blue"
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RepositoryModelLoad(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "unrecognized load parameter 'colour'" in str(info.value.details())
+        ready = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
+        assert ready.models
+        assert {m.state for m in ready.models} == {"READY"}
+        typed = service_pb2.ModelInferRequest(model_name="delay", id="typed")
+        typed.inputs.add(name="IN", datatype="INT32", shape=[1]).contents.int_contents.append(7)
+        reply = stub.ModelInfer(typed)
+        assert reply.id == "typed"
+        assert np.frombuffer(reply.raw_output_contents[0], np.int32).tolist() == [7]
+
+
+async def test_standard_health_service_when_installed(serving: Serving) -> None:
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except Exception as exc:  # not installed, or built for another protobuf major version
+        pytest.skip(f"grpcio-health-checking is not usable here: {exc}")
+    async with grpc.aio.insecure_channel(serving.url) as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+# -- the same front end over the real repository, backends and scheduler -------------------------
+
+
+@pytest.fixture(scope="module")
+def real_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from inferd.examples.build import build_examples
+    from inferd.server.embedded import InferenceServer
+
+    repository = tmp_path_factory.mktemp("models")
+    build_examples(repository, progress=False)
+    with InferenceServer(repository, grpc_port=0) as server:
+        yield f"127.0.0.1:{server.ports['grpc']}"
+
+
+def test_real_repository_infer_and_stream(real_url: str) -> None:
+    with grpcclient.InferenceServerClient(real_url) as client:
+        assert client.get_model_config("simple").config.max_batch_size == 8
+        a = np.arange(32, dtype=np.int32).reshape(2, 16)
+        result = client.infer("simple", simple_inputs(a, np.ones_like(a)), request_id="real")
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + 1)
+        assert result.get_response().id == "real"
+
+        strings = []
+        for name in ("INPUT0", "INPUT1"):
+            infer_input = grpcclient.InferInput(name, [1, 16], "BYTES")
+            infer_input.set_data_from_numpy(np.array([[b"7"] * 16], dtype=object))
+            strings.append(infer_input)
+        assert client.infer("simple_string", strings).as_numpy("OUTPUT0")[0, 0] == b"14"
+
+        received: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        client.start_stream(callback=lambda result, error: received.put((result, error)))
+        bad = simple_inputs(np.zeros((1, 3), np.int32), np.zeros((1, 3), np.int32))
+        for request_id, inputs in (("a", simple_inputs()), ("b", bad), ("c", simple_inputs())):
+            client.async_stream_infer("simple", inputs, request_id=request_id)
+        client.stop_stream()
+        got = [received.get(timeout=30) for _ in range(3)]
+        assert got[0][0].get_response().id == "a"
+        assert got[1][0] is None
+        assert got[1][1] is not None
+        assert got[2][0].get_response().id == "c"
+        text = expect_error("StatusCode.NOT_FOUND", lambda: client.infer("nope", simple_inputs()))
+        assert text.startswith("Request for unknown model")

@@ -1,0 +1,527 @@
+"""The HTTP front end, in process (httpx over ASGI) and over a real socket (tritonclient).
+
+The engine runs over ``NumpyManager``, a test double of the repository manager whose schedulers
+call numpy directly; it keeps these tests about the HTTP edge. (Replaceable by the real
+repository with in-test ONNX models now that it exists.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import logging
+import socket
+import threading
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+import tritonclient.http as th
+import tritonclient.http.aio as th_aio
+import uvloop
+from tritonclient.utils import InferenceServerException
+
+from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
+from inferd.core import datatypes
+from inferd.core.inference import InferRequest
+from inferd.core.metadata import IndexEntry
+from inferd.engine import Engine
+from inferd.errors import ModelLoadError, NotFoundError
+from inferd.frontends.http.app import HttpApp
+from inferd.frontends.http.server import HttpServer, start_http_server
+from inferd.repository.manager_types import ServingModel
+
+Arrays = dict[str, np.ndarray[Any, Any]]
+
+SIMPLE = """
+name: "simple" platform: "onnxruntime_onnx" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+        { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+         { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
+IDENTITY = """
+name: "identity" backend: "python" max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+FAILING = """
+name: "failing" backend: "python" max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def _echo_config() -> str:
+    """One optional input IN_<T> and one output OUT_<T> per datatype; OUT_<T> echoes IN_<T>."""
+    ins = ", ".join(
+        f'{{ name: "IN_{d.name}" data_type: {d.config_name} dims: [ -1 ] optional: true }}'
+        for d in datatypes.ALL
+    )
+    outs = ", ".join(
+        f'{{ name: "OUT_{d.name}" data_type: {d.config_name} dims: [ -1 ] }}' for d in datatypes.ALL
+    )
+    return f'name: "echo" backend: "python" max_batch_size: 0 input [ {ins} ] output [ {outs} ]'
+
+
+class _NumpyScheduler:
+    def __init__(self, fn: Callable[[Arrays], Arrays]) -> None:
+        self._fn = fn
+
+    async def submit(self, request: InferRequest) -> Arrays:
+        return self._fn(request.inputs)
+
+
+def _explode(inputs: Arrays) -> Arrays:
+    raise RuntimeError("secret internal detail")
+
+
+class NumpyManager:
+    """Test double of the repository manager: fixed READY version 1 of each model."""
+
+    def __init__(self) -> None:
+        def model(text: str, fn: Callable[[Arrays], Arrays]) -> ServingModel:
+            return ServingModel(spec_from_proto(parse_pbtxt(text, "test")), 1, _NumpyScheduler(fn))
+
+        self.models = {
+            "simple": model(
+                SIMPLE,
+                lambda x: {
+                    "OUTPUT0": x["INPUT0"] + x["INPUT1"],
+                    "OUTPUT1": x["INPUT0"] - x["INPUT1"],
+                },
+            ),
+            "identity": model(IDENTITY, lambda x: {"OUTPUT0": x["INPUT0"]}),
+            "echo": model(
+                _echo_config(), lambda x: {"OUT_" + k[3:]: np.array(v) for k, v in x.items()}
+            ),
+            "failing": model(FAILING, _explode),
+        }
+        self.calls: list[tuple[Any, ...]] = []
+
+    def get(self, name: str, version: int | None) -> ServingModel:
+        found = self.models.get(name)
+        if found is None:
+            raise NotFoundError(f"Request for unknown model: '{name}' is not found")
+        if version not in (None, found.version):
+            raise NotFoundError(f"Request for unknown model: '{name}' version {version}")
+        return found
+
+    def ready_versions(self, name: str) -> list[int]:
+        return [self.get(name, None).version]
+
+    def all_ready(self) -> bool:
+        return True
+
+    def index(self, *, ready_only: bool) -> list[IndexEntry]:
+        rows = [IndexEntry(n, "1", "READY") for n in self.models]
+        return rows if ready_only else [*rows, IndexEntry("never_loaded")]
+
+    async def load(
+        self, name: str, *, config_json: str | None, files: dict[str, bytes] | None
+    ) -> None:
+        if name == "broken":
+            raise ModelLoadError(f"failed to load '{name}', no version is available")
+        self.calls.append(("load", name, config_json, files))
+
+    async def unload(self, name: str, *, unload_dependents: bool) -> None:
+        self.calls.append(("unload", name, unload_dependents))
+
+
+LIMIT = 64 * 1024
+
+
+def _make_app() -> tuple[HttpApp, NumpyManager]:
+    manager = NumpyManager()
+    engine = Engine(manager, server_version="0.1.0")
+    return HttpApp(engine, max_body_bytes=LIMIT, log=logging.getLogger("test.http")), manager
+
+
+# ------------------------------------------------------------------------------------------------
+# in process, through the ASGI interface
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    app, _ = _make_app()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        yield c
+
+
+def _simple_inputs(binary: bool) -> list[th.InferInput]:
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    inputs = [th.InferInput("INPUT0", [1, 16], "INT32"), th.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    return inputs
+
+
+async def test_health_and_server_metadata(client: httpx.AsyncClient) -> None:
+    for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/simple/ready"):
+        r = await client.get(path + "?test_1=1&test_2=2")
+        assert r.status_code == 200
+        assert r.content == b""
+        assert r.headers["content-length"] == "0"
+    r = await client.get("/v2")
+    assert r.json()["name"] == "triton"
+    assert "binary_tensor_data" in r.json()["extensions"]
+    r = await client.get("/v2/models/nope/ready")
+    assert r.status_code == 400
+    assert r.json() == {"error": "Model version not ready"}
+
+
+async def test_model_metadata_and_config(client: httpx.AsyncClient) -> None:
+    r = await client.get("/v2/models/simple")
+    assert r.json() == {
+        "name": "simple",
+        "versions": ["1"],
+        "platform": "onnxruntime_onnx",
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]},
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "datatype": "INT32", "shape": [-1, 16]},
+            {"name": "OUTPUT1", "datatype": "INT32", "shape": [-1, 16]},
+        ],
+    }
+    r = await client.get("/v2/models/simple/versions/1/config")
+    assert r.status_code == 200
+    assert r.json()["max_batch_size"] == 8
+    assert r.json()["input"][0]["data_type"] == "TYPE_INT32"
+    r = await client.get("/v2/models/nope")
+    assert r.status_code == 404
+    assert r.json()["error"].startswith("Request for unknown model")
+
+
+async def test_routing_errors(client: httpx.AsyncClient) -> None:
+    r = await client.get("/v3/whatever")
+    assert (r.status_code, r.json()) == (404, {"error": "Not Found"})
+    r = await client.get("/v2/models/simple/versions/x")
+    assert r.status_code == 404
+    r = await client.post("/v2/health/live")
+    assert (r.status_code, r.json()) == (405, {"error": "Method Not Allowed"})
+    r = await client.get("/v2/models/simple/infer")
+    assert r.status_code == 405
+    r = await client.get("/v2/models/simple/stats")
+    assert r.status_code == 501
+    assert "statistics" in r.json()["error"]
+
+
+@pytest.mark.parametrize("binary", [True, False])
+async def test_infer_simple(client: httpx.AsyncClient, binary: bool) -> None:
+    outputs = [th.InferRequestedOutput("OUTPUT1", binary_data=binary)]
+    body, header_length = th.InferenceServerClient.generate_request_body(
+        _simple_inputs(binary), outputs=outputs, request_id="req-7"
+    )
+    headers = (
+        {} if header_length is None else {"Inference-Header-Content-Length": str(header_length)}
+    )
+    r = await client.post("/v2/models/simple/infer", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    hl = r.headers.get("inference-header-content-length")
+    assert (hl is not None) == binary
+    assert r.headers["content-type"] == (
+        "application/octet-stream" if binary else "application/json"
+    )
+    result = th.InferenceServerClient.parse_response_body(
+        r.content, header_length=int(hl) if hl else None
+    )
+    assert result.get_response()["id"] == "req-7"
+    assert result.get_response()["model_version"] == "1"
+    assert result.as_numpy("OUTPUT0") is None  # only the requested subset
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.arange(16).reshape(1, 16) - 1)
+
+
+async def test_infer_bytes(client: httpx.AsyncClient) -> None:
+    data = np.array([[b"a", "é".encode(), b""]], dtype=object)
+    infer_input = th.InferInput("INPUT0", [1, 3], "BYTES")
+    infer_input.set_data_from_numpy(data)
+    body, hl = th.InferenceServerClient.generate_request_body([infer_input])
+    r = await client.post(
+        "/v2/models/identity/infer",
+        content=body,
+        headers={"Inference-Header-Content-Length": str(hl)},
+    )
+    result = th.InferenceServerClient.parse_response_body(
+        r.content, header_length=int(r.headers["inference-header-content-length"])
+    )
+    assert result.as_numpy("OUTPUT0").tolist() == data.tolist()
+    assert "id" not in result.get_response()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_compression_both_directions(client: httpx.AsyncClient, coding: str) -> None:
+    body, hl = th.InferenceServerClient.generate_request_body(_simple_inputs(True))
+    packed = gzip.compress(body) if coding == "gzip" else zlib.compress(body)
+    r = await client.post(
+        "/v2/models/simple/infer",
+        content=packed,
+        headers={
+            "Inference-Header-Content-Length": str(hl),
+            "Content-Encoding": coding,
+            "Accept-Encoding": f"br, {coding};q=0.9, identity;q=0.1",
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["content-encoding"] == coding
+    # httpx undoes Content-Encoding itself; check the raw reply is compressed too
+    assert int(r.headers["content-length"]) != len(r.content)
+    result = th.InferenceServerClient.parse_response_body(
+        r.content, header_length=int(r.headers["inference-header-content-length"])
+    )
+    assert result.as_numpy("OUTPUT0").tolist()[0] == list(range(1, 17))
+    # non-infer responses are never compressed
+    r = await client.get("/v2", headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in r.headers
+
+
+async def test_bad_requests_and_limits(client: httpx.AsyncClient) -> None:
+    url = "/v2/models/simple/infer"
+    r = await client.post(url, content=b'{"inputs": [')
+    assert r.status_code == 400
+    assert "failed to parse" in r.json()["error"]
+    r = await client.post(url, content=b"x" * (LIMIT + 1))
+    assert r.status_code == 413
+    assert str(LIMIT) in r.json()["error"]
+    bomb = gzip.compress(b"\0" * (LIMIT * 4))
+    r = await client.post(url, content=bomb, headers={"Content-Encoding": "gzip"})
+    assert r.status_code == 413
+    r = await client.post(url, content=b"{}", headers={"Content-Encoding": "br"})
+    assert r.status_code == 400
+    assert "'br'" in r.json()["error"]
+    r = await client.post(url, content=b"{}", headers={"Inference-Header-Content-Length": "x"})
+    assert r.status_code == 400
+    r = await client.post(url, content=b'{"inputs": []}')
+    assert r.status_code == 400  # the engine's validation: missing inputs
+    r = await client.post("/v2/models/failing/infer", content=_json_infer("X", "FP32", [1.0]))
+    assert (r.status_code, r.json()) == (500, {"error": "internal error"})
+    assert "secret" not in r.text
+    r = await client.post("/v2/models/nope/infer", content=b'{"inputs": []}')
+    assert r.status_code == 404
+
+
+def _json_infer(name: str, datatype: str, data: list[Any]) -> bytes:
+    inp = {"name": name, "datatype": datatype, "shape": [len(data)], "data": data}
+    return orjson.dumps({"inputs": [inp]})
+
+
+async def test_repository_endpoints() -> None:
+    app, manager = _make_app()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        r = await c.post("/v2/repository/index")
+        assert {"name": "never_loaded"} in r.json()
+        assert {"name": "simple", "version": "1", "state": "READY"} in r.json()
+        r = await c.post("/v2/repository/index", json={"ready": True})
+        assert {"name": "never_loaded"} not in r.json()
+        params = {
+            "config": '{"max_batch_size": "16"}',
+            "file:1/model.onnx": base64.b64encode(b"ab").decode(),
+        }
+        r = await c.post("/v2/repository/models/m/load", json={"parameters": params})
+        assert (r.status_code, r.content) == (200, b"")
+        r = await c.post("/v2/repository/models/m2/load")
+        assert r.status_code == 200
+        r = await c.post(
+            "/v2/repository/models/m/unload", json={"parameters": {"unload_dependents": True}}
+        )
+        assert r.status_code == 200
+        assert manager.calls == [
+            ("load", "m", '{"max_batch_size": "16"}', {"1/model.onnx": b"ab"}),
+            ("load", "m2", None, None),
+            ("unload", "m", True),
+        ]
+        r = await c.post(
+            "/v2/repository/models/m/load", json={"parameters": {"file:x": "not base64!"}}
+        )
+        assert r.status_code == 400
+        assert "base64" in r.json()["error"]
+        r = await c.post("/v2/repository/models/broken/load")
+        assert r.status_code == 500
+        assert r.json()["error"].startswith("failed to load 'broken'")
+
+
+# ------------------------------------------------------------------------------------------------
+# over a real socket: uvicorn + httptools on uvloop, driven by tritonclient
+# ------------------------------------------------------------------------------------------------
+
+
+class _ServerThread:
+    """The server on its own uvloop event loop in a thread, as ``inferd serve`` runs it."""
+
+    def __init__(self) -> None:
+        self.app, _ = _make_app()
+        self.loop = uvloop.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.handle: HttpServer
+        self.handle, self.port = self.call(start_http_server(self.app, "127.0.0.1", 0))
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+    def close(self) -> None:
+        self.call(self.handle.stop(1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[_ServerThread]:
+    server = _ServerThread()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def triton(served: _ServerThread) -> Iterator[th.InferenceServerClient]:
+    c = th.InferenceServerClient(f"127.0.0.1:{served.port}", concurrency=2)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_tritonclient_basics(triton: th.InferenceServerClient) -> None:
+    assert triton.is_server_live()
+    assert triton.is_server_ready()
+    assert triton.is_model_ready("simple")
+    assert not triton.is_model_ready("nope")
+    assert triton.get_server_metadata()["name"] == "triton"
+    assert triton.get_model_metadata("simple", query_params={"a": "1"})["versions"] == ["1"]
+    assert triton.get_model_config("simple")["max_batch_size"] == 8
+    assert {"name": "never_loaded"} in triton.get_model_repository_index()
+    triton.load_model("x", config='{"max_batch_size": 2}')
+    triton.unload_model("x", unload_dependents=True)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("compression", [None, "gzip", "deflate"])
+def test_tritonclient_infer(
+    triton: th.InferenceServerClient, binary: bool, compression: str | None
+) -> None:
+    outputs = [th.InferRequestedOutput("OUTPUT0", binary_data=binary)]
+    result = triton.infer(
+        "simple",
+        _simple_inputs(binary),
+        outputs=outputs,
+        request_id="42",
+        request_compression_algorithm=compression,
+        response_compression_algorithm=compression,
+    )
+    assert result.get_response()["id"] == "42"
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(1, 17).reshape(1, 16))
+    assert result.as_numpy("OUTPUT1") is None
+
+
+def test_tritonclient_every_datatype(triton: th.InferenceServerClient) -> None:
+    rng = np.random.default_rng(0)
+    inputs, expected = [], {}
+    for d in datatypes.ALL:
+        if d.is_bytes:
+            array = np.array([b"x", b"\x00\xff", b""], dtype=object)
+        elif d.dtype.kind == "b":
+            array = rng.integers(0, 2, 5).astype(bool)
+        else:
+            array = (rng.random(5) * 100).astype(d.dtype)
+        infer_input = th.InferInput(f"IN_{d.name}", list(array.shape), d.name)
+        infer_input.set_data_from_numpy(array, binary_data=True)
+        inputs.append(infer_input)
+        expected[f"OUT_{d.name}"] = array
+    result = triton.infer("echo", inputs)
+    for name, array in expected.items():
+        got = result.as_numpy(name)
+        assert got is not None, name
+        assert got.tolist() == array.tolist(), name
+
+
+def test_tritonclient_errors_keep_the_server_serving(
+    triton: th.InferenceServerClient, served: _ServerThread
+) -> None:
+    with pytest.raises(InferenceServerException) as info:
+        triton.get_model_metadata("nope")
+    assert info.value.status() == "404"
+    assert "Request for unknown model" in info.value.message()
+    bad = th.InferInput("INPUT0", [1, 3], "INT32")
+    bad.set_data_from_numpy(np.zeros((1, 3), np.int32))
+    with pytest.raises(InferenceServerException) as info:
+        triton.infer("simple", [bad])
+    assert info.value.status() == "400"
+    with pytest.raises(InferenceServerException) as info:
+        triton.infer("failing", [_fp32_input()])
+    assert (info.value.status(), info.value.message()) == ("500", "internal error")
+    big = th.InferInput("INPUT0", [1, LIMIT], "INT32")
+    big.set_data_from_numpy(np.zeros((1, LIMIT), np.int32))
+    with pytest.raises(InferenceServerException) as info:
+        triton.infer("simple", [big])
+    assert info.value.status() == "413"
+    # the same pooled connections go on serving
+    for _ in range(3):
+        assert triton.infer("simple", _simple_inputs(True)).as_numpy("OUTPUT0") is not None
+
+
+def _fp32_input() -> th.InferInput:
+    x = th.InferInput("X", [2], "FP32")
+    x.set_data_from_numpy(np.zeros(2, np.float32))
+    return x
+
+
+def test_raw_socket_keep_alive_and_nodelay(served: _ServerThread) -> None:
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        for path in (b"/v2/health/live", b"/nowhere", b"/v2/health/ready"):
+            sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = _read_response(sock)
+            assert b"content-length:" in head.lower()
+
+        async def nodelay_flags() -> list[int]:
+            flags = []
+            for conn in served.handle.connections:
+                s = conn.transport.get_extra_info("socket")
+                flags.append(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            return flags
+
+        flags = served.call(nodelay_flags())
+        assert flags
+        assert all(flags)
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, "connection closed"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        rest += sock.recv(4096)
+    return head
+
+
+async def test_aio_client_gets_gzip_infer_replies_and_plain_json_elsewhere(
+    served: _ServerThread,
+) -> None:
+    aio = th_aio.InferenceServerClient(f"127.0.0.1:{served.port}")
+    try:
+        assert await aio.is_server_live()
+        assert (await aio.get_model_metadata("simple"))["name"] == "simple"
+        result = await aio.infer("simple", _simple_inputs(True))
+        assert result.as_numpy("OUTPUT1").tolist()[0] == [i - 1 for i in range(16)]
+    finally:
+        await aio.close()
