@@ -484,6 +484,15 @@ def test_raw_socket_keep_alive_and_nodelay(served: _ServerThread) -> None:
             sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
             head = _read_response(sock)
             assert b"content-length:" in head.lower()
+        # a refused oversized body does not spoil the connection
+        body = b"x" * (LIMIT * 3)
+        sock.sendall(
+            b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        assert _read_response(sock).startswith(b"HTTP/1.1 413")
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_response(sock).startswith(b"HTTP/1.1 200")
 
         async def nodelay_flags() -> list[int]:
             flags = []

@@ -38,8 +38,10 @@ def _arrays(dtype: datatypes.DataType, *, json_safe: bool) -> st.SearchStrategy[
     if dtype.name == "BF16":
         floats = st.floats(width=32, allow_nan=not json_safe, allow_infinity=not json_safe)
         return SHAPES.flatmap(
-            lambda shape: hnp.arrays(np.float32, shape, elements=floats).map(
-                lambda a: a.astype(ml_dtypes.bfloat16)
+            lambda shape: (
+                hnp.arrays(np.float32, shape, elements=floats)
+                .map(lambda a: a.astype(ml_dtypes.bfloat16))
+                .filter(lambda a: not json_safe or bool(np.isfinite(a.astype(np.float32)).all()))
             )
         )
     kind = dtype.dtype.kind
@@ -79,7 +81,7 @@ def _round_trip(request: InferRequest, outputs: dict[str, np.ndarray[Any, Any]])
 def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> None:
     assert a.shape == b.shape
     assert a.dtype == b.dtype
-    if a.dtype.kind == "f" or a.dtype == ml_dtypes.bfloat16:
+    if a.dtype.kind == "f" or a.dtype == ml_dtypes.bfloat16:  # NaN == NaN here
         np.testing.assert_array_equal(a.astype(np.float64), b.astype(np.float64))
     else:
         assert a.tolist() == b.tolist()
@@ -175,6 +177,17 @@ def test_bytes_output_that_is_not_utf8_goes_binary_even_when_json_is_asked() -> 
     assert entry["parameters"] == {"binary_data_size": len(blobs[0])}
     result = th.InferResult.from_response_body(header + blobs[0], header_length=len(header))
     assert result.as_numpy("Y").tolist() == [b"ok", b"\xff\xfe"]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])
+def test_non_finite_floats_requested_as_json_go_binary(dtype: Any) -> None:
+    values = np.array([np.nan, np.inf, -np.inf, 1.5], dtype=dtype)
+    request = InferRequest("m", {}, outputs=[RequestedOutput("Y", binary=False)])
+    header, blobs = v2_http.encode_infer_response(InferResponse("m", "1", {"Y": values}), request)
+    (entry,) = orjson.loads(header)["outputs"]
+    assert entry["parameters"] == {"binary_data_size": values.nbytes}
+    result = th.InferResult.from_response_body(header + b"".join(blobs), header_length=len(header))
+    _same(result.as_numpy("Y"), values)
 
 
 def test_nested_json_data_and_mixed_binary_inputs() -> None:

@@ -17,13 +17,12 @@ Wire rules (see PROTOCOL.md §1.7, §1.8, §2.1):
 
 Choices this codec makes where Triton leaves a gap:
 
-* A BYTES output requested as JSON whose elements are not all valid UTF-8 is sent in binary form
-  instead (with ``binary_data_size``); clients pick the format per output from its parameters, so
-  they read it unchanged, whereas an invalid JSON string would break their JSON parser.
+* An output requested as JSON that JSON cannot represent (BYTES elements that are not valid
+  UTF-8; NaN or infinite floats) is sent in binary form instead, with ``binary_data_size``.
+  Clients pick the format per output from its parameters, so they read it unchanged and exactly,
+  whereas an invalid JSON string or a ``NaN`` token would break their JSON parser.
 * FP16 and BF16 outputs requested as JSON are written as JSON numbers (Triton refuses); FP16/BF16
   *inputs* in JSON are refused with Triton's message.
-* Non-finite floats in JSON outputs are written as ``null`` (JSON has no NaN/Infinity);
-  tritonclient turns ``null`` back into NaN. Use binary outputs to keep infinities.
 * The host is assumed little-endian (as every platform numpy wheels ship for).
 """
 
@@ -477,6 +476,8 @@ def _json_data(array: np.ndarray[Any, Any], dtype: DataType) -> Any:
         return texts
     if dtype.name == "BF16":
         array = array.astype(np.float32)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        return None
     return np.ascontiguousarray(array).reshape(-1)
 
 
