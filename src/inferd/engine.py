@@ -18,6 +18,7 @@ from inferd.core.model_spec import ModelSpec
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.repository.manager_types import ModelManager, ServingModel
+from inferd.scheduling.stats import StatsSnapshot
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
 
@@ -27,6 +28,8 @@ EXTENSIONS: tuple[str, ...] = (
     "model_configuration",
     "binary_tensor_data",
     "parameters",
+    "statistics",
+    "schedule_policy",
 )
 
 
@@ -127,8 +130,8 @@ class Engine:
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
         model = self._manager.get(request.model_name, parse_version(request.model_version))
-        validate_request(request, model.spec)
-        outputs = await model.scheduler.submit(request)
+        rows = validate_request(request, model.spec)
+        outputs = await model.scheduler.submit(request, rows)
         return self._shape_response(request, model, outputs)
 
     @staticmethod
@@ -160,6 +163,11 @@ class Engine:
             outputs=selected,
             id=request.id,
         )
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def model_statistics(self, name: str = "", version: str = "") -> list[StatsSnapshot]:
+        return self._manager.statistics(name, parse_version(version))
 
     # -- repository ---------------------------------------------------------------------------
 

@@ -46,6 +46,26 @@ class ModelInstance(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(slots=True)
+class ExecutionTimes:
+    """Where an execution spent its time, for the statistics extension (nanoseconds)."""
+
+    input_ns: int = 0  # preparing inputs: concatenation, conversion, copies into the runtime
+    infer_ns: int = 0  # the runtime's own computation
+    output_ns: int = 0  # splitting and converting outputs
+
+
+class TimedInstance(ModelInstance, Protocol):
+    """An instance that reports the phases of each execution (optional).
+
+    Instances without ``execute_timed`` have their whole ``execute`` counted as compute time.
+    """
+
+    def execute_timed(
+        self, requests: Sequence[InferRequest], times: ExecutionTimes
+    ) -> list[Result]: ...
+
+
 class LoadedModel(Protocol):
     def create_instance(self, group: InstanceGroupSpec, index: int) -> ModelInstance: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inferd.backends.base import LoadContext, Outputs, Result
+from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
+from inferd.backends.batching import (
+    can_concatenate,
+    concatenate_inputs,
+    split_outputs,
+    union_outputs,
+)
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
@@ -353,9 +360,38 @@ class OnnxRuntimeInstance:
         return self._session
 
     def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
-        return [self._execute_one(request) for request in requests]
+        return self.execute_timed(requests, ExecutionTimes())
 
-    def _execute_one(self, request: InferRequest) -> Result:
+    def execute_timed(
+        self, requests: Sequence[InferRequest], times: ExecutionTimes
+    ) -> list[Result]:
+        """Run the requests as one batch when they stack; each alone otherwise.
+
+        If a stacked run fails on its inputs, every request is retried alone so that only the
+        bad one gets the error.
+        """
+        if len(requests) > 1 and self._batched and can_concatenate(requests):
+            t0 = time.perf_counter_ns()
+            try:
+                stacked, rows = concatenate_inputs(requests)
+                feeds = self._feeds(stacked)
+                wanted = union_outputs(requests, list(self._outputs))
+                t1 = time.perf_counter_ns()
+                outputs = self.run(feeds, wanted)
+                t2 = time.perf_counter_ns()
+                parts = split_outputs(outputs, rows)
+            except InvalidInputError:
+                pass  # fall through: find the culprit by running each request alone
+            else:
+                t3 = time.perf_counter_ns()
+                times.input_ns += t1 - t0
+                times.infer_ns += t2 - t1
+                times.output_ns += t3 - t2
+                return list(parts)
+        return [self._execute_one(request, times) for request in requests]
+
+    def _execute_one(self, request: InferRequest, times: ExecutionTimes) -> Result:
+        t0 = time.perf_counter_ns()
         try:
             feeds = self._feeds(request.inputs)
             wanted = (
@@ -363,9 +399,14 @@ class OnnxRuntimeInstance:
                 if request.outputs is None
                 else [o.name for o in request.outputs if o.name in self._outputs]
             )
-            return self.run(feeds, wanted)
+            t1 = time.perf_counter_ns()
+            result: Result = self.run(feeds, wanted)
+            t2 = time.perf_counter_ns()
         except InferdError as exc:
             return exc
+        times.input_ns += t1 - t0
+        times.infer_ns += t2 - t1
+        return result
 
     def _feeds(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
         feeds: dict[str, np.ndarray[Any, Any]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,9 @@ from inferd.repository.layout import list_versions
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.normalize import normalize_and_validate
 from inferd.scheduling.direct import DirectScheduler
+from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
 
@@ -44,9 +47,10 @@ class LoadedVersion:
     serving: ServingModel
     loaded: LoadedModel
     pool: InstancePool
-    scheduler: DirectScheduler
+    scheduler: DirectScheduler | DynamicBatcher
 
     def close(self) -> None:
+        """Stop the instance threads and release the model (blocking; call off the loop)."""
         self.pool.close()
         try:
             self.loaded.close()
@@ -119,7 +123,12 @@ def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:
     return labels
 
 
-def load_version(prepared: PreparedModel, version: int, registry: BackendRegistry) -> LoadedVersion:
+def load_version(
+    prepared: PreparedModel,
+    version: int,
+    registry: BackendRegistry,
+    loop: asyncio.AbstractEventLoop,
+) -> LoadedVersion:
     """Load one version and start its instances. Blocking."""
     spec = prepared.spec
     name = spec.name
@@ -149,7 +158,14 @@ def load_version(prepared: PreparedModel, version: int, registry: BackendRegistr
             instance.close()
         loaded.close()
         raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
-    pool = InstancePool(f"{name}-{version}", instances)
-    scheduler = DirectScheduler(pool)
-    serving = ServingModel(spec=spec, version=version, scheduler=scheduler, labels=labels)
+    stats = ModelStats(name, version)
+    pool = InstancePool(f"{name}-{version}", instances, stats, loop)
+    scheduler: DirectScheduler | DynamicBatcher
+    if spec.dynamic_batching is not None and spec.max_batch_size > 0:
+        scheduler = DynamicBatcher(spec, pool, stats)
+    else:
+        scheduler = DirectScheduler(pool, stats)
+    serving = ServingModel(
+        spec=spec, version=version, scheduler=scheduler, stats=stats, labels=labels
+    )
     return LoadedVersion(serving=serving, loaded=loaded, pool=pool, scheduler=scheduler)

@@ -21,6 +21,7 @@ from inferd.core.lifecycle import ModelState
 from inferd.core.metadata import IndexEntry
 from inferd.errors import (
     InferdError,
+    InvalidArgumentError,
     ModelLoadError,
     NotFoundError,
     UnavailableError,
@@ -35,6 +36,7 @@ from inferd.repository.loader import (
 )
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
+from inferd.scheduling.stats import StatsSnapshot
 
 _log = logging.getLogger("inferd.repository")
 
@@ -259,13 +261,14 @@ class RepositoryManager:
         name = record.name
         new: dict[int, LoadedVersion] = {}
         errors: list[str] = []
+        loop = asyncio.get_running_loop()
         record.status.pop(_MODEL_LEVEL, None)
         for version in prepared.versions:
             if version not in record.loaded:
                 record.status[version] = VersionStatus(ModelState.LOADING)
         results = await asyncio.gather(
             *(
-                asyncio.to_thread(load_version, prepared, v, self._registry)
+                asyncio.to_thread(load_version, prepared, v, self._registry, loop)
                 for v in prepared.versions
             ),
             return_exceptions=True,
@@ -311,6 +314,7 @@ class RepositoryManager:
     async def _retire(self, record: ModelRecord, retired: list[LoadedVersion]) -> None:
         for lv in retired:
             await lv.scheduler.drain()
+            lv.scheduler.shutdown()
             await asyncio.to_thread(lv.close)
 
     async def unload(self, name: str, *, unload_dependents: bool = False) -> None:
@@ -342,6 +346,26 @@ class RepositoryManager:
             if record.override_dir is not None:
                 _remove_override(record.override_dir)
                 record.override_dir = None
+
+    def statistics(self, name: str, version: int | None) -> list[StatsSnapshot]:
+        """Snapshots of READY versions: every model ("" name), one model, or one version."""
+        if not name:
+            return [
+                s.stats.snapshot()
+                for _, (versions, _) in sorted(self._ready.items())
+                for _, s in sorted(versions.items())
+            ]
+        entry = self._ready.get(name)
+        if entry is None:
+            raise InvalidArgumentError(f"requested model '{name}' is not available")
+        if version is None:
+            return [s.stats.snapshot() for _, s in sorted(entry[0].items())]
+        serving = entry[0].get(version)
+        if serving is None:
+            raise InvalidArgumentError(
+                f"requested model version is not available for model '{name}'"
+            )
+        return [serving.stats.snapshot()]
 
     # -- polling -------------------------------------------------------------------------------
 
@@ -398,6 +422,7 @@ class RepositoryManager:
             record.loaded = {}
             self._publish(record)
             for lv in retired:
+                lv.scheduler.shutdown()
                 await asyncio.to_thread(lv.close)
                 record.status[lv.serving.version] = VersionStatus(
                     ModelState.UNAVAILABLE, "unloaded"

@@ -10,10 +10,17 @@ import numpy as np
 from inferd.core.inference import InferRequest
 from inferd.core.metadata import IndexEntry
 from inferd.core.model_spec import ModelSpec
+from inferd.scheduling.stats import ModelStats, StatsSnapshot
 
 
 class Scheduler(Protocol):
-    async def submit(self, request: InferRequest) -> dict[str, np.ndarray[Any, Any]]: ...
+    async def submit(
+        self, request: InferRequest, rows: int = 1
+    ) -> dict[str, np.ndarray[Any, Any]]: ...
+
+    async def drain(self) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -23,6 +30,7 @@ class ServingModel:
     spec: ModelSpec
     version: int
     scheduler: Scheduler
+    stats: ModelStats
     labels: dict[str, list[str]] = field(default_factory=dict)  # output name -> class labels
 
 
@@ -40,3 +48,5 @@ class ModelManager(Protocol):
     ) -> None: ...
 
     async def unload(self, name: str, *, unload_dependents: bool) -> None: ...
+
+    def statistics(self, name: str, version: int | None) -> list[StatsSnapshot]: ...

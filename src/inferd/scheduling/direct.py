@@ -3,45 +3,44 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import numpy as np
 
 from inferd.core.inference import InferRequest
-from inferd.errors import InferdError
 from inferd.scheduling.instances import InstancePool, WorkItem
+from inferd.scheduling.stats import ModelStats
 
 
 class DirectScheduler:
-    def __init__(self, pool: InstancePool) -> None:
+    def __init__(self, pool: InstancePool, stats: ModelStats) -> None:
         self._pool = pool
+        self.stats = stats
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        stats.pending_source = lambda: max(0, self._in_flight - pool.size)
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
-    async def submit(self, request: InferRequest) -> dict[str, np.ndarray[Any, Any]]:
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[Any] = loop.create_future()
+    async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._in_flight += 1
         self._idle.clear()
         try:
-            self._pool.put(WorkItem([request], [waiter], loop))
-            result = await waiter
+            self._pool.put(WorkItem([request], [waiter], [time.monotonic_ns()], rows))
+            return await waiter  # type: ignore[no-any-return]
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
-        if isinstance(result, InferdError):
-            raise result
-        return result  # type: ignore[no-any-return]
 
     async def drain(self) -> None:
         """Wait until no request is in flight."""
         await self._idle.wait()
 
-    def close(self) -> None:
-        self._pool.close()
+    def shutdown(self) -> None:
+        """Nothing waits outside the pool; present for symmetry with the batcher."""

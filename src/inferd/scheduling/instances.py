@@ -3,7 +3,7 @@
 Native runtimes release the GIL while they compute, so each instance runs on its own thread and
 several instances compute in parallel. Work reaches the threads through one shared queue, so a
 batch goes to whichever instance is free first; results come back to the event loop with a single
-``call_soon_threadsafe`` per batch.
+``call_soon_threadsafe`` per batch, where statistics are counted and waiters resolved.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.backends.base import ModelInstance, Result
+from inferd.backends.base import ExecutionTimes, ModelInstance, Result
 from inferd.core.inference import InferRequest
-from inferd.errors import InferdError, InternalError
+from inferd.errors import InferdError, InternalError, RequestCancelledError
+from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.scheduling")
 
@@ -29,28 +31,33 @@ Waiter = asyncio.Future[Any]
 class WorkItem:
     requests: list[InferRequest]
     waiters: list[Waiter]
-    loop: asyncio.AbstractEventLoop
-
-
-def _deliver(waiters: Sequence[Waiter], results: Sequence[Result | BaseException]) -> None:
-    for waiter, result in zip(waiters, results, strict=True):
-        if waiter.done():  # the client went away meanwhile
-            continue
-        if isinstance(result, BaseException):
-            waiter.set_exception(result)
-        else:
-            waiter.set_result(result)
+    arrivals_ns: list[int]  # when each request reached its scheduler (monotonic)
+    rows: int  # total batch rows
 
 
 class InstancePool:
-    """Owns the instance threads of one model version."""
+    """Owns the instance threads of one model version.
 
-    def __init__(self, name: str, instances: Sequence[ModelInstance]) -> None:
+    ``free`` counts instances with no work assigned (maintained on the event loop thread);
+    ``on_free`` is called on the loop each time an instance finishes a batch.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instances: Sequence[ModelInstance],
+        stats: ModelStats,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         if not instances:
             raise InternalError(f"model '{name}' has no instances")
         self._name = name
         self._instances = list(instances)
+        self._stats = stats
+        self._loop = loop
         self._queue: queue.SimpleQueue[WorkItem | None] = queue.SimpleQueue()
+        self._assigned = 0
+        self.on_free: Callable[[], None] | None = None
         self._threads = [
             threading.Thread(target=self._run, args=(inst,), name=f"inferd-{name}-{i}", daemon=True)
             for i, inst in enumerate(self._instances)
@@ -62,44 +69,105 @@ class InstancePool:
     def size(self) -> int:
         return len(self._instances)
 
+    @property
+    def free(self) -> int:
+        return len(self._instances) - self._assigned
+
     def put(self, item: WorkItem) -> None:
+        """Hand a batch to the first free instance (call on the event loop thread)."""
+        self._assigned += 1
         self._queue.put(item)
 
+    # -- worker threads ------------------------------------------------------------------------
+
     def _run(self, instance: ModelInstance) -> None:
+        timed = getattr(instance, "execute_timed", None)
         while True:
             item = self._queue.get()
             if item is None:
                 return
+            start_ns = time.monotonic_ns()
             live = [i for i, w in enumerate(item.waiters) if not w.done()]
-            if not live:
-                continue  # every client of this batch has gone: skip the work
-            if len(live) != len(item.waiters):
-                requests = [item.requests[i] for i in live]
-                waiters = [item.waiters[i] for i in live]
-            else:
-                requests, waiters = item.requests, item.waiters
-            results: list[Result | BaseException]
-            try:
-                results = list(instance.execute(requests))
-                if len(results) != len(requests):
-                    raise InternalError(
-                        f"model '{self._name}' returned {len(results)} results "
-                        f"for {len(requests)} requests"
-                    )
-            except InferdError as exc:
-                results = [exc] * len(requests)
-            except Exception:
-                _log.exception("model '%s' failed while executing a batch", self._name)
-                results = [InternalError(f"model '{self._name}' failed while executing")] * len(
-                    requests
+            times = ExecutionTimes()
+            results: list[Result | BaseException] = [
+                RequestCancelledError("the request was cancelled")
+            ] * len(item.requests)
+            if live:
+                requests = (
+                    item.requests
+                    if len(live) == len(item.requests)
+                    else [item.requests[i] for i in live]
                 )
+                produced = self._execute(instance, timed, requests, times)
+                for i, result in zip(live, produced, strict=True):
+                    results[i] = result
+                if timed is None:
+                    times.infer_ns = time.monotonic_ns() - start_ns
             try:
-                item.loop.call_soon_threadsafe(_deliver, waiters, results)
+                self._loop.call_soon_threadsafe(
+                    self._complete, item, results, times, start_ns, bool(live)
+                )
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
 
+    def _execute(
+        self,
+        instance: ModelInstance,
+        timed: Any,
+        requests: list[InferRequest],
+        times: ExecutionTimes,
+    ) -> list[Result | BaseException]:
+        try:
+            if timed is not None:
+                out: list[Result] = timed(requests, times)
+            else:
+                out = instance.execute(requests)
+            if len(out) != len(requests):
+                raise InternalError(
+                    f"model '{self._name}' returned {len(out)} results for {len(requests)} requests"
+                )
+            return list(out)
+        except InferdError as exc:
+            return [exc] * len(requests)
+        except Exception:
+            _log.exception("model '%s' failed while executing a batch", self._name)
+            return [InternalError(f"model '{self._name}' failed while executing")] * len(requests)
+
+    # -- back on the event loop ----------------------------------------------------------------
+
+    def _complete(
+        self,
+        item: WorkItem,
+        results: list[Result | BaseException],
+        times: ExecutionTimes,
+        start_ns: int,
+        executed: bool,
+    ) -> None:
+        self._assigned -= 1
+        stats = self._stats
+        now = time.monotonic_ns()
+        if executed:
+            stats.record_execution(item.rows, times.input_ns, times.infer_ns, times.output_ns)
+        for waiter, result, arrival in zip(item.waiters, results, item.arrivals_ns, strict=True):
+            total = now - arrival
+            if waiter.done():
+                stats.record_failure(total, "CANCELED")
+                continue
+            if isinstance(result, BaseException):
+                stats.record_failure(
+                    total, "CANCELED" if isinstance(result, RequestCancelledError) else "BACKEND"
+                )
+                waiter.set_exception(result)
+            else:
+                stats.record_success(
+                    total, start_ns - arrival, times.input_ns, times.infer_ns, times.output_ns
+                )
+                waiter.set_result(result)
+        if self.on_free is not None:
+            self.on_free()
+
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the threads after the queued work and close the instances."""
+        """Stop the threads after the queued work and close the instances (blocking)."""
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:

@@ -91,7 +91,8 @@ def start_server(
 
     def pump() -> None:
         assert process.stdout is not None
-        with log_path.open("wb") as log:
+        # closing the pipe here, at EOF, keeps the Popen object from leaking it (ResourceWarning)
+        with process.stdout, log_path.open("wb") as log:
             for line in process.stdout:
                 log.write(line)
                 log.flush()

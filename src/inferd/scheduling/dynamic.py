@@ -1,0 +1,180 @@
+"""The dynamic batcher's driver: snapshot the queue, ask the policy, dispatch, wait.
+
+All decisions come from :func:`inferd.scheduling.policy.decide`; this class only owns the
+queue, one background task, and a timer. It wakes on three events: a request arrives, an
+instance becomes free, or the policy's ``wake_at`` time comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from inferd.core.clock import Clock, SystemClock
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import ModelSpec
+from inferd.errors import DeadlineExceededError, InferdError, UnavailableError
+from inferd.scheduling.instances import InstancePool, WorkItem
+from inferd.scheduling.policy import BatchPolicy, decide
+from inferd.scheduling.queues import AdmissionQueues, Entry
+from inferd.scheduling.stats import ModelStats
+
+_log = logging.getLogger("inferd.scheduling")
+
+
+def shape_key(request: InferRequest, ragged: frozenset[str]) -> Hashable:
+    """Requests batch together only if every non-ragged input has the same non-batch dims."""
+    return tuple(
+        (name, None if name in ragged else array.shape[1:], array.dtype.str)
+        for name, array in sorted(request.inputs.items())
+    )
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        pool: InstancePool,
+        stats: ModelStats,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        assert spec.dynamic_batching is not None
+        db = spec.dynamic_batching
+        self._spec = spec
+        self._pool = pool
+        self.stats = stats
+        self._clock = clock or SystemClock()
+        self._policy = BatchPolicy(
+            max_batch_size=spec.max_batch_size,
+            preferred_batch_sizes=tuple(sorted(db.preferred_batch_sizes)),
+            max_queue_delay_ns=db.max_queue_delay_us * 1000,
+        )
+        self._ragged = frozenset(t.name for t in spec.inputs if t.allow_ragged_batch)
+        self._queues = AdmissionQueues(db)
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        pool.on_free = self._wake.set
+        stats.pending_source = lambda: len(self._queues)
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def _ensure_running(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"inferd-batcher-{self._spec.name}"
+            )
+
+    async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
+        if self._closed:
+            raise UnavailableError(f"model '{self._spec.name}' is unloading")
+        self._ensure_running()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Any] = loop.create_future()
+        try:
+            entry = self._queues.admit(
+                request,
+                waiter,
+                rows=rows,
+                shape_key=shape_key(request, self._ragged),
+                now_ns=self._clock.monotonic_ns(),
+            )
+        except InferdError as exc:
+            self.stats.record_rejection(type(exc).__name__)
+            raise
+        self._in_flight += 1
+        self._idle.clear()
+        self._wake.set()
+        try:
+            return await waiter  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            self._queues.remove([entry])  # never let an abandoned request enter a batch
+            raise
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            try:
+                self._step(loop)
+            except Exception:  # one bad step must never stop the batcher
+                _log.exception("dynamic batcher of model '%s' failed a step", self._spec.name)
+            await self._wake.wait()
+            self._wake.clear()
+
+    def _step(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            now = self._clock.monotonic_ns()
+            entries = self._queues.ordered(now)
+            if not entries:
+                return
+            decision = decide([e.view for e in entries], now, self._policy, self._pool.free)
+            expired = [entries[i] for i in decision.expired]
+            for entry in expired:
+                self.stats.record_rejection("queue_timeout")
+                if not entry.waiter.done():
+                    entry.waiter.set_exception(
+                        DeadlineExceededError(
+                            f"Request timeout expired: request to model '{self._spec.name}' "
+                            "waited in the queue past its timeout"
+                        )
+                    )
+            taken = [entries[i] for i in decision.take]
+            self._queues.remove(expired + taken)
+            if taken:
+                self._dispatch(taken, decision.reason.value if decision.reason else "")
+                continue  # another batch may be ready for another free instance
+            self._arm_timer(loop, decision.wake_at_ns, now)
+            return
+
+    def _dispatch(self, taken: list[Entry], reason: str) -> None:
+        live = [e for e in taken if not e.waiter.done()]
+        if not live:
+            return
+        self.stats.close_reasons[reason] += 1
+        self._pool.put(
+            WorkItem(
+                requests=[e.request for e in live],
+                waiters=[e.waiter for e in live],
+                arrivals_ns=[e.view.arrival_ns for e in live],
+                rows=sum(e.view.rows for e in live),
+            )
+        )
+
+    def _arm_timer(self, loop: asyncio.AbstractEventLoop, wake_at_ns: int | None, now: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if wake_at_ns is not None:
+            delay_s = max(0.0, (wake_at_ns - now) / 1e9)
+            self._timer = loop.call_later(delay_s, self._wake.set)
+
+    async def drain(self) -> None:
+        await self._idle.wait()
+
+    def shutdown(self) -> None:
+        """Refuse new work, fail what still waits, stop the task (on the event loop thread)."""
+        self._closed = True
+        for entry in self._queues.drain_all():
+            if not entry.waiter.done():
+                entry.waiter.set_exception(
+                    UnavailableError(f"model '{self._spec.name}' was unloaded")
+                )
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,180 @@
+"""Per model version statistics in Triton's shape, updated on the event loop thread only.
+
+Components update plain counters on the hot path; the statistics endpoints and the Prometheus
+collectors read :meth:`ModelStats.snapshot` when asked, so no metric call sits on the hot path.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# request latency buckets in microseconds, for the latency histogram
+LATENCY_BUCKETS_US: tuple[float, ...] = (
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+)
+# batch-size histogram buckets (rows per execution)
+BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+
+@dataclass(slots=True)
+class BatchStat:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int]
+    total: float = 0.0
+
+    @classmethod
+    def with_bounds(cls, bounds: tuple[float, ...]) -> Histogram:
+        return cls(bounds, [0] * (len(bounds) + 1))
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def copy(self) -> Histogram:
+        return Histogram(self.bounds, list(self.counts), self.total)
+
+
+@dataclass(slots=True)
+class StatsSnapshot:
+    name: str
+    version: str
+    last_inference_ms: int
+    inference_count: int
+    execution_count: int
+    success: Duration
+    fail: Duration
+    queue: Duration
+    compute_input: Duration
+    compute_infer: Duration
+    compute_output: Duration
+    cache_hit: Duration
+    cache_miss: Duration
+    batch_stats: dict[int, BatchStat]
+    failures: dict[str, int]  # by Triton reason
+    rejections: dict[str, int]  # admission refusals by inferd reason
+    batch_close_reasons: dict[str, int]  # why each batch was sent when it was
+    pending: int
+    latency_us: Histogram
+    batch_rows: Histogram
+
+
+class ModelStats:
+    """Counters of one model version. Single-threaded: call only from the event loop."""
+
+    def __init__(self, name: str, version: int) -> None:
+        self.name = name
+        self.version = str(version)
+        self.last_inference_ms = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.batch_stats: dict[int, BatchStat] = {}
+        self.failures: Counter[str] = Counter()
+        self.rejections: Counter[str] = Counter()
+        self.close_reasons: Counter[str] = Counter()
+        self.latency_us = Histogram.with_bounds(LATENCY_BUCKETS_US)
+        self.batch_rows = Histogram.with_bounds(BATCH_BUCKETS)
+        self.pending_source: Callable[[], int] = lambda: 0  # requests not yet executing
+
+    def record_execution(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.execution_count += 1
+        self.inference_count += rows
+        stat = self.batch_stats.get(rows)
+        if stat is None:
+            stat = self.batch_stats[rows] = BatchStat()
+        stat.compute_input.add(input_ns)
+        stat.compute_infer.add(infer_ns)
+        stat.compute_output.add(output_ns)
+        self.batch_rows.observe(rows)
+        self.last_inference_ms = time.time_ns() // 1_000_000  # a reported timestamp, not a timer
+
+    def record_success(
+        self, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        self.latency_us.observe(total_ns / 1000)
+
+    def record_failure(self, total_ns: int, reason: str) -> None:
+        self.fail.add(total_ns)
+        self.failures[reason] += 1
+
+    def record_rejection(self, reason: str) -> None:
+        self.rejections[reason] += 1
+        self.fail.add(0)
+        self.failures["REJECTED"] += 1
+
+    def snapshot(self) -> StatsSnapshot:
+        def d(x: Duration) -> Duration:
+            return Duration(x.count, x.ns)
+
+        return StatsSnapshot(
+            name=self.name,
+            version=self.version,
+            last_inference_ms=self.last_inference_ms,
+            inference_count=self.inference_count,
+            execution_count=self.execution_count,
+            success=d(self.success),
+            fail=d(self.fail),
+            queue=d(self.queue),
+            compute_input=d(self.compute_input),
+            compute_infer=d(self.compute_infer),
+            compute_output=d(self.compute_output),
+            cache_hit=Duration(),
+            cache_miss=Duration(),
+            batch_stats={
+                k: BatchStat(d(v.compute_input), d(v.compute_infer), d(v.compute_output))
+                for k, v in sorted(self.batch_stats.items())
+            },
+            failures={r: self.failures.get(r, 0) for r in FAILURE_REASONS},
+            rejections=dict(self.rejections),
+            batch_close_reasons=dict(self.close_reasons),
+            pending=self.pending_source(),
+            latency_us=self.latency_us.copy(),
+            batch_rows=self.batch_rows.copy(),
+        )
