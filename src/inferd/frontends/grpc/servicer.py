@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from inferd.codecs import statistics
 from inferd.codecs.v2_grpc import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     decode_infer_request,
@@ -125,7 +126,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            raise UnsupportedError("the statistics extension is not implemented by this server yet")
+            snapshots = self._engine.model_statistics(request.name, request.version)
+            return statistics.to_proto(snapshots)
 
     # -- inference ----------------------------------------------------------------------------
 

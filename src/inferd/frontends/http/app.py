@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferd.codecs import v2_http
+from inferd.codecs import statistics, v2_http
 from inferd.engine import Engine
-from inferd.errors import InvalidArgumentError, UnsupportedError
+from inferd.errors import InvalidArgumentError
 from inferd.frontends.http.compression import (
     choose_response_coding,
     compress_response,
@@ -211,7 +211,8 @@ class HttpApp:
         return Reply.json(to_json_dict(spec.proto))
 
     async def _statistics(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        raise UnsupportedError("the statistics extension is not available on this server yet")
+        snapshots = self._engine.model_statistics(route.model or "", route.version or "")
+        return Reply.json(statistics.to_json(snapshots))
 
     # -- inference ----------------------------------------------------------------------------
 
