@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -28,7 +27,7 @@ output [
 
 def add_sub_model(offset: int = 0) -> bytes:
     """OUTPUT0 = INPUT0 + INPUT1 + offset, OUTPUT1 = INPUT0 - INPUT1 (INT32, [-1, 16])."""
-    shape = ["batch", 16]
+    shape: list[str | int | None] = ["batch", 16]
     inputs = [
         helper.make_tensor_value_info(n, TensorProto.INT32, shape) for n in ("INPUT0", "INPUT1")
     ]
@@ -72,7 +71,8 @@ def finish(graph: onnx.GraphProto) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    data: bytes = model.SerializeToString()
+    return data
 
 
 def write_model(
@@ -95,7 +95,7 @@ def onnx_type(datatype: DataType) -> int:
     return int(helper.np_dtype_to_tensor_dtype(datatype.dtype))
 
 
-def identity_model(pairs: list[tuple[str, str, int]], shape: list[Any]) -> bytes:
+def identity_model(pairs: list[tuple[str, str, int]], shape: list[str | int | None]) -> bytes:
     """One ``Identity`` per ``(input, output, onnx type)``, every tensor of ``shape``."""
     nodes = [helper.make_node("Identity", [i], [o]) for i, o, _ in pairs]
     inputs = [helper.make_tensor_value_info(i, t, shape) for i, _, t in pairs]

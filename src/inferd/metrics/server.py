@@ -2,23 +2,62 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from inferd.engine import Engine
+from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
 from inferd.metrics.system import SystemCollector
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def build_registry(engine: Engine) -> CollectorRegistry:
     """A fresh registry for one server; nothing is registered globally."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(SystemCollector())
+    registry.register(ModelCollector(lambda: engine.model_statistics()))
     return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The text exposition, with Triton's counters under their bare names (no ``_total``)."""
+    text = generate_latest(registry)
+    for name in TRITON_COUNTERS:
+        text = text.replace(f" {name}_total ".encode(), f" {name} ".encode())
+    return text
+
+
+class MetricsApp:
+    """A tiny ASGI app: ``GET /metrics``. Collectors read state on the event loop thread."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] != "/metrics":
+            status, body, ctype = 404, b'{"error":"Not Found"}', b"application/json"
+        elif scope["method"] not in ("GET", "HEAD"):
+            status, body, ctype = 405, b'{"error":"Method Not Allowed"}', b"application/json"
+        else:
+            status, body, ctype = 200, render(self._registry), CONTENT_TYPE_LATEST.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
 
 async def start_metrics_server(engine: Engine, host: str, port: int) -> tuple[Any, int]:
     from inferd.frontends.http.server import start_http_server
 
-    app = make_asgi_app(registry=build_registry(engine))
-    return await start_http_server(app, host, port)
+    return await start_http_server(MetricsApp(build_registry(engine)), host, port)

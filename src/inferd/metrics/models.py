@@ -1,0 +1,166 @@
+"""Per-model metrics with Triton's names, read from statistics snapshots at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from inferd.scheduling.stats import Histogram, StatsSnapshot
+
+_LABELS = ["model", "version"]
+
+# counters Triton exposes under their bare names; the exposition drops the "_total" suffix
+TRITON_COUNTERS = (
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+)
+
+
+def _buckets(h: Histogram) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip(h.bounds, h.counts, strict=False):
+        running += count
+        out.append((repr(float(bound)), running))
+    out.append(("+Inf", running + h.counts[-1]))
+    return out
+
+
+def _microseconds(attr: str) -> Callable[[StatsSnapshot], float]:
+    def read(s: StatsSnapshot) -> float:
+        return float(getattr(s, attr).ns) / 1000
+
+    return read
+
+
+class _TritonCounter(Metric):
+    """A counter exposed under its bare name, as Triton does (no ``_total`` suffix)."""
+
+    def __init__(self, name: str, doc: str, extra_label: str | None = None) -> None:
+        super().__init__(name, doc, "counter")
+        self.name = name  # Metric strips nothing here, but keep the exact name regardless
+        self._labels = [*_LABELS, extra_label] if extra_label else list(_LABELS)
+
+    def add(self, values: list[str], value: float) -> None:
+        self.add_sample(self.name, dict(zip(self._labels, values, strict=True)), value)
+
+
+class ModelCollector(Collector):
+    """Reads ``snapshots()`` (every READY model version) each time Prometheus scrapes."""
+
+    def __init__(self, snapshots: Callable[[], Sequence[StatsSnapshot]]) -> None:
+        self._snapshots = snapshots
+
+    def collect(self) -> Iterator[Metric]:
+        snaps = self._snapshots()
+
+        def counter(name: str, doc: str, value: Callable[[StatsSnapshot], float]) -> Metric:
+            family = _TritonCounter(name, doc)
+            for s in snaps:
+                family.add([s.name, s.version], value(s))
+            return family
+
+        yield counter(
+            "nv_inference_request_success",
+            "Number of successful inference requests, all batch sizes",
+            lambda s: s.success.count,
+        )
+        failure = _TritonCounter(
+            "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes",
+            extra_label="reason",
+        )
+        for s in snaps:
+            for reason, count in s.failures.items():
+                failure.add([s.name, s.version, reason], count)
+        yield failure
+        yield counter(
+            "nv_inference_count",
+            "Number of inferences performed (does not include cached requests)",
+            lambda s: s.inference_count,
+        )
+        yield counter(
+            "nv_inference_exec_count",
+            "Number of model executions performed (does not include cached requests)",
+            lambda s: s.execution_count,
+        )
+        for name, doc, attr in (
+            (
+                "nv_inference_request_duration_us",
+                "Cumulative inference request duration",
+                "success",
+            ),
+            ("nv_inference_queue_duration_us", "Cumulative inference queuing duration", "queue"),
+            (
+                "nv_inference_compute_input_duration_us",
+                "Cumulative compute input duration",
+                "compute_input",
+            ),
+            (
+                "nv_inference_compute_infer_duration_us",
+                "Cumulative compute inference duration",
+                "compute_infer",
+            ),
+            (
+                "nv_inference_compute_output_duration_us",
+                "Cumulative inference compute output duration",
+                "compute_output",
+            ),
+        ):
+            yield counter(name, f"{doc} in microseconds", _microseconds(attr))
+        pending = GaugeMetricFamily(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            labels=_LABELS,
+        )
+        for s in snaps:
+            pending.add_metric([s.name, s.version], s.pending)
+        yield pending
+
+        latency = HistogramMetricFamily(
+            "inferd_request_latency_us",
+            "End-to-end request latency inside the server, in microseconds",
+            labels=_LABELS,
+        )
+        batch = HistogramMetricFamily(
+            "inferd_batch_size",
+            "Rows per model execution (batch size)",
+            labels=_LABELS,
+        )
+        for s in snaps:
+            latency.add_metric([s.name, s.version], _buckets(s.latency_us), s.latency_us.total)
+            batch.add_metric([s.name, s.version], _buckets(s.batch_rows), s.batch_rows.total)
+        yield latency
+        yield batch
+        rejected = CounterMetricFamily(
+            "inferd_rejected_requests",
+            "Requests refused before execution, by reason (queue full, queue timeout...)",
+            labels=[*_LABELS, "reason"],
+        )
+        closed = CounterMetricFamily(
+            "inferd_batches_closed",
+            "Batches sent by the dynamic batcher, by why they were sent when they were "
+            "(full, preferred, shape_mismatch, no_room, delay_expired, no_delay)",
+            labels=[*_LABELS, "reason"],
+        )
+        for s in snaps:
+            for reason, count in sorted(s.rejections.items()):
+                rejected.add_metric([s.name, s.version, reason], count)
+            for reason, count in sorted(s.batch_close_reasons.items()):
+                closed.add_metric([s.name, s.version, reason], count)
+        yield rejected
+        yield closed
