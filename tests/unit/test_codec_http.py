@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.http._utils import _get_inference_request
 
 from inferd.codecs import v2_http
-from inferd.codecs.bytes_tensor import serialize_bytes_elements
+from inferd.codecs.raw_tensor import serialize_bytes_elements
 from inferd.core import datatypes
 from inferd.core.inference import InferRequest, InferResponse, RequestedOutput
 from inferd.core.metadata import IndexEntry, ModelMetadata, TensorMetadata

@@ -13,7 +13,6 @@ per output in ``outputs`` order, because the C++ client indexes it unconditional
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping
 from math import prod
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
+from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
@@ -32,14 +32,11 @@ __all__ = [
     "decode_parameters",
     "encode_infer_response",
     "encode_parameters",
-    "serialize_bytes_tensor",
-    "split_bytes_tensor",
 ]
 
 ENABLE_EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 
 _SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
-_LENGTH = struct.Struct("<I")
 
 # typed ``InferTensorContents`` field -> the numpy dtype the wire uses for it
 _WIRE_DTYPES: dict[str, np.dtype[Any]] = {
@@ -113,59 +110,6 @@ def _reject_shm(params: Mapping[str, Any], what: str, model: str) -> None:
             )
 
 
-# -- BYTES tensors ------------------------------------------------------------------------------
-
-
-def split_bytes_tensor(raw: bytes, count: int, what: str) -> np.ndarray[Any, Any]:
-    """Decode 4-byte little-endian length-prefixed elements into a 1-D object array of bytes.
-
-    ``what`` names the tensor in error messages, e.g. ``"input 'X' for model 'm'"``.
-    """
-    items: list[bytes] = []
-    pos, end = 0, len(raw)
-    while pos < end:
-        if end - pos < 4:
-            raise InvalidArgumentError(
-                f"malformed BYTES data for {what}: {end - pos} trailing byte(s) cannot hold the "
-                "4-byte length of another element"
-            )
-        (length,) = _LENGTH.unpack_from(raw, pos)
-        pos += 4
-        if length > end - pos:
-            raise InvalidArgumentError(
-                f"malformed BYTES data for {what}: element {len(items)} declares {length} bytes "
-                f"but only {end - pos} remain"
-            )
-        items.append(raw[pos : pos + length])
-        pos += length
-    if len(items) != count:
-        raise InvalidArgumentError(
-            f"unexpected number of BYTES elements for {what}: the shape holds {count} "
-            f"element(s), the data holds {len(items)}"
-        )
-    array = np.empty(count, dtype=object)
-    array[:] = items
-    return array
-
-
-def _as_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    return str(item).encode("utf-8")
-
-
-def serialize_bytes_tensor(array: np.ndarray[Any, Any]) -> bytes:
-    """Row-major elements, each as a 4-byte little-endian length followed by its bytes."""
-    parts: list[bytes] = []
-    for item in array.ravel(order="C"):
-        data = _as_bytes(item)
-        parts.append(_LENGTH.pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
 # -- requests -----------------------------------------------------------------------------------
 
 
@@ -176,21 +120,6 @@ def _shape_of(tensor: Any, what: str) -> tuple[int, ...]:
             f"invalid shape {list(shape)} for {what}: dimensions must be >= 0"
         )
     return shape
-
-
-def _from_raw(
-    raw: bytes, dtype: DataType, shape: tuple[int, ...], what: str
-) -> np.ndarray[Any, Any]:
-    count = prod(shape)
-    if dtype.is_bytes:
-        return split_bytes_tensor(raw, count, what).reshape(shape)
-    expected = count * dtype.itemsize
-    if len(raw) != expected:
-        raise InvalidArgumentError(
-            f"input byte size mismatch for {what}: expected {expected} bytes for shape "
-            f"{list(shape)} of {dtype.name}, got {len(raw)}"
-        )
-    return np.frombuffer(raw, dtype=dtype.dtype).reshape(shape)
 
 
 def _from_contents(
@@ -289,7 +218,7 @@ def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
             raise InvalidArgumentError(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
-        inputs[name] = _from_raw(raw_contents[raw_index], dtype, shape, what)
+        inputs[name] = tensor_from_buffer(raw_contents[raw_index], dtype, shape, what)
         raw_index += 1
     if raw_index != raw_count:
         raise InvalidArgumentError(
@@ -314,7 +243,7 @@ def _raw_output(array: np.ndarray[Any, Any]) -> tuple[DataType, bytes]:
         array = array.astype(array.dtype.newbyteorder("<"))
     dtype = datatypes.from_dtype(array.dtype)
     if dtype.is_bytes:
-        return dtype, serialize_bytes_tensor(array)
+        return dtype, serialize_bytes_elements(array.ravel(order="C"))
     return dtype, array.tobytes(order="C")  # protobuf bytes fields accept only bytes
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferd.codecs.bytes_tensor import deserialize_bytes_elements, serialize_bytes_elements
+from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
@@ -132,7 +132,8 @@ def decode_infer_request(
                 f"{body_bytes - offset} bytes remain in the request body for model "
                 f"'{model_name}'"
             )
-        inputs[name] = _binary_tensor(rest[offset : offset + size], dtype, shape, name, model_name)
+        what = f"input '{name}' for model '{model_name}'"
+        inputs[name] = tensor_from_buffer(rest[offset : offset + size], dtype, shape, what)
         offset += size
     if offset != body_bytes:
         raise InvalidArgumentError(
@@ -336,23 +337,6 @@ def _json_tensor(
             f"data of input '{name}' does not fit datatype {dtype.name}: {exc}"
         ) from None
     return array.reshape(shape)
-
-
-def _binary_tensor(
-    blob: memoryview, dtype: DataType, shape: tuple[int, ...], name: str, model_name: str
-) -> np.ndarray[Any, Any]:
-    count = _element_count(shape)
-    if dtype.is_bytes:
-        what = f"input '{name}' for model '{model_name}'"
-        return deserialize_bytes_elements(blob, count, what).reshape(shape)
-    expected = count * dtype.itemsize
-    if len(blob) != expected:
-        raise InvalidArgumentError(
-            f"unexpected size for input '{name}', expecting {expected} bytes "
-            f"(shape {list(shape)} of {dtype.name}) but binary_data_size is {len(blob)} "
-            f"for model '{model_name}'"
-        )
-    return np.frombuffer(blob, dtype=dtype.dtype, count=count).reshape(shape)
 
 
 def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:

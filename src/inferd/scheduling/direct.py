@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import numpy as np
 
+from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
 from inferd.scheduling.instances import InstancePool, WorkItem
 from inferd.scheduling.stats import ModelStats
 
 
 class DirectScheduler:
-    def __init__(self, pool: InstancePool, stats: ModelStats) -> None:
+    def __init__(self, pool: InstancePool, stats: ModelStats, clock: Clock | None = None) -> None:
         self._pool = pool
+        self._clock = clock or SystemClock()
         self.stats = stats
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -31,7 +32,7 @@ class DirectScheduler:
         self._in_flight += 1
         self._idle.clear()
         try:
-            self._pool.put(WorkItem([request], [waiter], [time.monotonic_ns()], rows))
+            self._pool.put(WorkItem([request], [waiter], [self._clock.monotonic_ns()], rows))
             return await waiter  # type: ignore[no-any-return]
         finally:
             self._in_flight -= 1

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.core.clock import Clock, SystemClock
+from inferd.core.clock import Clock, SystemClock, TimerHandle
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import DeadlineExceededError, InferdError, UnavailableError
@@ -57,7 +57,7 @@ class DynamicBatcher:
         self._ragged = frozenset(t.name for t in spec.inputs if t.allow_ragged_batch)
         self._queues = AdmissionQueues(db)
         self._wake = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -107,16 +107,15 @@ class DynamicBatcher:
                 self._idle.set()
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while not self._closed:
             try:
-                self._step(loop)
+                self._step()
             except Exception:  # one bad step must never stop the batcher
                 _log.exception("dynamic batcher of model '%s' failed a step", self._spec.name)
             await self._wake.wait()
             self._wake.clear()
 
-    def _step(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _step(self) -> None:
         while True:
             now = self._clock.monotonic_ns()
             entries = self._queues.ordered(now)
@@ -138,7 +137,7 @@ class DynamicBatcher:
             if taken:
                 self._dispatch(taken, decision.reason.value if decision.reason else "")
                 continue  # another batch may be ready for another free instance
-            self._arm_timer(loop, decision.wake_at_ns, now)
+            self._arm_timer(decision.wake_at_ns, now)
             return
 
     def _dispatch(self, taken: list[Entry], reason: str) -> None:
@@ -155,13 +154,12 @@ class DynamicBatcher:
             )
         )
 
-    def _arm_timer(self, loop: asyncio.AbstractEventLoop, wake_at_ns: int | None, now: int) -> None:
+    def _arm_timer(self, wake_at_ns: int | None, now: int) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if wake_at_ns is not None:
-            delay_s = max(0.0, (wake_at_ns - now) / 1e9)
-            self._timer = loop.call_later(delay_s, self._wake.set)
+            self._timer = self._clock.call_later_ns(wake_at_ns - now, self._wake.set)
 
     async def drain(self) -> None:
         await self._idle.wait()

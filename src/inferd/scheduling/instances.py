@@ -12,12 +12,12 @@ import asyncio
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from inferd.backends.base import ExecutionTimes, ModelInstance, Result
+from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
 from inferd.errors import InferdError, InternalError, RequestCancelledError
 from inferd.scheduling.stats import ModelStats
@@ -48,6 +48,7 @@ class InstancePool:
         instances: Sequence[ModelInstance],
         stats: ModelStats,
         loop: asyncio.AbstractEventLoop,
+        clock: Clock | None = None,
     ) -> None:
         if not instances:
             raise InternalError(f"model '{name}' has no instances")
@@ -55,6 +56,7 @@ class InstancePool:
         self._instances = list(instances)
         self._stats = stats
         self._loop = loop
+        self._clock = clock or SystemClock()
         self._queue: queue.SimpleQueue[WorkItem | None] = queue.SimpleQueue()
         self._assigned = 0
         self.on_free: Callable[[], None] | None = None
@@ -86,7 +88,7 @@ class InstancePool:
             item = self._queue.get()
             if item is None:
                 return
-            start_ns = time.monotonic_ns()
+            start_ns = self._clock.monotonic_ns()
             live = [i for i, w in enumerate(item.waiters) if not w.done()]
             times = ExecutionTimes()
             results: list[Result | BaseException] = [
@@ -102,7 +104,7 @@ class InstancePool:
                 for i, result in zip(live, produced, strict=True):
                     results[i] = result
                 if timed is None:
-                    times.infer_ns = time.monotonic_ns() - start_ns
+                    times.infer_ns = self._clock.monotonic_ns() - start_ns
             try:
                 self._loop.call_soon_threadsafe(
                     self._complete, item, results, times, start_ns, bool(live)
@@ -145,7 +147,7 @@ class InstancePool:
     ) -> None:
         self._assigned -= 1
         stats = self._stats
-        now = time.monotonic_ns()
+        now = self._clock.monotonic_ns()
         if executed:
             stats.record_execution(item.rows, times.input_ns, times.infer_ns, times.output_ns)
         for waiter, result, arrival in zip(item.waiters, results, item.arrivals_ns, strict=True):

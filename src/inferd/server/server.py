@@ -89,9 +89,10 @@ class Server:
             )
         for listener in self._listeners:
             _log.info("Started %s service at port %d", listener.name, listener.port)
-        _log.info("inferd ready: %s", json.dumps(self.ports))
+        # the file first: whoever sees the "ready" line may read it straight away
         if cfg.ready_file is not None:
             _write_ready_file(cfg.ready_file, self.ports)
+        _log.info("inferd ready: %s", json.dumps(self.ports))
 
     async def _start_listeners(self) -> None:
         cfg = self.config

@@ -1,26 +1,45 @@
-"""The binary form of BYTES tensors shared by the binary tensor extension and gRPC raw contents:
-per element, in row-major order, a 4-byte little-endian length followed by that many bytes."""
+"""The raw (binary) form of tensors, shared by the HTTP binary tensor extension and gRPC raw
+contents: numeric tensors are their little-endian bytes in row-major order; BYTES tensors are,
+per element in row-major order, a 4-byte little-endian length followed by that many bytes."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from math import prod
 from typing import Any
 
 import numpy as np
 
+from inferd.core.datatypes import DataType
 from inferd.errors import InvalidArgumentError
 
 _LENGTH = struct.Struct("<I")
 
 
+def tensor_from_buffer(
+    blob: bytes | memoryview, dtype: DataType, shape: tuple[int, ...], what: str
+) -> np.ndarray[Any, Any]:
+    """The tensor held in ``blob``: a read-only view of it (``np.frombuffer``), except BYTES.
+
+    ``what`` names the tensor in error messages, e.g. ``"input 'X' for model 'm'"``.
+    """
+    count = prod(shape)
+    if dtype.is_bytes:
+        return deserialize_bytes_elements(blob, count, what).reshape(shape)
+    expected = count * dtype.itemsize
+    if len(blob) != expected:
+        raise InvalidArgumentError(
+            f"unexpected size for {what}, expecting {expected} bytes (shape {list(shape)} of "
+            f"{dtype.name}), got {len(blob)}"
+        )
+    return np.frombuffer(blob, dtype=dtype.dtype, count=count).reshape(shape)
+
+
 def deserialize_bytes_elements(
     blob: bytes | memoryview, count: int, what: str
 ) -> np.ndarray[Any, Any]:
-    """Split ``blob`` into exactly ``count`` elements (a flat object array of ``bytes``).
-
-    ``what`` names the tensor in error messages, e.g. ``"input 'X' of model 'm'"``.
-    """
+    """Split ``blob`` into exactly ``count`` elements (a flat object array of ``bytes``)."""
     pos, end = 0, len(blob)
     if count > end // 4:
         raise InvalidArgumentError(
@@ -41,7 +60,7 @@ def deserialize_bytes_elements(
                 f"unexpected size for {what}: element {i} claims {length} bytes but only "
                 f"{end - pos} remain"
             )
-        out[i] = bytes(blob[pos : pos + length])
+        out[i] = bytes(blob[pos : pos + length])  # no copy when ``blob`` is bytes
         pos += length
     if pos != end:
         raise InvalidArgumentError(
@@ -61,8 +80,8 @@ def serialize_bytes_elements(items: Iterable[Any]) -> bytes:
         elif not isinstance(item, (bytes, bytearray, memoryview)):
             item = str(item).encode()
         parts.append(pack(len(item)))
-        parts.append(bytes(item))
+        parts.append(item)
     return b"".join(parts)
 
 
-__all__ = ["deserialize_bytes_elements", "serialize_bytes_elements"]
+__all__ = ["deserialize_bytes_elements", "serialize_bytes_elements", "tensor_from_buffer"]

