@@ -275,7 +275,7 @@ def test_raw_size_mismatch_names_the_input(datatype: str, shape: list[int], size
         (b"\x01\x00", [1], "1 BYTES elements need at least 4 bytes, got 2"),
         (b"\x05\x00\x00\x00abc", [1], "element 0 claims 5 bytes but only 3 remain"),
         (b"\x01\x00\x00\x00a", [2], "2 BYTES elements need at least 8 bytes, got 5"),
-        (b"\x01\x00\x00\x00a\x01\x00\x00\x00", [2], "BYTES data ends after 1 of 2"),
+        (b"\x01\x00\x00\x00a\x00\x00\x00", [2], "BYTES data ends after 1 of 2"),
         (b"\x01\x00\x00\x00a\x00\x00\x00\x00", [1], "4 bytes left after the 1 BYTES"),
     ],
 )

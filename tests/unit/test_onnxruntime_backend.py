@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,8 @@ def _options(tmp_path: Path, config: str) -> ort.SessionOptions:
 
 def test_default_session_options(tmp_path: Path) -> None:
     options = _options(tmp_path, "")
-    assert options.intra_op_num_threads == 1
+    # one instance gets every core the process may use
+    assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert options.enable_cpu_mem_arena is True
@@ -317,3 +319,14 @@ def test_gpu_group_without_cuda_is_a_clear_load_error(tmp_path: Path) -> None:
     spec = dataclasses.replace(spec, instance_groups=(gpu,))
     with pytest.raises(ModelLoadError, match=r"'gpu_group' requests KIND_GPU.*CUDA"):
         _load(spec, model_dir)
+
+
+def test_default_threads_share_the_cores_between_instances(tmp_path: Path) -> None:
+    two = _options(tmp_path, "instance_group [{ count: 2 kind: KIND_CPU }]")
+    assert two.intra_op_num_threads == max(1, len(os.sched_getaffinity(0)) // 2)
+    from inferd.backends.onnxruntime import default_intra_op_threads
+    from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
+
+    spec = spec_from_proto(parse_pbtxt('instance_group [{ count: 3 }, { count: 1 }]', "x"))
+    assert default_intra_op_threads(spec, cores=8) == 2
+    assert default_intra_op_threads(spec, cores=2) == 1

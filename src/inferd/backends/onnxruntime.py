@@ -8,6 +8,7 @@ with the keys Triton's ONNX Runtime backend reads; values it cannot honour are r
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -141,6 +142,24 @@ def _bool_param(params: dict[str, str], key: str) -> bool | None:
     raise ConfigError(f"parameter '{key}' must be a boolean (1/0, true/false), got '{raw}'")
 
 
+def default_intra_op_threads(spec: ModelSpec, cores: int | None = None) -> int:
+    """Share the cores among the model's instances so they never oversubscribe the machine.
+
+    One instance on a 2-core machine gets 2 threads; two instances get one thread each.
+    """
+    available = (
+        cores
+        if cores is not None
+        else (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+    )
+    instances = sum(g.count for g in spec.instance_groups) or 1
+    return max(1, available // instances)
+
+
 def parse_settings(spec: ModelSpec) -> SessionSettings:
     """Read the session settings from the config; raise :class:`ConfigError` on a bad value."""
     params = spec.parameters
@@ -168,7 +187,9 @@ def parse_settings(spec: ModelSpec) -> SessionSettings:
     if shrinkage is not None:
         run_entries.append(("memory.enable_memory_arena_shrinkage", shrinkage))
     return SessionSettings(
-        intra_op_threads=_int_param(params, "intra_op_thread_count", 1, minimum=0),
+        intra_op_threads=_int_param(
+            params, "intra_op_thread_count", default_intra_op_threads(spec), minimum=0
+        ),
         inter_op_threads=_int_param(params, "inter_op_thread_count", 0, minimum=0),
         parallel_execution=execution_mode == 1,
         graph_level=graph_level,
