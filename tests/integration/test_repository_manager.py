@@ -165,9 +165,11 @@ async def test_two_roots_and_duplicates(tmp_path: Path) -> None:
     failures = await manager.startup()
     try:
         assert set(failures) == {"dup"}
-        assert manager.ready_versions("one") == [1] and manager.ready_versions("two") == [1]
-        dup = [e for e in engine.repository_index() if e.name == "dup"][0]
-        assert dup.state == "UNAVAILABLE" and "two or more repositories" in dup.reason
+        assert manager.ready_versions("one") == [1]
+        assert manager.ready_versions("two") == [1]
+        dup = next(e for e in engine.repository_index() if e.name == "dup")
+        assert dup.state == "UNAVAILABLE"
+        assert "two or more repositories" in dup.reason
     finally:
         await manager.close()
 

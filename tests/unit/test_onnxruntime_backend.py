@@ -327,6 +327,6 @@ def test_default_threads_share_the_cores_between_instances(tmp_path: Path) -> No
     from inferd.backends.onnxruntime import default_intra_op_threads
     from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 
-    spec = spec_from_proto(parse_pbtxt('instance_group [{ count: 3 }, { count: 1 }]', "x"))
+    spec = spec_from_proto(parse_pbtxt("instance_group [{ count: 3 }, { count: 1 }]", "x"))
     assert default_intra_op_threads(spec, cores=8) == 2
     assert default_intra_op_threads(spec, cores=2) == 1

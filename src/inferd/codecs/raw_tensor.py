@@ -40,33 +40,37 @@ def deserialize_bytes_elements(
     blob: bytes | memoryview, count: int, what: str
 ) -> np.ndarray[Any, Any]:
     """Split ``blob`` into exactly ``count`` elements (a flat object array of ``bytes``)."""
-    pos, end = 0, len(blob)
+    # one copy of a body view up front; slicing bytes then yields each element with one copy
+    data = blob if isinstance(blob, bytes) else bytes(blob)
+    pos, end = 0, len(data)
     if count > end // 4:
         raise InvalidArgumentError(
             f"unexpected size for {what}: {count} BYTES elements need at least {4 * count} "
             f"bytes, got {end}"
         )
-    out = np.empty(count, dtype=object)
+    items: list[bytes] = []
     unpack = _LENGTH.unpack_from
     for i in range(count):
         if end - pos < 4:
             raise InvalidArgumentError(
                 f"unexpected size for {what}: BYTES data ends after {i} of {count} elements"
             )
-        (length,) = unpack(blob, pos)
+        (length,) = unpack(data, pos)
         pos += 4
         if length > end - pos:
             raise InvalidArgumentError(
                 f"unexpected size for {what}: element {i} claims {length} bytes but only "
                 f"{end - pos} remain"
             )
-        out[i] = bytes(blob[pos : pos + length])  # no copy when ``blob`` is bytes
+        items.append(data[pos : pos + length])
         pos += length
     if pos != end:
         raise InvalidArgumentError(
             f"unexpected size for {what}: {end - pos} bytes left after the {count} BYTES "
             "elements of its shape"
         )
+    out = np.empty(count, dtype=object)
+    out[:] = items  # one assignment: much cheaper than setting the elements one by one
     return out
 
 
@@ -75,10 +79,13 @@ def serialize_bytes_elements(items: Iterable[Any]) -> bytes:
     parts: list[bytes] = []
     pack = _LENGTH.pack
     for item in items:
-        if isinstance(item, str):
-            item = item.encode()
-        elif not isinstance(item, (bytes, bytearray, memoryview)):
-            item = str(item).encode()
+        if type(item) is not bytes:  # the common case first: ``tolist()`` of a BYTES tensor
+            if isinstance(item, str):
+                item = item.encode()
+            elif isinstance(item, (bytes, bytearray, memoryview)):
+                item = bytes(item)
+            else:
+                item = str(item).encode()
         parts.append(pack(len(item)))
         parts.append(item)
     return b"".join(parts)

@@ -243,7 +243,7 @@ def _raw_output(array: np.ndarray[Any, Any]) -> tuple[DataType, bytes]:
         array = array.astype(array.dtype.newbyteorder("<"))
     dtype = datatypes.from_dtype(array.dtype)
     if dtype.is_bytes:
-        return dtype, serialize_bytes_elements(array.ravel(order="C"))
+        return dtype, serialize_bytes_elements(array.reshape(-1).tolist())
     return dtype, array.tobytes(order="C")  # protobuf bytes fields accept only bytes
 
 

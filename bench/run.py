@@ -1,0 +1,580 @@
+"""inferd benchmarks: raw ONNX Runtime vs inferd vs MLServer vs LitServe, in one run.
+
+    .venv/bin/python bench/run.py [--quick] [--only mlp|wide|minilm ...] [--skip-others]
+
+Run it from the repository root with the project's venv (inferd installed). It builds the models
+(bench/models.py) and the MLServer / LitServe virtualenvs (bench/envs.py) if they are missing,
+then for each model measures, one after the other on this machine:
+
+1. raw ONNX Runtime in-process ("the limit"): batch-1 latency with one session of 1 and of 2
+   intra-op threads, and throughput for batch sizes 1..64 over three layouts: 1 session x 1
+   thread, 1 session x 2 threads, 2 sessions x 1 thread driven by 2 Python threads;
+2. inferd (`inferd serve`) with batching off, on, and its defaults, driven by perf_analyzer over
+   HTTP JSON, HTTP binary and gRPC;
+3. MLServer (custom onnxruntime runtime) and LitServe (onnxruntime LitAPI), adaptive batching off
+   and on, each in its own venv; MLServer also driven by perf_analyzer;
+4. every server driven by wrk with the same v2 JSON body (one generator for all).
+
+at concurrency 1, 8 and 32. It prints the tables and writes bench/results/<date>.md and .json.
+The full run takes about 25-30 minutes; --quick about 5 (shorter windows, concurrency 1 and 32,
+fewer batch sizes). Figures are only comparable within one run: the load generator shares the
+two cores with the server, as it would on any one-box deployment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import envs  # noqa: E402
+import models as bench_models  # noqa: E402
+
+WORK = BENCH / ".work"
+RESULTS = BENCH / "results"
+PERF_ANALYZER = Path(
+    os.environ.get("PERF_ANALYZER", Path.home() / ".cache/perf_analyzer/perf_analyzer")
+)
+LOCAL = "127.0.0.1"
+
+# MLServer and LitServe: adaptive batching "on" uses the same bound and delay as inferd's.
+MAX_BATCH = bench_models.MAX_BATCH
+DELAY_S = bench_models.QUEUE_DELAY_US / 1e6
+
+
+@dataclass
+class Profile:
+    concurrency: list[int]
+    batch_sizes: list[int]
+    raw_seconds: float  # per raw ORT throughput point
+    latency_calls: int  # raw ORT batch-1 latency samples
+    pa_window_ms: int
+    pa_trials: int
+    wrk_seconds: int
+
+
+FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.2, 2000, 2000, 6, 5)
+QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 500, 1000, 4, 2)
+
+
+@dataclass
+class Cell:
+    model: str
+    server: str  # onnxruntime | inferd | mlserver | litserve
+    batching: str  # off | on | defaults | layout name for raw ORT
+    client: str  # perf_analyzer/http-json | perf_analyzer/http-binary | perf_analyzer/grpc | wrk
+    concurrency: int
+    throughput: float | None = None  # inferences / s
+    p50_us: float | None = None
+    p99_us: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+
+def model_inputs(model: str) -> dict[str, np.ndarray]:
+    """One request's inputs (batch 1), the same for every server and client."""
+    if model == "minilm":
+        data = np.load(bench_models.model_path("minilm").with_suffix(".inputs.npz"))
+        return {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"]}
+    width = bench_models.MLPS[model][0]
+    rng = np.random.default_rng(1)
+    return {"input": rng.standard_normal((1, width)).astype(np.float32)}
+
+
+V2_TYPES = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64"}
+
+
+def v2_json_body(inputs: dict[str, np.ndarray]) -> str:
+    return json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "shape": list(a.shape),
+                    "datatype": V2_TYPES[a.dtype],
+                    "data": a.ravel().tolist(),
+                }
+                for name, a in inputs.items()
+            ]
+        },
+        separators=(",", ":"),
+    )
+
+
+def perf_analyzer_data(inputs: dict[str, np.ndarray], path: Path) -> Path:
+    """perf_analyzer --input-data file: the same tensors, shapes without the batch dim."""
+    entry = {
+        name: {"content": a.ravel().tolist(), "shape": list(a.shape[1:])}
+        for name, a in inputs.items()
+    }
+    path.write_text(json.dumps({"data": [entry]}))
+    return path
+
+
+# -- raw ONNX Runtime ---------------------------------------------------------------------------
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(inputs: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
+    return {k: np.ascontiguousarray(np.repeat(v, batch, axis=0)) for k, v in inputs.items()}
+
+
+def _run_for(session: Any, feeds: dict[str, np.ndarray], seconds: float, out: list[int]) -> None:
+    calls = 0
+    deadline = time.perf_counter() + seconds
+    while calls < 2 or time.perf_counter() < deadline:
+        session.run(None, feeds)
+        calls += 1
+    out.append(calls)
+
+
+def raw_onnxruntime(model: str, prof: Profile) -> list[Cell]:
+    path = bench_models.model_path(model)
+    inputs = model_inputs(model)
+    cells: list[Cell] = []
+    # batch-1 latency, sequential calls
+    for threads in (1, 2):
+        session = _session(path, threads)
+        feeds = _feeds(inputs, 1)
+        for _ in range(20):
+            session.run(None, feeds)
+        samples = []
+        budget = time.perf_counter() + max(2.0, prof.raw_seconds * 3)
+        while len(samples) < prof.latency_calls and time.perf_counter() < budget:
+            t0 = time.perf_counter_ns()
+            session.run(None, feeds)
+            samples.append((time.perf_counter_ns() - t0) / 1e3)
+        q = np.percentile(samples, [50, 99])
+        cells.append(
+            Cell(model, "onnxruntime", f"1 session x {threads} thread", "in-process", 1,
+                 1e6 / statistics.fmean(samples), float(q[0]), float(q[1]),
+                 extra={"kind": "latency", "samples": len(samples)})
+        )
+    # throughput grid
+    layouts = {"1x1": (1, 1), "1x2": (1, 2), "2x1": (2, 1)}
+    for name, (sessions, threads) in layouts.items():
+        pool = [_session(path, threads) for _ in range(sessions)]
+        for batch in prof.batch_sizes:
+            feeds = _feeds(inputs, batch)
+            for s in pool:
+                for _ in range(3):
+                    s.run(None, feeds)
+            counts: list[int] = []
+            workers = [
+                threading.Thread(target=_run_for, args=(s, feeds, prof.raw_seconds, counts))
+                for s in pool
+            ]
+            t0 = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            elapsed = time.perf_counter() - t0
+            cells.append(
+                Cell(model, "onnxruntime", f"{sessions} session x {threads} thread", "in-process",
+                     sessions, batch * sum(counts) / elapsed,
+                     extra={"kind": "throughput", "batch": batch, "layout": name})
+            )
+        del pool
+    return cells
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+def _get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except Exception:
+        return 0
+
+
+@contextmanager
+def process(cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout_s: float = 180) -> Iterator[subprocess.Popen[bytes]]:
+    """Start a server in its own process group, wait until ready_url answers 200, stop it after."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while _get(ready_url) != 200:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}; see {log}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{ready_url} not ready after {timeout_s}s; see {log}")
+                time.sleep(0.25)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+# -- load generators ----------------------------------------------------------------------------
+
+
+def perf_analyzer(model: str, url: str, protocol: str, fmt: str, concurrency: int,
+                  data: Path, prof: Profile, scratch: Path) -> dict[str, Any]:
+    csv = scratch / f"pa-{model}-{protocol}-{fmt}-{concurrency}.csv"
+    csv.unlink(missing_ok=True)
+    cmd = [str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol, "-b", "1",
+           "--concurrency-range", str(concurrency), "--input-data", str(data),
+           "-p", str(prof.pa_window_ms), "-r", str(prof.pa_trials), "-s", "50"]
+    if protocol == "http":
+        cmd += ["--input-tensor-format", fmt, "--output-tensor-format", fmt]
+    cmd += ["-f", str(csv)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0 or not csv.exists():
+        tail = (run.stdout + run.stderr).strip().splitlines()[-3:]
+        return {"error": " / ".join(tail)[:300]}
+    header, row = csv.read_text().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(","), strict=False))
+    return {
+        "throughput": float(values["Inferences/Second"]),
+        "p50_us": float(values["p50 latency"]),
+        "p99_us": float(values["p99 latency"]),
+        "server_queue_us": float(values.get("Server Queue", 0) or 0),
+        "server_infer_us": float(values.get("Server Compute Infer", 0) or 0),
+    }
+
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open("%(body)s"):read("*a")
+done = function(summary, latency, requests)
+  local errors = summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.status + summary.errors.timeout
+  io.write(string.format("BENCHJSON {\\"requests\\": %%d, \\"duration_us\\": %%d, \\"errors\\": %%d, "
+      .. "\\"p50_us\\": %%d, \\"p99_us\\": %%d}\\n", summary.requests, summary.duration, errors,
+      latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def wrk(url: str, body: Path, concurrency: int, seconds: int, scratch: Path) -> dict[str, Any]:
+    script = scratch / "post.lua"
+    script.write_text(WRK_SCRIPT % {"body": body})
+    base = ["wrk", "-t", "1", "-c", str(concurrency), "--timeout", "10s", "-s", str(script)]
+    subprocess.run([*base, "-d", "1s", url], capture_output=True, timeout=60)  # warm-up
+    run = subprocess.run([*base, "-d", f"{seconds}s", url], capture_output=True, text=True,
+                         timeout=seconds + 60)
+    found = re.search(r"BENCHJSON (\{.*\})", run.stdout)
+    if not found:
+        return {"error": (run.stdout + run.stderr).strip()[-300:]}
+    stats = json.loads(found.group(1))
+    ok = stats["requests"] - stats["errors"]
+    result: dict[str, Any] = {
+        "throughput": ok / (stats["duration_us"] / 1e6),
+        "p50_us": float(stats["p50_us"]),
+        "p99_us": float(stats["p99_us"]),
+    }
+    if stats["errors"] or ok <= 0:
+        result["note"] = f"{stats['errors']} errors of {stats['requests']}"
+    return result
+
+
+# -- servers ------------------------------------------------------------------------------------
+
+
+def _stats(http: str, model: str) -> tuple[int, int]:
+    try:
+        with urllib.request.urlopen(f"http://{http}/v2/models/{model}/stats", timeout=5) as r:
+            entry = json.load(r)["model_stats"][0]
+        return int(entry["inference_count"]), int(entry["execution_count"])
+    except Exception:
+        return 0, 0
+
+
+def bench_inferd(model: str, prof: Profile, scratch: Path, data: Path, body: Path) -> list[Cell]:
+    cells: list[Cell] = []
+    inferd = Path(sys.executable).parent / "inferd"
+    for variant in ("off", "on", "defaults"):
+        ready_file = scratch / "inferd-ready.json"
+        ready_file.unlink(missing_ok=True)
+        repo = bench_models.repo_dir(model, variant)
+        cmd = [str(inferd), "serve", "--model-repository", str(repo), "--http-port", "18000",
+               "--grpc-port", "18001", "--metrics-port", "18002"]
+        log = scratch / f"inferd-{model}-{variant}.log"
+        with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log):
+            http, grpc = f"{LOCAL}:18000", f"{LOCAL}:18001"
+            for client, (protocol, fmt, url) in {
+                "perf_analyzer/http-json": ("http", "json", http),
+                "perf_analyzer/http-binary": ("http", "binary", http),
+                "perf_analyzer/grpc": ("grpc", "binary", grpc),
+            }.items():
+                for c in prof.concurrency:
+                    before = _stats(http, model)
+                    result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
+                    after = _stats(http, model)
+                    cells.append(_cell(model, "inferd", variant, client, c, result, before, after))
+            for c in prof.concurrency:
+                before = _stats(http, model)
+                result = wrk(f"http://{http}/v2/models/{model}/infer", body, c,
+                             prof.wrk_seconds, scratch)
+                after = _stats(http, model)
+                cells.append(_cell(model, "inferd", variant, "wrk/http-json", c, result,
+                                   before, after))
+    return cells
+
+
+def _cell(model: str, server: str, batching: str, client: str, c: int, result: dict[str, Any],
+          before: tuple[int, int] = (0, 0), after: tuple[int, int] = (0, 0)) -> Cell:
+    cell = Cell(model, server, batching, client, c)
+    if "error" in result:
+        cell.note = "failed: " + result["error"]
+    else:
+        cell.throughput, cell.p50_us, cell.p99_us = (
+            result["throughput"], result["p50_us"], result["p99_us"])
+        cell.note = result.get("note", "")
+        cell.extra = {k: v for k, v in result.items()
+                      if k not in {"throughput", "p50_us", "p99_us", "note"}}
+    executions = after[1] - before[1]
+    if executions > 0:
+        cell.extra["avg_batch"] = round((after[0] - before[0]) / executions, 2)
+    print(f"  {server:8} {batching:8} {client:26} c={c:<3} " + _fmt_result(cell), flush=True)
+    return cell
+
+
+def _fmt_result(cell: Cell) -> str:
+    if cell.throughput is None:
+        return cell.note
+    text = f"{cell.throughput:9.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms p99 {cell.p99_us / 1e3:7.2f} ms"
+    if "avg_batch" in cell.extra:
+        text += f" batch {cell.extra['avg_batch']}"
+    return text + (f" ({cell.note})" if cell.note else "")
+
+
+def bench_mlserver(model: str, prof: Profile, scratch: Path, data: Path, body: Path) -> list[Cell]:
+    py = envs.ensure("mlserver")
+    cells: list[Cell] = []
+    for variant in ("off", "on"):
+        root = scratch / f"mlserver-{model}-{variant}"
+        (root / model).mkdir(parents=True, exist_ok=True)
+        (root / "settings.json").write_text(json.dumps({
+            "http_port": 18100, "grpc_port": 18101, "metrics_port": 18102, "host": LOCAL,
+        }))
+        settings: dict[str, Any] = {
+            "name": model,
+            "implementation": "mlserver_onnx.OnnxModel",
+            "parameters": {"uri": str(bench_models.model_path(model))},
+        }
+        if variant == "on":
+            settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": DELAY_S}
+        (root / model / "model-settings.json").write_text(json.dumps(settings))
+        env = dict(os.environ, PYTHONPATH=str(BENCH / "servers"))
+        cmd = [str(py.parent / "mlserver"), "start", str(root)]
+        log = scratch / f"mlserver-{model}-{variant}.log"
+        with process(cmd, f"http://{LOCAL}:18100/v2/models/{model}/ready", log, env=env):
+            for client, (protocol, fmt, url) in {
+                "perf_analyzer/http-json": ("http", "json", f"{LOCAL}:18100"),
+                "perf_analyzer/grpc": ("grpc", "binary", f"{LOCAL}:18101"),
+            }.items():
+                for c in prof.concurrency:
+                    result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
+                    cells.append(_cell(model, "mlserver", variant, client, c, result))
+            for c in prof.concurrency:
+                result = wrk(f"http://{LOCAL}:18100/v2/models/{model}/infer", body, c,
+                             prof.wrk_seconds, scratch)
+                cells.append(_cell(model, "mlserver", variant, "wrk/http-json", c, result))
+    return cells
+
+
+def bench_litserve(model: str, prof: Profile, scratch: Path, body: Path) -> list[Cell]:
+    py = envs.ensure("litserve")
+    cells: list[Cell] = []
+    for variant in ("off", "on"):
+        batch, delay = (MAX_BATCH, DELAY_S) if variant == "on" else (1, 0.0)
+        cmd = [str(py), str(BENCH / "servers" / "litserve_onnx.py"),
+               str(bench_models.model_path(model)), "18200", str(batch), str(delay)]
+        log = scratch / f"litserve-{model}-{variant}.log"
+        with process(cmd, f"http://{LOCAL}:18200/health", log):
+            for c in prof.concurrency:
+                result = wrk(f"http://{LOCAL}:18200/predict", body, c, prof.wrk_seconds, scratch)
+                cells.append(_cell(model, "litserve", variant, "wrk/http-json", c, result))
+    return cells
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def limits(cells: list[Cell], model: str) -> dict[str, Any]:
+    raw = [c for c in cells if c.model == model and c.server == "onnxruntime"]
+    lat = [c for c in raw if c.extra.get("kind") == "latency"]
+    thr = [c for c in raw if c.extra.get("kind") == "throughput"]
+    best_lat = min(lat, key=lambda c: c.p50_us or 1e18)
+    best_thr = max(thr, key=lambda c: c.throughput or 0)
+    by_batch: dict[int, float] = {}
+    for c in thr:
+        b = c.extra["batch"]
+        by_batch[b] = max(by_batch.get(b, 0.0), c.throughput or 0.0)
+    return {
+        "p50_us": best_lat.p50_us, "p99_us": best_lat.p99_us, "latency_layout": best_lat.batching,
+        "throughput": best_thr.throughput, "throughput_layout": best_thr.batching,
+        "throughput_batch": best_thr.extra["batch"], "throughput_by_batch": by_batch,
+    }
+
+
+def _ms(us: float | None) -> str:
+    return "—" if us is None else f"{us / 1e3:.2f}"
+
+
+def tables(cells: list[Cell], model_names: list[str]) -> str:
+    out: list[str] = []
+    for model in model_names:
+        if not any(c.model == model for c in cells):
+            continue
+        lim = limits(cells, model)
+        out.append(f"### {model}\n")
+        out.append(
+            f"Raw ONNX Runtime (the limit): batch-1 p50 {_ms(lim['p50_us'])} ms, p99 "
+            f"{_ms(lim['p99_us'])} ms ({lim['latency_layout']}); best throughput "
+            f"{lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
+            f"{lim['throughput_batch']}).\n"
+        )
+        grid = [c for c in cells if c.model == model and c.extra.get("kind") == "throughput"]
+        layouts = sorted({c.batching for c in grid})
+        batches = sorted({c.extra["batch"] for c in grid})
+        out.append("| raw ORT throughput (inferences/s) | " + " | ".join(
+            f"batch {b}" for b in batches) + " |")
+        out.append("|---|" + "---|" * len(batches))
+        for layout in layouts:
+            row = {c.extra["batch"]: c.throughput for c in grid if c.batching == layout}
+            out.append(f"| {layout} | " + " | ".join(
+                f"{row.get(b, 0):.0f}" for b in batches) + " |")
+        out.append("")
+        out.append("| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
+                   "thr / ORT best | p50 / ORT b1 | avg batch | note |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for c in cells:
+            if c.model != model or c.server == "onnxruntime":
+                continue
+            thr_ratio = "—" if c.throughput is None else f"{c.throughput / lim['throughput']:.2f}"
+            lat_ratio = "—" if c.p50_us is None else f"{c.p50_us / lim['p50_us']:.1f}"
+            thr = "—" if c.throughput is None else f"{c.throughput:.1f}"
+            out.append(
+                f"| {c.server} | {c.batching} | {c.client} | {c.concurrency} | {thr} | "
+                f"{_ms(c.p50_us)} | {_ms(c.p99_us)} | {thr_ratio} | {lat_ratio} | "
+                f"{c.extra.get('avg_batch', '')} | {c.note} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    import onnxruntime
+
+    found["onnxruntime (raw, inferd)"] = onnxruntime.__version__
+    for name, py, pkgs in (
+        ("project", Path(sys.executable), ["inferd", "uvicorn", "grpcio"]),
+        ("mlserver", envs.python_of("mlserver"), ["mlserver", "onnxruntime"]),
+        ("litserve", envs.python_of("litserve"), ["litserve", "onnxruntime"]),
+    ):
+        if not py.exists():
+            continue
+        code = ("import importlib.metadata as m, sys; "
+                "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))")
+        run = subprocess.run([str(py), "-c", code, *pkgs], capture_output=True, text=True)
+        found[name] = run.stdout.strip()
+    run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
+    found["wrk"] = (run.stdout + run.stderr).splitlines()[0] if run.stdout + run.stderr else "?"
+    found["perf_analyzer"] = str(PERF_ANALYZER)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="inferd benchmarks (see the module docstring)")
+    parser.add_argument("--quick", action="store_true", help="about 5 minutes instead of 30")
+    parser.add_argument("--only", action="append", choices=["mlp", "wide", "minilm"])
+    parser.add_argument("--skip-others", action="store_true",
+                        help="raw ORT and inferd only (no MLServer / LitServe)")
+    args = parser.parse_args()
+    prof = QUICK if args.quick else FULL
+    model_names = args.only or ["mlp", "wide", "minilm"]
+    bench_models.build(model_names)
+    if not args.skip_others:
+        envs.ensure("mlserver")
+        envs.ensure("litserve")
+
+    started = dt.datetime.now()
+    cells: list[Cell] = []
+    scratch = WORK / "run"  # logs and inputs of the last run, kept for inspection
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    if True:
+        for model in model_names:
+            print(f"== {model}", flush=True)
+            inputs = model_inputs(model)
+            data = perf_analyzer_data(inputs, scratch / f"{model}-data.json")
+            body = scratch / f"{model}-body.json"
+            body.write_text(v2_json_body(inputs))
+            raw = raw_onnxruntime(model, prof)
+            cells += raw
+            lim = limits(raw, model)
+            print(f"  onnxruntime batch-1 p50 {_ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
+                  f"best {lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
+                  f"{lim['throughput_batch']})", flush=True)
+            cells += bench_inferd(model, prof, scratch, data, body)
+            # the issue's comparison models; the wide MLP only measures inferd's batching
+            if not args.skip_others and model != "wide":
+                cells += bench_mlserver(model, prof, scratch, data, body)
+                cells += bench_litserve(model, prof, scratch, body)
+    minutes = (dt.datetime.now() - started).total_seconds() / 60
+    stamp = started.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
+    RESULTS.mkdir(exist_ok=True)
+    text = tables(cells, model_names)
+    meta = {"started": started.isoformat(timespec="seconds"), "minutes": round(minutes, 1),
+            "profile": asdict(prof), "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
+            "versions": versions(), "machine": f"{os.cpu_count()} CPUs, {platform.machine()}"}
+    header = (f"# inferd benchmark {meta['started']}\n\nCommand: `{meta['command']}` "
+              f"({meta['minutes']} min). Versions: {json.dumps(meta['versions'])}\n\n")
+    (RESULTS / f"{stamp}.md").write_text(header + text + "\n")
+    (RESULTS / f"{stamp}.json").write_text(json.dumps(
+        {"meta": meta, "limits": {m: limits(cells, m) for m in model_names},
+         "cells": [asdict(c) for c in cells]}, indent=1))
+    print("\n" + text)
+    print(f"written {RESULTS / (stamp + '.md')} and .json ({minutes:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
