@@ -86,7 +86,7 @@ async def test_unknown_model_and_bad_versions(tmp_path: Path) -> None:
     manager, engine = make([tmp_path])
     await manager.startup()
     try:
-        with pytest.raises(NotFoundError, match="^Request for unknown model: 'nope' is not found"):
+        with pytest.raises(NotFoundError, match=r"^Request for unknown model: 'nope' is not found"):
             await engine.infer(request("nope"))
         with pytest.raises(NotFoundError, match="version 7"):
             await engine.infer(request(version="7"))
