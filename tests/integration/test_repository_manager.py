@@ -212,3 +212,57 @@ async def test_poll_reloads_changed_model_without_dropping_requests(tmp_path: Pa
         assert manager.ready_versions("added") == []
     finally:
         await manager.close()
+
+
+WARMUP = """
+model_warmup [
+  {
+    name: "zeros"
+    batch_size: 2
+    count: 3
+    inputs { key: "INPUT0" value: { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } }
+    inputs { key: "INPUT1" value: { data_type: TYPE_INT32 dims: [ 16 ] random_data: true } }
+  }
+]
+"""
+
+
+async def test_warmup_runs_before_ready_and_bad_warmup_fails_the_load(tmp_path: Path) -> None:
+    from tests.helpers.models import ADD_SUB_CONFIG
+
+    write_add_sub(tmp_path, "warm", config=ADD_SUB_CONFIG + WARMUP)
+    bad = WARMUP.replace("dims: [ 16 ] zero_data", "dims: [ 15 ] zero_data")
+    write_add_sub(tmp_path, "coldfail", config=ADD_SUB_CONFIG + bad)
+    manager, engine = make([tmp_path])
+    failures = await manager.startup()
+    try:
+        assert set(failures) == {"coldfail"}
+        assert "warmup 'zeros' failed" in failures["coldfail"]
+        stats = engine.model_statistics("warm")[0]
+        assert stats.execution_count == 0  # warm-up runs are not user inferences
+        await engine.infer(request("warm"))
+    finally:
+        await manager.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ("sequence_batching { }", "sequence_batching"),
+        ("model_transaction_policy { decoupled: true }", "decoupled"),
+        ("response_cache { enable: true }", "response_cache"),
+    ],
+)
+async def test_unsupported_features_are_refused_by_name(
+    tmp_path: Path, extra: str, named: str
+) -> None:
+    from tests.helpers.models import ADD_SUB_CONFIG
+
+    write_add_sub(tmp_path, "m", config=ADD_SUB_CONFIG + extra)
+    manager, _ = make([tmp_path])
+    failures = await manager.startup()
+    try:
+        assert named in failures["m"]
+        assert "does not support" in failures["m"]
+    finally:
+        await manager.close()

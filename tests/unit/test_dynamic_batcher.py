@@ -86,6 +86,9 @@ async def make_rig() -> AsyncIterator[Callable[..., Rig]]:
     yield build
     for rig in rigs:
         rig.gate.release(1000)
+        for inst in rig.instances:
+            if inst.gate is not None:
+                inst.gate.release(1000)
         rig.batcher.shutdown()
         await asyncio.to_thread(rig.batcher._pool.close)
 
@@ -240,3 +243,32 @@ async def test_two_instances_share_the_work(make_rig: Callable[..., Rig]) -> Non
     rig.gate.release(2)
     await asyncio.gather(a, b)
     assert [len(i.batches) for i in rig.instances] == [1, 1]
+
+
+async def test_preserve_ordering_answers_in_arrival_order(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig(DynamicBatchingSpec(preserve_ordering=True), instances=2)
+    for inst in rig.instances:
+        inst.gate = threading.Semaphore(0)  # release each instance on its own
+    rig.batcher._policy = type(rig.batcher._policy)(1, (), 0)  # one request per batch
+    finished: list[int] = []
+
+    async def one(value: int) -> None:
+        await rig.batcher.submit(req(value))
+        finished.append(value)
+
+    first = asyncio.create_task(one(1))
+    await rig.until(lambda: rig.batcher._pool.free == 1)
+    second = asyncio.create_task(one(2))
+    await rig.until(lambda: rig.batcher._pool.free == 0)
+    await rig.until(lambda: all(inst.received for inst in rig.instances))
+    by_value = {int(i.received[0][0].inputs["INPUT0"][0, 0]): i for i in rig.instances}
+    later, earlier = by_value[2], by_value[1]
+    assert later.gate is not None
+    assert earlier.gate is not None
+    later.gate.release(1)  # request 2 finishes computing first...
+    await rig.until(lambda: len(later.batches) == 1)
+    await asyncio.sleep(0.01)
+    assert finished == []  # ...but is not answered before request 1
+    earlier.gate.release(1)
+    await asyncio.gather(first, second)
+    assert finished == [1, 2]

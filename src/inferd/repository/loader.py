@@ -15,9 +15,11 @@ from inferd.core.model_spec import ModelSpec
 from inferd.errors import ConfigError, InferdError, ModelLoadError
 from inferd.repository.autocomplete import complete_config
 from inferd.repository.config import read_model_config
+from inferd.repository.features import check_supported
 from inferd.repository.layout import list_versions
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.normalize import normalize_and_validate
+from inferd.repository.warmup import warm_up
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.instances import InstancePool
@@ -96,6 +98,7 @@ def prepare(
             default_max_batch_size=options.default_max_batch_size,
         )
         normalize_and_validate(proto, model_dir)
+        check_supported(proto)
     except InferdError as exc:
         raise ModelLoadError(f"failed to load '{name}', {exc}") from exc
     spec = spec_from_proto(proto)
@@ -153,6 +156,7 @@ def load_version(
             for index in range(group.count):
                 instances.append(loaded.create_instance(group, index))
         labels = read_labels(spec, prepared.model_dir)
+        warm_up(spec, instances, prepared.model_dir)
     except Exception as exc:
         for instance in instances:
             instance.close()

@@ -63,6 +63,8 @@ class DynamicBatcher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+        self._preserve_ordering = db.preserve_ordering
+        self._last_release: asyncio.Future[None] | None = None  # preserve_ordering chain
         pool.on_free = self._wake.set
         stats.pending_source = lambda: len(self._queues)
 
@@ -96,12 +98,25 @@ class DynamicBatcher:
         self._in_flight += 1
         self._idle.clear()
         self._wake.set()
+        previous, release = self._last_release, None
+        if self._preserve_ordering:
+            release = self._last_release = loop.create_future()
         try:
-            return await waiter  # type: ignore[no-any-return]
-        except asyncio.CancelledError:
-            self._queues.remove([entry])  # never let an abandoned request enter a batch
-            raise
+            try:
+                result = await waiter
+            except asyncio.CancelledError:
+                self._queues.remove([entry])  # never let an abandoned request enter a batch
+                raise
+            except InferdError:
+                if previous is not None:
+                    await asyncio.shield(previous)
+                raise
+            if previous is not None:
+                await asyncio.shield(previous)  # answer in arrival order
+            return result  # type: ignore[no-any-return]
         finally:
+            if release is not None:
+                _release_after(previous, release)
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
@@ -176,3 +191,16 @@ class DynamicBatcher:
             self._timer.cancel()
         if self._task is not None:
             self._task.cancel()
+
+
+def _release_after(previous: asyncio.Future[None] | None, release: asyncio.Future[None]) -> None:
+    """Open this request's gate once every earlier request's gate is open."""
+
+    def open_gate(_: object = None) -> None:
+        if not release.done():
+            release.set_result(None)
+
+    if previous is None or previous.done():
+        open_gate()
+    else:
+        previous.add_done_callback(open_gate)

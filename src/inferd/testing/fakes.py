@@ -64,10 +64,12 @@ class FakeInstance:
         lambda inputs: {"OUTPUT0": inputs["INPUT0"]}
     )
     gate: threading.Semaphore | None = None
-    batches: list[list[InferRequest]] = field(default_factory=list)
+    batches: list[list[InferRequest]] = field(default_factory=list)  # batches it computed
+    received: list[list[InferRequest]] = field(default_factory=list)  # before the gate
     closed: bool = False
 
     def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
+        self.received.append(list(requests))
         if self.gate is not None:
             self.gate.acquire()
         self.batches.append(list(requests))

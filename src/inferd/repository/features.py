@@ -1,0 +1,42 @@
+"""Config features this server does not serve yet are refused at load time, never ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferd.errors import UnsupportedError
+
+
+def check_supported(config: Any) -> None:
+    """Raise :class:`UnsupportedError` naming the first config feature that cannot be honoured."""
+    problems: list[str] = []
+    scheduling = config.WhichOneof("scheduling_choice")
+    if scheduling == "sequence_batching":
+        problems.append("sequence_batching (stateful sequences)")
+    if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
+        problems.append("ensemble models")
+    if config.model_transaction_policy.decoupled:
+        problems.append("model_transaction_policy.decoupled: true")
+    if config.response_cache.enable:
+        problems.append("response_cache.enable: true")
+    if len(config.batch_input) or len(config.batch_output):
+        problems.append("batch_input / batch_output (ragged batching helpers)")
+    if len(config.model_repository_agents.agents):
+        problems.append("model_repository_agents")
+    if len(config.model_operations.op_library_filename):
+        problems.append("model_operations (custom operator libraries)")
+    accelerators = config.optimization.execution_accelerators
+    if len(accelerators.cpu_execution_accelerator):
+        names = ", ".join(a.name for a in accelerators.cpu_execution_accelerator)
+        problems.append(f"optimization.execution_accelerators.cpu_execution_accelerator ({names})")
+    for group in config.instance_group:
+        if group.HasField("rate_limiter"):
+            problems.append(f"instance_group '{group.name}' rate_limiter")
+        if len(group.profile) or len(group.secondary_devices) or group.passive:
+            problems.append(f"instance_group '{group.name}' profile/secondary_devices/passive")
+    if problems:
+        raise UnsupportedError(
+            f"the config uses {problems[0]}, which this server does not support yet; "
+            "remove it from config.pbtxt to serve the model without it"
+            + (f" (also unsupported: {'; '.join(problems[1:])})" if len(problems) > 1 else "")
+        )

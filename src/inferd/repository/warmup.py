@@ -1,0 +1,77 @@
+"""Model warm-up: run the config's ``model_warmup`` samples on every instance before READY."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from inferd.backends.base import ModelInstance
+from inferd.core import datatypes
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import ModelSpec
+from inferd.errors import ConfigError, InferdError
+
+WARMUP_DIR = "warmup"
+
+
+def _sample(
+    spec: ModelSpec, name: str, item: Any, batch: int, model_dir: Path, rng: np.random.Generator
+) -> np.ndarray[Any, Any]:
+    dtype = datatypes.from_config_name(model_config_pb2.DataType.Name(item.data_type))
+    dims = [int(d) for d in item.dims]
+    if any(d < 0 for d in dims):
+        raise ConfigError(f"warmup input '{name}' of model '{spec.name}' has a variable dim {dims}")
+    shape = ([batch] if spec.max_batch_size > 0 else []) + dims
+    count = int(np.prod(shape)) if shape else 1
+    which = item.WhichOneof("input_data_type")
+    if dtype.is_bytes:
+        if which == "input_data_file":
+            raw = (model_dir / WARMUP_DIR / item.input_data_file).read_bytes()
+            values = [raw] * count
+        else:
+            values = [
+                b"0" if which == "zero_data" else bytes(rng.integers(48, 58, 4).tolist())
+            ] * count
+        out = np.empty(count, dtype=object)
+        out[:] = values
+        return out.reshape(shape)
+    if which == "input_data_file":
+        path = model_dir / WARMUP_DIR / item.input_data_file
+        data = np.fromfile(path, dtype=dtype.dtype)
+        if data.size < count:
+            raise ConfigError(
+                f"warmup file '{path}' holds {data.size} elements, input '{name}' needs {count}"
+            )
+        return data[:count].reshape(shape)
+    if which == "random_data":
+        if dtype.dtype.kind == "f":
+            return rng.random(shape).astype(dtype.dtype)
+        if dtype.dtype.kind == "b":
+            return rng.integers(0, 2, shape).astype(dtype.dtype)
+        return rng.integers(0, 8, shape).astype(dtype.dtype)
+    return np.zeros(shape, dtype=dtype.dtype)
+
+
+def warm_up(spec: ModelSpec, instances: Sequence[ModelInstance], model_dir: Path) -> None:
+    """Run each warm-up sample ``count`` times (at least once) on every instance. Blocking."""
+    warmups = list(spec.proto.model_warmup) if spec.proto is not None else []
+    rng = np.random.default_rng(0)
+    for warmup in warmups:
+        batch = max(1, int(warmup.batch_size))
+        try:
+            inputs = {
+                name: _sample(spec, name, item, batch, model_dir, rng)
+                for name, item in warmup.inputs.items()
+            }
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"warmup '{warmup.name}' cannot build its inputs: {exc}") from exc
+        request = InferRequest(spec.name, inputs, id=f"warmup:{warmup.name}")
+        for instance in instances:
+            for _ in range(max(1, int(warmup.count))):
+                (result,) = instance.execute([request])
+                if isinstance(result, InferdError):
+                    raise ConfigError(f"warmup '{warmup.name}' failed: {result}")
