@@ -112,10 +112,11 @@ def cast_to_int_model() -> bytes:
     return finish(helper.make_graph([node], "cast_to_int", [x], [y]))
 
 
-def spin_model(steps_per_unit: int = 250, side: int = 32) -> bytes:
+def spin_model(steps_per_unit: int = 250, side: int = 32, *, batched: bool = False) -> bytes:
     """``OUT = IN`` (INT32, shape [1]) after ``IN * steps_per_unit`` small matrix products.
 
-    The run time grows with the value sent (about a millisecond per unit on a laptop core),
+    The run time grows with the (largest) value sent (about a millisecond per unit on a laptop
+    core); ``batched`` gives the tensors a leading batch dimension, ``[-1, 1]``,
     which lets tests keep a request busy inside onnxruntime without any sleep.
     """
     body = helper.make_graph(
@@ -145,7 +146,7 @@ def spin_model(steps_per_unit: int = 250, side: int = 32) -> bytes:
     nodes = [
         helper.make_node("Cast", ["IN"], ["in64"], to=TensorProto.INT64),
         helper.make_node("Mul", ["in64", "per_unit"], ["steps1"]),
-        helper.make_node("Squeeze", ["steps1"], ["steps"]),
+        helper.make_node("ReduceMax", ["steps1"], ["steps"], keepdims=0),
         helper.make_node("Loop", ["steps", "keep_going", "v0"], ["v_final"], body=body),
         # tie the loop to the output (x 0) so that no optimiser can drop it
         helper.make_node("ReduceMax", ["v_final"], ["peak"], keepdims=0),
@@ -153,11 +154,12 @@ def spin_model(steps_per_unit: int = 250, side: int = 32) -> bytes:
         helper.make_node("Mul", ["peak_int", "zero"], ["nothing"]),
         helper.make_node("Add", ["IN", "nothing"], ["OUT"]),
     ]
+    shape: list[int | str] = ["batch", 1] if batched else [1]
     graph = helper.make_graph(
         nodes,
         "spin",
-        [helper.make_tensor_value_info("IN", TensorProto.INT32, [1])],
-        [helper.make_tensor_value_info("OUT", TensorProto.INT32, [1])],
+        [helper.make_tensor_value_info("IN", TensorProto.INT32, shape)],
+        [helper.make_tensor_value_info("OUT", TensorProto.INT32, shape)],
         initializer=initializers,
     )
     return finish(graph)

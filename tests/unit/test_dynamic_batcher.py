@@ -159,7 +159,7 @@ async def test_full_queue_refuses_at_once(make_rig: Callable[..., Rig]) -> None:
     rig.gate.release(10)
     await asyncio.gather(blocker, *waiting)
     snap = rig.stats.snapshot()
-    assert snap.rejections == {"OverloadedError": 1}
+    assert snap.rejections == {"queue_full": 1}
     assert snap.failures["REJECTED"] == 1
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from inferd.core.clock import Clock, SystemClock, TimerHandle
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
-from inferd.errors import DeadlineExceededError, InferdError, UnavailableError
+from inferd.errors import DeadlineExceededError, InferdError, OverloadedError, UnavailableError
 from inferd.scheduling.instances import InstancePool, WorkItem
 from inferd.scheduling.policy import BatchPolicy, decide
 from inferd.scheduling.queues import AdmissionQueues, Entry
@@ -92,8 +92,11 @@ class DynamicBatcher:
                 shape_key=shape_key(request, self._ragged),
                 now_ns=self._clock.monotonic_ns(),
             )
-        except InferdError as exc:
-            self.stats.record_rejection(type(exc).__name__)
+        except OverloadedError:
+            self.stats.record_rejection("queue_full")
+            raise
+        except InferdError:
+            self.stats.record_rejection("invalid_parameters")
             raise
         self._in_flight += 1
         self._idle.clear()
