@@ -234,6 +234,13 @@ def test_missing_model_file_is_a_load_error(tmp_path: Path) -> None:
             'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]',
             "missing model input(s) INPUT1",
         ),
+        (
+            "max_batch_size: 4 "
+            'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1, 16 ] }, '
+            '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ -1, 16 ] } ] '
+            'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]',
+            "input 'INPUT0': the model has rank 2",
+        ),
     ],
 )
 def test_config_must_match_the_model(tmp_path: Path, config: str, message: str) -> None:

@@ -501,6 +501,26 @@ class OnnxRuntimeModel:
         self._spare = None
 
 
+def _check_rank(spec: ModelSpec, kind: str, tensor: TensorSpec, model_shape: Any) -> None:
+    """The config's dims (plus the batch dim) must have the model's rank, unless reshaped."""
+    if tensor.reshape is not None or model_shape is None:
+        return
+    batching = spec.max_batch_size > 0
+    expected = len(tensor.dims) + (1 if batching else 0)
+    rank = len(model_shape)
+    if rank == expected or (rank == 0 and tensor.dims == (1,) and not batching):
+        return
+    hint = (
+        " (max_batch_size > 0 adds a leading batch dimension to the config's dims)"
+        if batching
+        else ""
+    )
+    raise ConfigError(
+        f"{kind} '{tensor.name}': the model has rank {rank} (shape {list(model_shape)}) but the "
+        f"model configuration gives dims {list(tensor.dims)}, i.e. rank {expected}{hint}"
+    )
+
+
 def _check_io(spec: ModelSpec, session: ort.InferenceSession) -> None:
     """Config inputs/outputs must exist in the model with the same data types."""
     model_inputs = {a.name: a for a in session.get_inputs()}
@@ -524,6 +544,7 @@ def _check_io(spec: ModelSpec, session: ort.InferenceSession) -> None:
                     f"{kind} '{tensor.name}': the model expects data type {model_type} but the "
                     f"model configuration specifies {tensor.datatype.config_name}"
                 )
+            _check_rank(spec, kind, tensor, arg.shape)
     configured = {t.name for t in spec.inputs}
     missing = [name for name in model_inputs if name not in configured]
     if missing and not spec.has_sequence_batching:
