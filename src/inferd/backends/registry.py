@@ -7,6 +7,7 @@ the ``pip install`` command that brings it in.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 from collections.abc import Callable
@@ -122,10 +123,36 @@ class BackendRegistry:
         return backend
 
 
-def _onnxruntime_factory() -> Backend:
-    from inferd.backends.onnxruntime import OnnxRuntimeBackend
+# name, "module:class", platforms it serves, the extra that installs its runtime
+_BUILTINS: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
+    (
+        "onnxruntime",
+        "inferd.backends.onnxruntime:OnnxRuntimeBackend",
+        ("onnxruntime_onnx",),
+        "onnxruntime",
+    ),
+    (
+        "pytorch",
+        "inferd.backends.torch:TorchBackend",
+        ("pytorch_libtorch", "torch_export"),
+        "torch",
+    ),
+    ("fil", "inferd.backends.trees:TreeBackend", (), "trees"),
+    ("sklearn", "inferd.backends.sklearn:SklearnBackend", (), "sklearn"),
+    ("python", "inferd.backends.python:PythonBackend", (), None),
+    ("openvino", "inferd.backends.openvino:OpenVinoBackend", (), "openvino"),
+)
 
-    return OnnxRuntimeBackend()
+
+def _builtin_factory(target: str) -> BackendFactory:
+    module_name, _, attr = target.partition(":")
+
+    def build() -> Backend:
+        module = importlib.import_module(module_name)
+        backend: Backend = getattr(module, attr)()
+        return backend
+
+    return build
 
 
 def _entry_point_factory(ep: importlib.metadata.EntryPoint) -> BackendFactory:
@@ -149,10 +176,6 @@ def default_registry(*, load_entry_points: bool = True) -> BackendRegistry:
             registry.register_lazy(
                 ep.name, _entry_point_factory(ep), extra=ep.name, platforms_known=False
             )
-    registry.register_lazy(
-        "onnxruntime",
-        _onnxruntime_factory,
-        platforms=("onnxruntime_onnx",),
-        extra="onnxruntime",
-    )
+    for name, target, platforms, extra in _BUILTINS:
+        registry.register_lazy(name, _builtin_factory(target), platforms=platforms, extra=extra)
     return registry
