@@ -12,7 +12,8 @@ then for each model measures, one after the other on this machine:
 2. inferd (`inferd serve`) with batching off, on, and its defaults, driven by perf_analyzer over
    HTTP JSON, HTTP binary and gRPC;
 3. MLServer (custom onnxruntime runtime) and LitServe (onnxruntime LitAPI), adaptive batching off
-   and on, each in its own venv; MLServer also driven by perf_analyzer;
+   and on, each in its own venv (perf_analyzer cannot drive MLServer: it needs Triton's model
+   configuration endpoint, which MLServer does not have);
 4. every server driven by wrk with the same v2 JSON body (one generator for all).
 
 at concurrency 1, 8 and 32. It prints the tables and writes bench/results/<date>.md and .json.
@@ -412,13 +413,8 @@ def bench_mlserver(model: str, prof: Profile, scratch: Path, data: Path, body: P
         cmd = [str(py.parent / "mlserver"), "start", str(root)]
         log = scratch / f"mlserver-{model}-{variant}.log"
         with process(cmd, f"http://{LOCAL}:18100/v2/models/{model}/ready", log, env=env):
-            for client, (protocol, fmt, url) in {
-                "perf_analyzer/http-json": ("http", "json", f"{LOCAL}:18100"),
-                "perf_analyzer/grpc": ("grpc", "binary", f"{LOCAL}:18101"),
-            }.items():
-                for c in prof.concurrency:
-                    result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
-                    cells.append(_cell(model, "mlserver", variant, client, c, result))
+            # perf_analyzer cannot drive MLServer: it first reads the model configuration
+            # (Triton's /v2/models/<m>/config and gRPC ModelConfig), which MLServer lacks.
             for c in prof.concurrency:
                 result = wrk(f"http://{LOCAL}:18100/v2/models/{model}/infer", body, c,
                              prof.wrk_seconds, scratch)

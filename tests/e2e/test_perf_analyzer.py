@@ -73,12 +73,12 @@ def test_perf_analyzer_runs(
         "500",
         "-p",
         "500",
-        # a short, noisy window rarely meets the default 10 % stability bound; this run checks
-        # that the exchange works, not the figures
+        # This run checks that the exchange works, not the figures: short windows on a shared
+        # machine rarely meet the default 10 % stability bound, so accept any spread.
         "-s",
-        "100",
+        "1000",
         "-r",
-        "5",
+        "10",
         *extra,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
