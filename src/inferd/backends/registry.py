@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ class _Entry:
     extra: str | None
     backend: Backend | None = None
     platforms_known: bool = True  # False for entry points until they are imported
+    install_hint: str | None = None  # overrides the ``inferd[extra]`` hint (plugins)
 
 
 class BackendRegistry:
@@ -54,10 +55,14 @@ class BackendRegistry:
         platforms: tuple[str, ...] = (),
         extra: str | None = None,
         platforms_known: bool = True,
+        install_hint: str | None = None,
     ) -> None:
         """Register a backend built on first use. ``extra`` names the ``inferd[extra]`` that
-        installs its runtime; an ``ImportError`` from ``factory`` is reported with it."""
-        self._entries[name] = _Entry(name, platforms, factory, extra, None, platforms_known)
+        installs its runtime; an ``ImportError`` from ``factory`` is reported with it (or with
+        ``install_hint``, the command to run, when the runtime is not an inferd extra)."""
+        self._entries[name] = _Entry(
+            name, platforms, factory, extra, None, platforms_known, install_hint
+        )
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -112,7 +117,9 @@ class BackendRegistry:
         try:
             backend = entry.factory()
         except ImportError as exc:
-            hint = f"pip install 'inferd[{entry.extra}]'" if entry.extra else "install it"
+            hint = entry.install_hint or (
+                f"pip install 'inferd[{entry.extra}]'" if entry.extra else "install it"
+            )
             raise UnavailableError(
                 f"backend '{entry.name}' needs a runtime that is not installed ({exc}); "
                 f"to use it run: {hint}"
@@ -144,12 +151,13 @@ _BUILTINS: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
 )
 
 
-def _builtin_factory(target: str) -> BackendFactory:
+def _builtin_factory(target: str, options: Mapping[str, Any] | None = None) -> BackendFactory:
     module_name, _, attr = target.partition(":")
+    kwargs = dict(options or {})
 
     def build() -> Backend:
         module = importlib.import_module(module_name)
-        backend: Backend = getattr(module, attr)()
+        backend: Backend = getattr(module, attr)(**kwargs)
         return backend
 
     return build
@@ -164,18 +172,29 @@ def _entry_point_factory(ep: importlib.metadata.EntryPoint) -> BackendFactory:
     return build
 
 
-def default_registry(*, load_entry_points: bool = True) -> BackendRegistry:
+def default_registry(
+    *,
+    load_entry_points: bool = True,
+    backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> BackendRegistry:
     """The built-in backends plus any installed plugin in the ``inferd.backends`` group.
 
     A plugin entry point names a zero-argument callable (typically the backend class) that
     returns a backend; it is imported when a model first needs it. Built-ins win name clashes.
+    ``backend_options`` gives server-level settings to built-in backends as keyword arguments
+    of their constructor, by backend name (e.g. ``{"sklearn": {"allow_pickle": True}}``).
     """
+    options = backend_options or {}
     registry = BackendRegistry()
     if load_entry_points:
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = getattr(ep, "dist", None)
+            hint = f"pip install '{dist.name}'" if dist is not None else None
             registry.register_lazy(
-                ep.name, _entry_point_factory(ep), extra=ep.name, platforms_known=False
+                ep.name, _entry_point_factory(ep), platforms_known=False, install_hint=hint
             )
     for name, target, platforms, extra in _BUILTINS:
-        registry.register_lazy(name, _builtin_factory(target), platforms=platforms, extra=extra)
+        registry.register_lazy(
+            name, _builtin_factory(target, options.get(name)), platforms=platforms, extra=extra
+        )
     return registry

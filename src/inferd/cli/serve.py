@@ -120,6 +120,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="models loaded in parallel (default: 4)",
     )
     repo.add_argument(
+        "--allow-pickle-models",
+        action="store_true",
+        help="let the sklearn backend load model.pkl / model.joblib files; unpickling runs "
+        "code from the file, so only enable it for repositories you trust (default: off)",
+    )
+    repo.add_argument(
         "--backend-config",
         action="append",
         default=[],
@@ -222,6 +228,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         metrics_port=args.metrics_port,
         log_verbose=args.log_verbose,
         ready_file=args.ready_file,
+        allow_pickle_models=args.allow_pickle_models,
     )
 
 

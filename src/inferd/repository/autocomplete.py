@@ -33,8 +33,14 @@ _DETECTION: tuple[_Detected, ...] = (
     _Detected("model.onnx", "onnxruntime", "onnxruntime_onnx", None),
     _Detected("model.xml", "openvino", "", None),
     _Detected("model.pt", "pytorch", "pytorch_libtorch", False),
-    _Detected("model.pt2", "pytorch", "torch_aoti", False),
+    _Detected("model.pt2", "pytorch", "torch_export", False),
     _Detected("model.py", "python", "", None),
+    # not detected by Triton; inferd's tree and scikit-learn backends (FIL default file names)
+    _Detected("xgboost.ubj", "fil", "", False),
+    _Detected("xgboost.json", "fil", "", False),
+    _Detected("xgboost.model", "fil", "", False),
+    _Detected("checkpoint.tl", "fil", "", False),
+    _Detected("model.skops", "sklearn", "", False),
 )
 
 # platform -> backend, for configs that name only a platform.

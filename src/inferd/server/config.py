@@ -34,6 +34,7 @@ class ServerConfig:
     metrics_port: int = 8002
     log_verbose: int = 0
     ready_file: Path | None = None
+    allow_pickle_models: bool = False  # unpickling runs code: sklearn model.pkl/.joblib only
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -50,7 +50,11 @@ class Server:
         cfg = self.config
         self.manager = RepositoryManager(
             cfg.model_repositories,
-            self.registry if self.registry is not None else default_registry(),
+            self.registry
+            if self.registry is not None
+            else default_registry(
+                backend_options={"sklearn": {"allow_pickle": cfg.allow_pickle_models}}
+            ),
             mode=cfg.model_control_mode,
             options=LoadOptions(
                 auto_complete=cfg.auto_complete_config,

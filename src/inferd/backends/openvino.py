@@ -1,0 +1,694 @@
+"""OpenVINO backend (CPU): ``backend: "openvino"`` for IR (``model.xml`` + ``model.bin``) and ONNX.
+
+The model file decides the format: ``model.xml`` (the default) is OpenVINO IR, while
+``default_model_filename: "model.onnx"`` with ``backend: "openvino"`` runs an ONNX file through
+OpenVINO instead of ONNX Runtime, so the runtime is chosen per model.
+
+Each instance compiles its own model for the CPU and owns exactly one infer request; OpenVINO
+releases the GIL while it computes, so every instance runs on its own worker thread. Compile
+options come from the config ``parameters`` with the names Triton's OpenVINO backend reads; a
+value that cannot be honoured is rejected at load, never ignored.
+
+OpenVINO does not check what it is fed as strictly as ONNX Runtime does (it converts data types
+and may accept a wrong inner dimension), so every input is checked against the compiled model
+before it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
+from inferd.backends.batching import (
+    can_concatenate,
+    concatenate_inputs,
+    split_outputs,
+    union_outputs,
+)
+from inferd.backends.onnxruntime import default_intra_op_threads
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
+from inferd.errors import (
+    ConfigError,
+    InferdError,
+    InternalError,
+    InvalidInputError,
+    ModelLoadError,
+)
+
+log = logging.getLogger(__name__)
+
+Array = np.ndarray[Any, Any]
+
+_DEVICE = "CPU"
+
+# OpenVINO element type names -> model config data types. Strings and bfloat16 are left out on
+# purpose: the Python bindings cannot round-trip BYTES faithfully (trailing NULs are lost) and
+# have no numpy bfloat16; such models are refused at load with a pointer to ONNX Runtime.
+_OV_TO_CONFIG = {
+    "boolean": "TYPE_BOOL",
+    "u8": "TYPE_UINT8",
+    "u16": "TYPE_UINT16",
+    "u32": "TYPE_UINT32",
+    "u64": "TYPE_UINT64",
+    "i8": "TYPE_INT8",
+    "i16": "TYPE_INT16",
+    "i32": "TYPE_INT32",
+    "i64": "TYPE_INT64",
+    "f16": "TYPE_FP16",
+    "f32": "TYPE_FP32",
+    "f64": "TYPE_FP64",
+}
+
+_YES = frozenset({"yes", "true", "1", "on"})
+_NO = frozenset({"no", "false", "0", "off"})
+
+_HINTS = ("LATENCY", "THROUGHPUT")
+
+# Names older Triton OpenVINO backends read, and what replaced them.
+_RENAMED = {
+    "CPU_THREADS_NUM": "INFERENCE_NUM_THREADS",
+    "CPU_THROUGHPUT_STREAMS": "NUM_STREAMS",
+    "ENFORCE_BF16": "HINT_BF16",
+    "SKIP_DYNAMIC_BATCHSIZE": "SKIP_OV_DYNAMIC_BATCHSIZE",
+}
+_REFUSED = {
+    "CPU_EXTENSION_PATH": "loading custom-layer shared libraries from a model configuration is "
+    "not supported",
+    "CPU_BIND_THREAD": "thread pinning is left to OpenVINO's defaults",
+    "COMPILATION_NUM_THREADS": "the OpenVINO CPU plugin does not accept it at compile time",
+}
+_KNOWN = (
+    "INFERENCE_NUM_THREADS",
+    "NUM_STREAMS",
+    "PERFORMANCE_HINT",
+    "HINT_BF16",
+    "CACHE_DIR",
+    "SKIP_OV_DYNAMIC_BATCHSIZE",
+    "ENABLE_BATCH_PADDING",
+    "RESHAPE_IO_LAYERS",
+)
+
+_INPUT_ERROR_HINTS = ("shape", "dims", "dimension", "port", "precision", "incompatible")
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompileSettings:
+    """What the config ``parameters`` ask of OpenVINO, parsed and checked once at load."""
+
+    properties: tuple[tuple[str, str], ...]  # passed to ``compile_model``
+    static_batch: bool = False  # SKIP_OV_DYNAMIC_BATCHSIZE: batch dim fixed at max_batch_size
+    pad_batch: bool = False  # ENABLE_BATCH_PADDING: pad smaller batches up to the fixed size
+    reshape_io: bool = False  # RESHAPE_IO_LAYERS: inputs take the config's dims
+
+    def compile_config(self) -> dict[str, str]:
+        return dict(self.properties)
+
+
+def _yes_no(params: dict[str, str], key: str) -> bool:
+    raw = params.get(key)
+    if raw is None:
+        return False
+    lowered = raw.strip().lower()
+    if lowered in _YES:
+        return True
+    if lowered in _NO:
+        return False
+    raise ConfigError(f"parameter '{key}' must be YES or NO, got '{raw}'")
+
+
+def _count(params: dict[str, str], key: str, *, minimum: int) -> int | None:
+    raw = params.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'")
+    return value
+
+
+def parse_settings(spec: ModelSpec, cores: int | None = None) -> CompileSettings:
+    """Read the compile settings; raise :class:`ConfigError` for anything not honoured.
+
+    Without ``PERFORMANCE_HINT`` an instance gets one stream (it owns a single infer request)
+    and its share of the cores; with a hint, OpenVINO picks both unless they are set explicitly.
+    """
+    params = spec.parameters
+    for key in params:
+        if key in _RENAMED:
+            raise ConfigError(
+                f"parameter '{key}' is the old name of '{_RENAMED[key]}'; use '{_RENAMED[key]}'"
+            )
+        if key in _REFUSED:
+            raise ConfigError(f"parameter '{key}' is not supported: {_REFUSED[key]}")
+        if key not in _KNOWN:
+            raise ConfigError(f"unknown OpenVINO parameter '{key}'; supported: {', '.join(_KNOWN)}")
+    props: dict[str, str] = {}
+    hint = params.get("PERFORMANCE_HINT")
+    if hint is not None:
+        if hint.strip().upper() not in _HINTS:
+            raise ConfigError(
+                f"parameter 'PERFORMANCE_HINT' must be one of {', '.join(_HINTS)}, got '{hint}'"
+            )
+        props["PERFORMANCE_HINT"] = hint.strip().upper()
+    threads = _count(params, "INFERENCE_NUM_THREADS", minimum=0)
+    if threads is None and hint is None:
+        threads = default_intra_op_threads(spec, cores)
+    if threads is not None:
+        props["INFERENCE_NUM_THREADS"] = str(threads)
+    streams_raw = params.get("NUM_STREAMS")
+    if streams_raw is not None and streams_raw.strip().upper() in ("AUTO", "NUMA"):
+        props["NUM_STREAMS"] = streams_raw.strip().upper()
+    else:
+        streams = _count(params, "NUM_STREAMS", minimum=1)
+        if streams is None and hint is None:
+            streams = 1
+        if streams is not None:
+            props["NUM_STREAMS"] = str(streams)
+    if _yes_no(params, "HINT_BF16"):
+        props["INFERENCE_PRECISION_HINT"] = "bf16"
+    cache_dir = params.get("CACHE_DIR")
+    if cache_dir is not None:
+        if not cache_dir.strip():
+            raise ConfigError("parameter 'CACHE_DIR' must name a directory")
+        props["CACHE_DIR"] = cache_dir.strip()
+    static_batch = _yes_no(params, "SKIP_OV_DYNAMIC_BATCHSIZE")
+    pad_batch = _yes_no(params, "ENABLE_BATCH_PADDING")
+    if (static_batch or pad_batch) and spec.max_batch_size == 0:
+        raise ConfigError(
+            "parameters 'SKIP_OV_DYNAMIC_BATCHSIZE' and 'ENABLE_BATCH_PADDING' need "
+            "max_batch_size > 0"
+        )
+    if pad_batch and not static_batch:
+        raise ConfigError(
+            "parameter 'ENABLE_BATCH_PADDING' only applies with SKIP_OV_DYNAMIC_BATCHSIZE=YES "
+            "(a dynamic batch dimension needs no padding)"
+        )
+    return CompileSettings(
+        properties=tuple(sorted(props.items())),
+        static_batch=static_batch,
+        pad_batch=pad_batch,
+        reshape_io=_yes_no(params, "RESHAPE_IO_LAYERS"),
+    )
+
+
+# -- reading models -----------------------------------------------------------------------------
+
+
+def _type_name(port: Any) -> str:
+    name: str = port.get_element_type().get_type_name()
+    return name
+
+
+def _config_type(port: Any) -> str | None:
+    return _OV_TO_CONFIG.get(_type_name(port))
+
+
+def _dims(partial_shape: Any) -> list[int]:
+    """A partial shape as config dims: dynamic (or bounded) dimensions become -1."""
+    return [d.get_length() if d.is_static else -1 for d in partial_shape]
+
+
+def _port_name(port: Any, wanted: set[str]) -> str:
+    """The name by which the configuration knows a port (OpenVINO ports may have several)."""
+    names: set[str] = set(port.get_names())
+    for name in sorted(names):
+        if name in wanted:
+            return name
+    any_name: str = port.get_any_name()
+    return any_name
+
+
+def _read_model(core: ov.Core, path: Path) -> ov.Model:
+    """Read IR or ONNX; raises ``RuntimeError`` from OpenVINO on a bad file."""
+    if path.suffix == ".xml":
+        weights = path.with_suffix(".bin")
+        if not weights.is_file():
+            raise FileNotFoundError(f"the IR weights file '{weights}' next to '{path}' is missing")
+        return core.read_model(str(path), str(weights))
+    return core.read_model(str(path))
+
+
+def _fill_tensors(target: Any, ports: Sequence[Any], batching: bool) -> None:
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    for port in ports:
+        config_type = _config_type(port)
+        if config_type is None:
+            raise ConfigError(
+                f"unable to auto-complete tensor '{port.get_any_name()}': OpenVINO element type "
+                f"{_type_name(port)} is not supported by the openvino backend"
+            )
+        tensor = target.add()
+        tensor.name = port.get_any_name()
+        tensor.data_type = mc.DataType.Value(config_type)
+        dims = _dims(port.get_partial_shape())
+        if batching:
+            dims = dims[1:]
+        if not dims:
+            tensor.dims.append(1)
+            if batching:
+                tensor.reshape.SetInParent()
+        else:
+            tensor.dims.extend(dims)
+
+
+# -- tensor adaptation --------------------------------------------------------------------------
+
+
+def _refit(array: Array, batched: bool, target: Sequence[int]) -> Array:
+    """Reshape the non-batch part of ``array`` to ``target`` (a config ``dims``/``reshape``)."""
+    lead = array.shape[:1] if batched else ()
+    if list(target).count(-1) > 1:
+        return array  # ambiguous: leave it to the shape check
+    try:
+        return array.reshape(*lead, *target)
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"a tensor of shape {list(array.shape)} cannot be reshaped to {[*lead, *target]}: {exc}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _InputPlan:
+    """How a request tensor becomes a model input, and what the compiled model accepts."""
+
+    tensor: TensorSpec
+    port: Any  # the compiled model's input port
+    dtype: np.dtype[Any]
+    model_rank: int
+
+    def to_model(self, array: Array, batched: bool, model: str, fixed_rows: int = 0) -> Array:
+        """Check and adapt one input; ``fixed_rows`` > 0: the batch is padded to it later."""
+        if array.dtype != self.dtype:
+            raise InvalidInputError(
+                f"input '{self.tensor.name}' of model '{model}' has data type {array.dtype}, "
+                f"expected {self.dtype}"
+            )
+        if self.tensor.reshape is not None:
+            array = _refit(array, batched, self.tensor.reshape)
+        elif self.model_rank == 0 and array.shape == (1,):
+            array = array.reshape(())
+        shape = self.port.get_partial_shape()
+        given = list(array.shape)
+        if fixed_rows and given:
+            given[0] = fixed_rows  # the row count is checked when padding
+        if not shape.compatible(ov.PartialShape(given)):
+            raise InvalidInputError(
+                f"input '{self.tensor.name}' of model '{model}' has shape {list(array.shape)}, "
+                f"which the model does not accept (expected {shape})"
+            )
+        return np.ascontiguousarray(array)
+
+
+@dataclass(frozen=True, slots=True)
+class _OutputPlan:
+    tensor: TensorSpec
+    port: Any
+
+    def to_response(self, array: Array, batched: bool) -> Array:
+        if self.tensor.reshape is not None:
+            return _refit(array, batched, self.tensor.dims)
+        if array.ndim == 0:
+            return array.reshape(self.tensor.dims if -1 not in self.tensor.dims else (1,))
+        return array
+
+
+def _translate(exc: Exception, model: str) -> InferdError:
+    message = str(exc).strip()
+    if isinstance(exc, ValueError | TypeError) or any(
+        h in message.lower() for h in _INPUT_ERROR_HINTS
+    ):
+        return InvalidInputError(f"inference request to model '{model}' failed: {message}")
+    return InternalError(f"openvino failed to run model '{model}': {message}")
+
+
+# -- the protocols ------------------------------------------------------------------------------
+
+
+class OpenVinoInstance:
+    """One compiled model and its single infer request; ``execute`` runs on a worker thread."""
+
+    def __init__(self, spec: ModelSpec, compiled: ov.CompiledModel, settings: CompileSettings):
+        self._spec = spec
+        self._compiled: ov.CompiledModel | None = compiled
+        self._request: ov.InferRequest | None = compiled.create_infer_request()
+        self._batched = spec.max_batch_size > 0
+        self._static_rows = spec.max_batch_size if settings.static_batch else 0
+        self._pad = settings.pad_batch
+        wanted_in = {t.name for t in spec.inputs}
+        wanted_out = {t.name for t in spec.outputs}
+        in_ports = {_port_name(p, wanted_in): p for p in compiled.inputs}
+        out_ports = {_port_name(p, wanted_out): p for p in compiled.outputs}
+        self._inputs = {
+            t.name: _InputPlan(
+                t,
+                in_ports[t.name],
+                np.dtype(t.datatype.dtype),
+                len(in_ports[t.name].get_partial_shape()),
+            )
+            for t in spec.inputs
+            if t.name in in_ports
+        }
+        self._outputs = {t.name: _OutputPlan(t, out_ports[t.name]) for t in spec.outputs}
+        self._required = [name for name in in_ports if name in self._inputs]
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
+        return self.execute_timed(requests, ExecutionTimes())
+
+    def execute_timed(
+        self, requests: Sequence[InferRequest], times: ExecutionTimes
+    ) -> list[Result]:
+        """Run the requests as one batch when they stack; each alone otherwise.
+
+        If a stacked run fails on its inputs, every request is retried alone so that only the
+        bad one gets the error.
+        """
+        if len(requests) > 1 and self._batched and can_concatenate(requests):
+            t0 = time.perf_counter_ns()
+            try:
+                stacked, rows = concatenate_inputs(requests)
+                feeds = self._feeds(stacked)
+                wanted = union_outputs(requests, list(self._outputs))
+                t1 = time.perf_counter_ns()
+                outputs = self.run(feeds, wanted)
+                t2 = time.perf_counter_ns()
+                parts = split_outputs(outputs, rows)
+            except InvalidInputError:
+                pass  # fall through: find the culprit by running each request alone
+            except InferdError as exc:
+                return [exc for _ in requests]
+            else:
+                times.input_ns += t1 - t0
+                times.infer_ns += t2 - t1
+                times.output_ns += time.perf_counter_ns() - t2
+                return list(parts)
+        return [self._execute_one(request, times) for request in requests]
+
+    def _execute_one(self, request: InferRequest, times: ExecutionTimes) -> Result:
+        t0 = time.perf_counter_ns()
+        try:
+            feeds = self._feeds(request.inputs)
+            wanted = (
+                list(self._outputs)
+                if request.outputs is None
+                else [o.name for o in request.outputs if o.name in self._outputs]
+            )
+            t1 = time.perf_counter_ns()
+            result: Result = self.run(feeds, wanted)
+            t2 = time.perf_counter_ns()
+        except InferdError as exc:
+            return exc
+        times.input_ns += t1 - t0
+        times.infer_ns += t2 - t1
+        return result
+
+    def _feeds(self, inputs: dict[str, Array]) -> dict[str, Array]:
+        name = self._spec.name
+        feeds: dict[str, Array] = {}
+        for key, array in inputs.items():
+            plan = self._inputs.get(key)
+            if plan is None:
+                raise InvalidInputError(f"unexpected inference input '{key}' for model '{name}'")
+            feeds[key] = plan.to_model(array, self._batched, name, self._static_rows)
+        missing = [n for n in self._required if n not in feeds]
+        if missing:
+            raise InvalidInputError(
+                f"inference request to model '{name}' is missing input(s) {', '.join(missing)}"
+            )
+        return feeds
+
+    def _pad_rows(self, feeds: dict[str, Array]) -> tuple[dict[str, Array], int]:
+        """With a fixed batch size, pad (if enabled) and return the real row count."""
+        rows = next(iter(feeds.values())).shape[0] if feeds else 0
+        target = self._static_rows
+        if rows == target:
+            return feeds, rows
+        if not self._pad or rows > target:
+            raise InvalidInputError(
+                f"model '{self._spec.name}' runs a fixed batch of {target} "
+                f"(SKIP_OV_DYNAMIC_BATCHSIZE) but got {rows}; set ENABLE_BATCH_PADDING=YES "
+                "to accept smaller batches"
+            )
+        padded = {
+            key: np.concatenate([a, np.zeros((target - rows, *a.shape[1:]), a.dtype)])
+            for key, a in feeds.items()
+        }
+        return padded, rows
+
+    def run(self, feeds: dict[str, Array], output_names: list[str]) -> Outputs:
+        """Run one (possibly concatenated) batch and return outputs shaped as the config says."""
+        request = self._request
+        if request is None:
+            raise InternalError(f"an instance of model '{self._spec.name}' was used after close")
+        if not output_names:
+            return {}
+        rows = -1
+        if self._static_rows:
+            feeds, rows = self._pad_rows(feeds)
+        try:
+            produced = request.infer(feeds, share_inputs=True, share_outputs=False)
+            arrays = {name: produced[self._outputs[name].port] for name in output_names}
+        except Exception as exc:  # translated once, here, at the runtime boundary
+            raise _translate(exc, self._spec.name) from exc
+        if rows >= 0:
+            arrays = {name: a[:rows] for name, a in arrays.items()}
+        return {
+            name: self._outputs[name].to_response(np.asarray(a), self._batched)
+            for name, a in arrays.items()
+        }
+
+    def close(self) -> None:
+        self._request = None
+        self._compiled = None
+
+
+class OpenVinoModel:
+    """A read (and reshaped) model version; compiles it once per instance."""
+
+    def __init__(
+        self, ctx: LoadContext, core: ov.Core, model: ov.Model, settings: CompileSettings
+    ) -> None:
+        self._ctx = ctx
+        self._core = core
+        self._model: ov.Model | None = model
+        self._settings = settings
+        self._spare: ov.CompiledModel | None = None
+        self._lock = threading.Lock()
+
+    def compile(self) -> ov.CompiledModel:
+        spec = self._ctx.spec
+        model = self._model
+        if model is None:
+            raise InternalError(f"model '{spec.name}' was used after close")
+        wanted = self._settings.compile_config()
+        try:
+            compiled = self._core.compile_model(model, _DEVICE, wanted)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"failed to load '{spec.name}' version {self._ctx.version}: openvino could not "
+                f"compile the model for the CPU: {str(exc).strip()}"
+            ) from exc
+        for key in ("INFERENCE_NUM_THREADS", "NUM_STREAMS"):
+            asked = wanted.get(key, "")
+            if asked.isdigit() and int(asked) > 0 and str(compiled.get_property(key)) != asked:
+                log.warning(
+                    "model '%s': OpenVINO set %s to %s instead of the %s asked for (it caps "
+                    "streams at threads and threads at the cores available)",
+                    spec.name,
+                    key,
+                    compiled.get_property(key),
+                    asked,
+                )
+        return compiled
+
+    def keep_spare(self, compiled: ov.CompiledModel) -> None:
+        self._spare = compiled
+
+    def create_instance(self, group: InstanceGroupSpec, index: int) -> OpenVinoInstance:
+        spec = self._ctx.spec
+        if group.kind == "KIND_GPU":
+            raise ModelLoadError(
+                f"failed to load '{spec.name}': instance group '{group.name}' requests KIND_GPU "
+                "but the openvino backend runs on the CPU only"
+            )
+        with self._lock:
+            compiled, self._spare = self._spare, None
+        if compiled is None:
+            compiled = self.compile()
+        return OpenVinoInstance(spec, compiled, self._settings)
+
+    def close(self) -> None:
+        self._spare = None
+        self._model = None
+
+
+def _check_io(spec: ModelSpec, model: ov.Model) -> None:
+    """Config inputs/outputs must exist in the model with the same data types and ranks."""
+    batching = spec.max_batch_size > 0
+    for kind, tensors, ports in (
+        ("input", spec.inputs, model.inputs),
+        ("output", spec.outputs, model.outputs),
+    ):
+        wanted = {t.name for t in tensors}
+        by_name = {_port_name(p, wanted): p for p in ports}
+        for tensor in tensors:
+            port = by_name.get(tensor.name)
+            if port is None:
+                if kind == "input" and tensor.optional:
+                    continue
+                raise ConfigError(
+                    f"unexpected {kind} '{tensor.name}' in the model configuration; the model "
+                    f"has {kind}s: {', '.join(sorted(by_name))}"
+                )
+            model_type = _config_type(port)
+            if model_type is None:
+                raise ConfigError(
+                    f"{kind} '{tensor.name}' has OpenVINO element type {_type_name(port)}, which "
+                    "the openvino backend does not serve (use the onnxruntime backend for "
+                    "string and bfloat16 tensors)"
+                )
+            if model_type != tensor.datatype.config_name:
+                raise ConfigError(
+                    f"{kind} '{tensor.name}': the model expects data type {model_type} but the "
+                    f"model configuration specifies {tensor.datatype.config_name}"
+                )
+            shape = port.get_partial_shape()
+            if tensor.reshape is not None or shape.rank.is_dynamic:
+                continue
+            rank = len(shape)
+            expected = len(tensor.dims) + (1 if batching else 0)
+            if rank != expected and not (rank == 0 and tensor.dims == (1,) and not batching):
+                raise ConfigError(
+                    f"{kind} '{tensor.name}': the model has rank {rank} (shape {shape}) but the "
+                    f"model configuration gives dims {list(tensor.dims)}, i.e. rank {expected}"
+                )
+        if kind == "input":
+            missing = sorted(set(by_name) - wanted)
+            if missing:
+                raise ConfigError(
+                    f"the model configuration is missing model input(s) {', '.join(missing)}"
+                )
+
+
+def _target_shapes(
+    spec: ModelSpec, model: ov.Model, settings: CompileSettings
+) -> dict[str, ov.PartialShape]:
+    """The input shapes to compile with: the batch dimension made dynamic (or fixed)."""
+    if spec.max_batch_size == 0 and not settings.reshape_io:
+        return {}
+    wanted = {t.name for t in spec.inputs}
+    shapes: dict[str, ov.PartialShape] = {}
+    for port in model.inputs:
+        name = _port_name(port, wanted)
+        tensor = spec.input_by_name.get(name)
+        if tensor is None:
+            continue
+        if settings.reshape_io:
+            inner = tensor.reshape if tensor.reshape is not None else tensor.dims
+            dims: list[ov.Dimension] = [
+                ov.Dimension() if d == -1 else ov.Dimension(d) for d in inner
+            ]
+        else:
+            current = port.get_partial_shape()
+            dims = [current[i] for i in range(len(current))]
+            if spec.max_batch_size > 0:
+                dims = dims[1:]
+        if spec.max_batch_size > 0:
+            batch = (
+                ov.Dimension(spec.max_batch_size)
+                if settings.static_batch
+                else ov.Dimension(1, spec.max_batch_size)
+            )
+            dims = [batch, *dims]
+        shapes[name] = ov.PartialShape(dims)
+    return shapes
+
+
+class OpenVinoBackend:
+    name = "openvino"
+    platforms: tuple[str, ...] = ()
+    default_model_filename = "model.xml"
+
+    def auto_complete(self, config: Any, model_path: Path, *, default_max_batch_size: int) -> None:
+        """Batching and input/output lists from the model, as for ONNX Runtime (§5.7)."""
+        if len(config.input) > 0 and len(config.output) > 0:
+            log.debug("skipping model configuration auto-complete for '%s'", config.name)
+            return
+        try:
+            model = _read_model(ov.Core(), model_path)
+        except Exception as exc:
+            raise ConfigError(
+                f"unable to auto-complete the configuration from {model_path}: {str(exc).strip()}"
+            ) from exc
+        ports = [*model.inputs, *model.outputs]
+        can_batch = all(
+            p.get_partial_shape().rank.is_static
+            and len(p.get_partial_shape()) >= 1
+            and p.get_partial_shape()[0].is_dynamic
+            for p in ports
+        )
+        if can_batch:
+            if config.max_batch_size == 0:
+                config.max_batch_size = default_max_batch_size
+            if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
+                config.dynamic_batching.SetInParent()
+        elif config.max_batch_size != 0:
+            raise ConfigError(
+                f"autofill failed for model '{config.name or model_path.parent.parent.name}': "
+                "model does not support batching while non-zero max_batch_size is specified"
+            )
+        batching = config.max_batch_size > 0
+        if len(config.input) == 0:
+            _fill_tensors(config.input, model.inputs, batching)
+        if len(config.output) == 0:
+            _fill_tensors(config.output, model.outputs, batching)
+
+    def load(self, ctx: LoadContext) -> OpenVinoModel:
+        spec = ctx.spec
+        prefix = f"failed to load '{spec.name}' version {ctx.version}"
+        path = ctx.model_path
+        if not path.is_file():
+            raise ModelLoadError(f"{prefix}: unable to find '{path}'")
+        try:
+            settings = parse_settings(spec)
+        except ConfigError as exc:
+            raise ModelLoadError(f"{prefix}: {exc}") from exc
+        core = ov.Core()
+        try:
+            model = _read_model(core, path)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{prefix}: openvino could not read {path}: {str(exc).strip()}"
+            ) from exc
+        try:
+            _check_io(spec, model)
+            shapes = _target_shapes(spec, model, settings)
+            if shapes:
+                model.reshape(shapes)
+        except ConfigError as exc:
+            raise ModelLoadError(f"{prefix}: {exc}") from exc
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{prefix}: openvino could not give the model a batch dimension of up to "
+                f"{spec.max_batch_size} ({str(exc).strip()}); try "
+                "SKIP_OV_DYNAMIC_BATCHSIZE=YES or max_batch_size: 0"
+            ) from exc
+        loaded = OpenVinoModel(ctx, core, model, settings)
+        loaded.keep_spare(loaded.compile())  # compile errors surface at load, not first use
+        return loaded

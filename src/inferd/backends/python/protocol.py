@@ -1,0 +1,69 @@
+"""The small control messages between the server and a Python model worker.
+
+Messages are JSON objects (orjson) sent with ``Connection.send_bytes``: nothing is pickled, and
+no tensor ever crosses the pipe — only names, datatypes, shapes and arena offsets
+(:class:`~inferd.backends.python.shm.TensorRef`), parameters and error messages.
+
+server -> worker
+    ``{"op": "execute", "arena": [path, size] | null, "requests": [request, ...]}``
+        request = ``{"id", "parameters", "outputs": [names], "inputs": [ref, ...]}``;
+        ``arena`` is set when the server replaced the arena (it grew).
+    ``{"op": "arena", "path", "size"}`` answer to ``grow``: a bigger arena for the outputs.
+    ``{"op": "abort", "message"}`` answer to ``grow`` when the outputs cannot fit.
+    ``{"op": "finalize"}`` unload: call ``finalize()`` and exit.
+
+worker -> server
+    ``{"op": "ready"}`` / ``{"op": "init_error", "message"}`` once after start.
+    ``{"op": "result", "responses": [{"error": [code, message] | null, "outputs": [ref]}]}``
+    ``{"op": "grow", "needed": bytes}`` the outputs do not fit in the rest of the arena.
+    ``{"op": "failed", "message"}`` execute raised: every request of the batch failed.
+    ``{"op": "config", "config": {...}}`` the result of ``auto_complete_config``.
+    ``{"op": "bye"}`` after ``finalize()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from inferd.errors import (
+    AlreadyExistsError,
+    ErrorCode,
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    RequestCancelledError,
+    UnavailableError,
+    UnsupportedError,
+)
+
+Message = dict[str, Any]
+
+_ERRORS: dict[str, type[InferdError]] = {
+    ErrorCode.INVALID_ARGUMENT.value: InvalidArgumentError,
+    ErrorCode.NOT_FOUND.value: NotFoundError,
+    ErrorCode.UNAVAILABLE.value: UnavailableError,
+    ErrorCode.UNSUPPORTED.value: UnsupportedError,
+    ErrorCode.ALREADY_EXISTS.value: AlreadyExistsError,
+    ErrorCode.CANCELLED.value: RequestCancelledError,
+    ErrorCode.INTERNAL.value: InternalError,
+}
+
+
+def encode(message: Message) -> bytes:
+    return orjson.dumps(message)
+
+
+def decode(data: bytes) -> Message:
+    message = orjson.loads(data)
+    if not isinstance(message, dict) or "op" not in message:
+        raise InternalError(f"malformed message from a Python model worker: {data[:200]!r}")
+    return message
+
+
+def error_from_wire(item: Any) -> InferdError:
+    """``[code, message]`` as sent by the worker -> the matching inferd error."""
+    code, message = item
+    return _ERRORS.get(str(code), InternalError)(str(message))

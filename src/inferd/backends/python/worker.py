@@ -1,0 +1,396 @@
+"""The main of a Python model worker process (one per model instance).
+
+Started by :mod:`inferd.backends.python.backend` with :func:`run` as the process target. It
+imports the user's ``model.py``, runs ``initialize`` (or the typed API's ``setup``), then answers
+``execute`` messages until told to finalize or until the server goes away (EOF on the pipe).
+Tensors are read from and written to the instance's shared-memory arena; see ``protocol.py``
+for the messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import itertools
+import logging
+import multiprocessing
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.backends.python import api, shm
+from inferd.backends.python import triton_python_backend_utils as pb_utils
+from inferd.backends.python.protocol import Message, decode, encode
+from inferd.errors import InferdError
+
+Array = np.ndarray[Any, Any]
+WireError = tuple[str, str]  # (code, message)
+
+COMPAT_MODULE = "triton_python_backend_utils"
+
+_log = logging.getLogger("inferd.python_worker")
+
+
+class _Abort(Exception):
+    """The server refused to grow the arena: drop this batch's outputs."""
+
+
+def load_module(model_file: Path, module_name: str) -> ModuleType:
+    """Import ``model.py`` from its path, with the compat module importable by Triton's name."""
+    sys.modules.setdefault(COMPAT_MODULE, pb_utils)
+    folder = str(model_file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(module_name, model_file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {model_file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def find_model_class(module: ModuleType, model_file: Path) -> type[Any]:
+    """``TritonPythonModel``, or the one :class:`api.Model` subclass defined in the module."""
+    triton = getattr(module, "TritonPythonModel", None)
+    if isinstance(triton, type):
+        return triton
+    typed = [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, api.Model)
+        and obj is not api.Model
+        and obj.__module__ == module.__name__
+    ]
+    if len(typed) == 1:
+        return typed[0]
+    if typed:
+        names = ", ".join(sorted(c.__name__ for c in typed))
+        raise TypeError(f"{model_file} defines several inferd Model classes ({names}); keep one")
+    raise TypeError(
+        f"{model_file} defines neither a 'TritonPythonModel' class nor a subclass of "
+        "inferd.backends.python.api.Model"
+    )
+
+
+def _error(exc: BaseException) -> WireError:
+    if isinstance(exc, InferdError):
+        return (exc.code.value, exc.message)
+    return ("INTERNAL", f"{type(exc).__name__}: {exc}")
+
+
+class Worker:
+    def __init__(self, conn: Connection, init: dict[str, Any]) -> None:
+        self.conn = conn
+        self.init = init
+        self.name: str = init["model_name"]
+        self.arena: shm.Arena | None = None
+        self.retired: list[shm.Arena] = []  # grown-out arenas still pinned by model-held views
+        self.model: Any = None
+        self.typed = False
+        self.batching = int(init.get("max_batch_size", 0)) > 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def send(self, message: Message) -> None:
+        self.conn.send_bytes(encode(message))
+
+    def receive(self) -> Message:
+        return decode(self.conn.recv_bytes())
+
+    def start(self) -> None:
+        model_file = Path(self.init["model_file"])
+        module = load_module(model_file, f"inferd_model_{self.init['module_tag']}")
+        cls = find_model_class(module, model_file)
+        self.typed = issubclass(cls, api.Model)
+        self.model = cls()
+        if self.typed:
+            args = self.init["args"]
+            context = api.ModelContext(
+                model_name=self.name,
+                model_version=int(args["model_version"]),
+                instance_name=args["model_instance_name"],
+                instance_kind=args["model_instance_kind"],
+                device_id=int(args["model_instance_device_id"]),
+                model_dir=Path(args["model_repository"]),
+                max_batch_size=int(self.init.get("max_batch_size", 0)),
+                config=self.init["config"],
+                parameters=dict(self.init.get("parameters", {})),
+            )
+            self.model.setup(context)
+        elif hasattr(self.model, "initialize"):
+            self.model.initialize(dict(self.init["args"]))
+        path, size = self.init["arena"]
+        self.arena = shm.Arena.attach(path, size)
+
+    def finalize(self) -> None:
+        hook = "teardown" if self.typed else "finalize"
+        method = getattr(self.model, hook, None)
+        if method is not None:
+            try:
+                method()
+            except Exception:
+                _log.exception("%s() of Python model '%s' raised", hook, self.name)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.receive()
+            except (EOFError, OSError):
+                return  # the server is gone
+            op = message["op"]
+            if op == "execute":
+                self.execute(message)
+            elif op == "finalize":
+                self.finalize()
+                self.send({"op": "bye"})
+                return
+            self._sweep()
+
+    # -- arenas ------------------------------------------------------------------------------
+
+    def _switch_arena(self, path: str, size: int) -> None:
+        old = self.arena
+        self.arena = shm.Arena.attach(path, size)
+        if old is not None:
+            self.retired.append(old)
+
+    def _sweep(self) -> None:
+        self.retired = [a for a in self.retired if not a.close()]
+
+    # -- execute -----------------------------------------------------------------------------
+
+    def execute(self, message: Message) -> None:
+        if message.get("arena"):
+            path, size = message["arena"]
+            self._switch_arena(path, size)
+        arena = self.arena
+        assert arena is not None
+        requests: list[dict[str, Any]] = message["requests"]
+        refs = [[shm.TensorRef.from_wire(r) for r in req["inputs"]] for req in requests]
+        try:
+            results = self._predict(refs) if self.typed else self._execute_triton(requests, refs)
+        except Exception as exc:
+            traceback.print_exc()
+            self.send({"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        try:
+            self.send({"op": "result", "responses": self._write_outputs(results, message)})
+        except _Abort:
+            return
+
+    def _execute_triton(
+        self, requests: list[dict[str, Any]], refs: list[list[shm.TensorRef]]
+    ) -> list[dict[str, Array] | WireError]:
+        arena = self.arena
+        assert arena is not None
+        batch = [
+            pb_utils.InferenceRequest(
+                inputs=[pb_utils.Tensor(r.name, shm.read(arena, r, copy=False)) for r in rs],
+                request_id=req.get("id", ""),
+                requested_output_names=req.get("outputs", []),
+                model_name=self.name,
+                parameters=req.get("parameters_json", "{}"),
+            )
+            for req, rs in zip(requests, refs, strict=True)
+        ]
+        responses = self.model.execute(batch)
+        if not isinstance(responses, list | tuple) or len(responses) != len(batch):
+            got = len(responses) if isinstance(responses, list | tuple) else type(responses)
+            raise TypeError(
+                f"execute() must return a list of {len(batch)} InferenceResponse, got {got}"
+            )
+        results: list[dict[str, Array] | WireError] = []
+        for response in responses:
+            if not isinstance(response, pb_utils.InferenceResponse):
+                kind = type(response).__name__
+                results.append(("INTERNAL", f"execute() returned {kind}, not an InferenceResponse"))
+                continue
+            error = response.error()
+            if error is not None:
+                code = error.code() if isinstance(error, pb_utils.TritonError) else 1
+                results.append((pb_utils.ERROR_CODE_NAMES.get(code, "INTERNAL"), str(error)))
+                continue
+            outputs: dict[str, Array] = {}
+            for tensor in response.output_tensors():
+                if not isinstance(tensor, pb_utils.Tensor):
+                    raise TypeError("output_tensors must hold pb_utils.Tensor objects")
+                outputs[tensor.name()] = tensor.as_numpy()
+            results.append(outputs)
+        return results
+
+    def _predict(self, refs: list[list[shm.TensorRef]]) -> list[dict[str, Array] | WireError]:
+        if len(refs) > 1 and self.batching:
+            stacked = self._stack(refs)
+            if stacked is not None:
+                inputs, rows = stacked
+                try:
+                    outputs = self._call_predict(inputs, sum(rows))
+                except Exception:
+                    pass  # retried one by one below, so only the bad request fails
+                else:
+                    bounds = np.cumsum(rows)[:-1]
+                    per_request: list[dict[str, Array] | WireError] = [{} for _ in rows]
+                    for name, array in outputs.items():
+                        for target, part in zip(per_request, np.split(array, bounds), strict=True):
+                            assert isinstance(target, dict)
+                            target[name] = part
+                    return per_request
+        results: list[dict[str, Array] | WireError] = []
+        for rs in refs:
+            try:
+                inputs = {r.name: self._view(r) for r in rs}
+                count = next(iter(inputs.values())).shape[0] if inputs and self.batching else -1
+                results.append(self._call_predict(inputs, count))
+            except Exception as exc:
+                if not isinstance(exc, InferdError):
+                    traceback.print_exc()
+                results.append(_error(exc))
+        return results
+
+    def _view(self, ref: shm.TensorRef) -> Array:
+        assert self.arena is not None
+        array = shm.read(self.arena, ref, copy=False)
+        array.flags.writeable = False
+        return array
+
+    def _stack(self, refs: list[list[shm.TensorRef]]) -> tuple[dict[str, Array], list[int]] | None:
+        """The batch as one array per input: a zero-copy view when the server laid the
+        requests out back to back (it does), a concatenation otherwise; None if they differ."""
+        names = [r.name for r in refs[0]]
+        rows: list[int] = []
+        for rs in refs:
+            if [r.name for r in rs] != names or not rs:
+                return None
+            rows.append(rs[0].shape[0] if rs[0].shape else 1)
+        inputs: dict[str, Array] = {}
+        for position, name in enumerate(names):
+            column = [rs[position] for rs in refs]
+            first = column[0]
+            if any(
+                r.datatype != first.datatype or r.shape[1:] != first.shape[1:] or not r.shape
+                for r in column
+            ):
+                return None
+            contiguous = first.datatype != "BYTES" and all(
+                a.offset + a.nbytes == b.offset for a, b in itertools.pairwise(column)
+            )
+            if contiguous:
+                total = sum(r.shape[0] for r in column)
+                merged = shm.TensorRef(
+                    name,
+                    first.datatype,
+                    (total, *first.shape[1:]),
+                    first.offset,
+                    sum(r.nbytes for r in column),
+                )
+                inputs[name] = self._view(merged)
+            else:
+                inputs[name] = np.concatenate([self._view(r) for r in column])
+        return inputs, rows
+
+    def _call_predict(self, inputs: dict[str, Array], rows: int) -> dict[str, Array]:
+        outputs = self.model.predict(inputs)
+        if not isinstance(outputs, dict):
+            raise TypeError(f"predict() must return a dict of arrays, got {type(outputs).__name__}")
+        checked: dict[str, Array] = {}
+        for name, value in outputs.items():
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if rows >= 0 and (array.ndim == 0 or array.shape[0] != rows):
+                raise ValueError(
+                    f"predict() returned output '{name}' with shape {list(array.shape)} for a "
+                    f"batch of {rows} rows; the first dimension must be the batch"
+                )
+            checked[str(name)] = array
+        return checked
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    def _write_outputs(
+        self, results: Sequence[dict[str, Array] | WireError], message: Message
+    ) -> list[dict[str, Any]]:
+        staged: list[list[shm.Staged] | WireError] = []
+        for result in results:
+            if isinstance(result, tuple):
+                staged.append(result)
+                continue
+            try:
+                staged.append([shm.stage(name, array) for name, array in result.items()])
+            except Exception as exc:
+                staged.append(_error(exc))
+        flat = [item for entry in staged if isinstance(entry, list) for item in entry]
+        arena = self.arena
+        assert arena is not None
+        offsets, end = shm.layout(flat, start=int(message.get("inputs_end", 0)))
+        if end > arena.size:
+            # Ask for room for inputs *and* outputs, so the next batch like this one fits
+            # without growing again; this batch's outputs go at the start of the new arena.
+            self.send({"op": "grow", "needed": end})
+            offsets, end = shm.layout(flat, start=0)
+            reply = self.receive()
+            if reply["op"] != "arena":
+                raise _Abort
+            self._switch_arena(reply["path"], int(reply["size"]))
+            arena = self.arena
+            assert arena is not None
+        positions = iter(offsets)
+        responses: list[dict[str, Any]] = []
+        for entry in staged:
+            if isinstance(entry, tuple):
+                responses.append({"error": list(entry), "outputs": []})
+                continue
+            refs = [shm.write(arena, item, next(positions)).to_wire() for item in entry]
+            responses.append({"error": None, "outputs": refs})
+        return responses
+
+
+def auto_complete(conn: Connection, init: dict[str, Any]) -> None:
+    """Run the model's ``auto_complete_config`` on the config and send the result back."""
+    model_file = Path(init["model_file"])
+    module = load_module(model_file, f"inferd_model_{init['module_tag']}")
+    cls = find_model_class(module, model_file)
+    builder = pb_utils.ModelConfig(init["config"])
+    method = getattr(cls, "auto_complete_config", None)
+    if method is not None:
+        result = method(builder)
+        if isinstance(result, pb_utils.ModelConfig):
+            builder = result
+    conn.send_bytes(encode({"op": "config", "config": builder.as_dict()}))
+
+
+def run(conn: Connection, init_json: bytes) -> None:
+    """Process entry point."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
+    with contextlib.suppress(AssertionError, ValueError):
+        # Let user code start its own child processes (daemonic processes may not).
+        multiprocessing.current_process().daemon = False
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s [python model] %(message)s"
+        )
+    init: dict[str, Any] = orjson.loads(init_json)
+    if init["mode"] == "auto_complete":
+        try:
+            auto_complete(conn, init)
+        except BaseException as exc:
+            conn.send_bytes(encode({"op": "init_error", "message": f"{type(exc).__name__}: {exc}"}))
+        return
+    worker = Worker(conn, init)
+    try:
+        worker.start()
+    except BaseException as exc:
+        traceback.print_exc()
+        conn.send_bytes(encode({"op": "init_error", "message": f"{type(exc).__name__}: {exc}"}))
+        return
+    conn.send_bytes(encode({"op": "ready"}))
+    worker.serve()

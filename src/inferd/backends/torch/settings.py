@@ -1,0 +1,106 @@
+"""Per-model settings of the PyTorch backend, read once from the config ``parameters``.
+
+The keys are the ones Triton's PyTorch backend reads (matched case-insensitively, so both
+``INTRA_OP_THREAD_COUNT`` and ``intra_op_thread_count`` work). Keys that would flip a
+process-wide TorchScript switch for every model at once are refused rather than half-honoured.
+
+Thread policy
+-------------
+torch has one intra-op thread setting per process (``torch.set_num_threads``); with the OpenMP
+build each calling thread also keeps the value it last set. inferd runs every instance on its
+own worker thread and sets the model's intra-op count in that thread before its first run, so
+an instance always computes with its model's count, whatever other models chose. The count is
+``intra_op_thread_count`` when given (0 keeps torch's default) and otherwise the usable cores
+divided by the model's instance count, so one model's instances together never ask for more
+threads than there are cores. The inter-op pool can be sized only once per process, before
+first use: ``inter_op_thread_count`` is applied if it still can be, and refused loudly if the
+pool already runs with another size.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from inferd.core.model_spec import ModelSpec
+from inferd.errors import ConfigError
+
+_TRUE = frozenset({"1", "true", "on", "yes"})
+_FALSE = frozenset({"0", "false", "off", "no"})
+
+# Triton parameters that toggle TorchScript's JIT for the whole process, not for one model.
+_PROCESS_WIDE = (
+    "enable_jit_executor",
+    "enable_jit_profiling",
+    "enable_nvfuser",
+    "enable_tensor_fuser",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchSettings:
+    intra_op_threads: int  # 0 = leave torch's own default
+    inter_op_threads: int = 0  # 0 = leave torch's own default
+    inference_mode: bool = True  # torch.inference_mode(); False = torch.no_grad()
+    optimized_execution: bool = True  # TorchScript graph executor optimisations
+    weight_sharing: bool = False  # instances on one device share one module
+    cache_cleaning: bool = False  # release cached CUDA memory after every run
+
+
+def usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_intra_op_threads(spec: ModelSpec, cores: int | None = None) -> int:
+    """The usable cores shared among the model's instances (at least one thread each)."""
+    available = cores if cores is not None else usable_cores()
+    instances = sum(g.count for g in spec.instance_groups) or 1
+    return max(1, available // instances)
+
+
+def _int(params: dict[str, str], key: str, default: int) -> int:
+    raw = params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"parameter '{key.upper()}' must be an integer >= 0, got '{raw}'")
+    return value
+
+
+def _bool(params: dict[str, str], key: str, default: bool) -> bool:
+    raw = params.get(key)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"parameter '{key.upper()}' must be a boolean (true/false, 1/0), got '{raw}'")
+
+
+def parse_settings(spec: ModelSpec, cores: int | None = None) -> TorchSettings:
+    """Read the backend settings from ``spec.parameters``; raise :class:`ConfigError` if bad."""
+    params = {key.lower(): value for key, value in spec.parameters.items()}
+    for key in _PROCESS_WIDE:
+        if key in params:
+            raise ConfigError(
+                f"parameter '{key.upper()}' switches TorchScript's JIT for the whole process, "
+                "which one model's configuration must not do; remove it from config.pbtxt"
+            )
+    return TorchSettings(
+        intra_op_threads=_int(
+            params, "intra_op_thread_count", default_intra_op_threads(spec, cores)
+        ),
+        inter_op_threads=_int(params, "inter_op_thread_count", 0),
+        inference_mode=_bool(params, "inference_mode", True),
+        optimized_execution=not _bool(params, "disable_optimized_execution", False),
+        weight_sharing=_bool(params, "enable_weight_sharing", False),
+        cache_cleaning=_bool(params, "enable_cache_cleaning", False),
+    )

@@ -1,0 +1,244 @@
+"""Execution shared by the tabular runtimes (tree ensembles, scikit-learn estimators).
+
+A tabular model has one 2-D input (rows x features) and one output with one row per input row.
+An instance checks every request of a batch on its own first, so a request with the wrong
+feature count or data type gets its error while the others are stacked into one matrix and run
+with a single library call; the result is cut back into one output per request.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inferd.backends.base import ExecutionTimes, Result
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import ModelSpec, TensorSpec
+from inferd.errors import ConfigError, InferdError, InternalError, InvalidInputError
+
+Array = np.ndarray[Any, Any]
+#: rows (n, features) -> output (n, columns), already in the configured output data type
+PredictFn = Callable[[Array], Array]
+
+_TRUE = frozenset({"1", "true", "on", "yes"})
+_FALSE = frozenset({"0", "false", "off", "no"})
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+
+def bool_param(params: dict[str, str], key: str, default: bool | None) -> bool | None:
+    raw = params.get(key)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"parameter '{key}' must be a boolean (true/false, 1/0), got '{raw}'")
+
+
+def int_param(params: dict[str, str], key: str, *, minimum: int) -> int | None:
+    raw = params.get(key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'")
+    return value
+
+
+def check_parameter_keys(params: dict[str, str], accepted: Sequence[str], backend: str) -> None:
+    """Refuse any parameter key the backend does not know (a typo must not be ignored)."""
+    unknown = sorted(k for k in params if k not in accepted)
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter '{unknown[0]}' for backend '{backend}'; accepted parameters: "
+            f"{', '.join(sorted(accepted))}"
+        )
+
+
+def instance_threads(spec: ModelSpec, configured: int | None, cores: int | None = None) -> int:
+    """The configured thread count, else the cores shared evenly among the model's instances."""
+    if configured is not None and configured > 0:
+        return configured
+    available = cores
+    if available is None:
+        available = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+    instances = sum(g.count for g in spec.instance_groups) or 1
+    return max(1, available // instances)
+
+
+# -- the I/O shape of a tabular model -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TabularIO:
+    """One input of shape (rows, features) and one output of shape (rows, columns)."""
+
+    input: TensorSpec
+    output: TensorSpec
+    batched: bool
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, backend: str) -> TabularIO:
+        if len(spec.inputs) != 1 or len(spec.outputs) != 1:
+            raise ConfigError(
+                f"backend '{backend}' serves models with exactly one input (the feature matrix) "
+                f"and one output; model '{spec.name}' declares {len(spec.inputs)} input(s) and "
+                f"{len(spec.outputs)} output(s)"
+            )
+        batched = spec.max_batch_size > 0
+        rank = 1 if batched else 2
+        for kind, tensor in (("input", spec.inputs[0]), ("output", spec.outputs[0])):
+            dims = tensor.reshape if tensor.reshape is not None else tensor.dims
+            if len(dims) != rank:
+                shape = "[ features ]" if kind == "input" else "[ columns ]"
+                if not batched:
+                    shape = "[ -1, features ]" if kind == "input" else "[ -1, columns ]"
+                raise ConfigError(
+                    f"{kind} '{tensor.name}' of model '{spec.name}' must have dims {shape} "
+                    f"(max_batch_size {spec.max_batch_size}), got {list(tensor.dims)}"
+                )
+        return cls(spec.inputs[0], spec.outputs[0], batched)
+
+    @property
+    def features(self) -> int:
+        """The configured feature count, -1 when variable."""
+        return self.input.dims[-1]
+
+    @property
+    def columns(self) -> int:
+        return self.output.dims[-1]
+
+
+def cast_output(array: Array, tensor: TensorSpec) -> Array:
+    """Convert a predicted matrix to the output's configured data type."""
+    if tensor.datatype.is_bytes:
+        flat = [str(v).encode("utf-8") if not isinstance(v, bytes) else v for v in array.ravel()]
+        return np.array(flat, dtype=object).reshape(array.shape)
+    return np.ascontiguousarray(array, dtype=tensor.datatype.dtype)
+
+
+# -- the instance -------------------------------------------------------------------------------
+
+
+class TabularInstance:
+    """Runs a tabular model's ``predict`` over a batch of requests (one call per batch)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        io: TabularIO,
+        predict: PredictFn,
+        *,
+        num_features: int,  # -1: not known, any width is passed to the model
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self._model = model_name
+        self._io = io
+        self._predict: PredictFn | None = predict
+        self._features = num_features
+        self._dtype = io.input.datatype.dtype
+        self._on_close = close
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
+        return self.execute_timed(requests, ExecutionTimes())
+
+    def execute_timed(
+        self, requests: Sequence[InferRequest], times: ExecutionTimes
+    ) -> list[Result]:
+        t0 = time.perf_counter_ns()
+        results: list[Result | None] = [None] * len(requests)
+        good: list[int] = []
+        matrices: list[Array] = []
+        for index, request in enumerate(requests):
+            try:
+                matrices.append(self._rows(request))
+            except InferdError as exc:
+                results[index] = exc
+            else:
+                good.append(index)
+        if not good:
+            return [r for r in results if r is not None]
+        stacked = matrices[0] if len(matrices) == 1 else np.concatenate(matrices, axis=0)
+        t1 = time.perf_counter_ns()
+        try:
+            predicted = self._run(stacked)
+        except InferdError as exc:
+            if len(good) == 1:
+                results[good[0]] = exc
+                return [r for r in results if r is not None]
+            for index, matrix in zip(good, matrices, strict=True):  # find the culprit alone
+                try:
+                    results[index] = {self._io.output.name: self._run(matrix)}
+                except InferdError as single:
+                    results[index] = single
+            times.infer_ns += time.perf_counter_ns() - t1
+            return [r for r in results if r is not None]
+        t2 = time.perf_counter_ns()
+        start = 0
+        for index, matrix in zip(good, matrices, strict=True):
+            stop = start + matrix.shape[0]
+            results[index] = {self._io.output.name: predicted[start:stop]}
+            start = stop
+        t3 = time.perf_counter_ns()
+        times.input_ns += t1 - t0
+        times.infer_ns += t2 - t1
+        times.output_ns += t3 - t2
+        return [r for r in results if r is not None]
+
+    def _rows(self, request: InferRequest) -> Array:
+        name = self._io.input.name
+        array = request.inputs.get(name)
+        if array is None or len(request.inputs) != 1:
+            got = ", ".join(sorted(request.inputs)) or "none"
+            raise InvalidInputError(
+                f"model '{self._model}' expects exactly one input '{name}', got: {got}"
+            )
+        if array.ndim != 2 or (self._features >= 0 and array.shape[1] != self._features):
+            width = self._features if self._features >= 0 else "features"
+            raise InvalidInputError(
+                f"input '{name}' of model '{self._model}' must have shape [rows, {width}] "
+                f"(one row of features per sample), got {list(array.shape)}"
+            )
+        if array.dtype != self._dtype:
+            raise InvalidInputError(
+                f"input '{name}' of model '{self._model}' must be "
+                f"{self._io.input.datatype.name}, got {array.dtype}"
+            )
+        return array
+
+    def _run(self, rows: Array) -> Array:
+        predict = self._predict
+        if predict is None:
+            raise InternalError(f"an instance of model '{self._model}' was used after close")
+        try:
+            return predict(rows)
+        except InferdError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidInputError(
+                f"inference request to model '{self._model}' was rejected: {exc}"
+            ) from exc
+        except Exception as exc:  # the library's own failure, translated once here
+            raise InternalError(f"model '{self._model}' failed to predict: {exc}") from exc
+
+    def close(self) -> None:
+        self._predict = None
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
