@@ -11,6 +11,7 @@ import pytest
 
 from inferd.backends.base import ExecutionTimes, LoadContext
 from inferd.backends.registry import default_registry
+from inferd.backends.testing import ConformanceCase, conformance_tests
 from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 from inferd.core.inference import InferRequest, RequestedOutput
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
@@ -533,3 +534,50 @@ def test_bad_export_file_is_a_load_error(tmp_path: Path) -> None:
     (model_dir / "config.pbtxt").write_text(config)
     with pytest.raises(ModelLoadError, match=r"^failed to load 'm' version 1: torch could not"):
         _load(model_dir)
+
+
+# -- the conformance kit ------------------------------------------------------------------------
+
+
+class AddSub(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return a + b, a - b
+
+
+def _add_sub_inputs(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray[Any, Any]]:
+    return {
+        "INPUT__0": rng.standard_normal((rows, 16)).astype(np.float32),
+        "INPUT__1": rng.standard_normal((rows, 16)).astype(np.float32),
+    }
+
+
+def _add_sub_check(inputs: dict[str, Any], outputs: Any) -> None:
+    np.testing.assert_allclose(outputs["OUTPUT__0"], inputs["INPUT__0"] + inputs["INPUT__1"])
+    np.testing.assert_allclose(outputs["OUTPUT__1"], inputs["INPUT__0"] - inputs["INPUT__1"])
+
+
+_ADD_SUB_IO = """
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 16 ] },
+        { name: "INPUT__1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 16 ] },
+         { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+
+
+def _script_add_sub(version_dir: Path) -> str:
+    torch.jit.save(torch.jit.script(AddSub()), str(version_dir / "model.pt"))
+    return 'backend: "pytorch"\nmax_batch_size: 8\n' + _ADD_SUB_IO
+
+
+def _export_add_sub(version_dir: Path) -> str:
+    batch = torch.export.Dim("batch", max=64)
+    example = (torch.ones(2, 16), torch.ones(2, 16))
+    program = torch.export.export(AddSub(), example, dynamic_shapes=({0: batch}, {0: batch}))
+    torch.export.save(program, str(version_dir / "model.pt2"))
+    return 'platform: "torch_export"\nmax_batch_size: 8\n' + _ADD_SUB_IO
+
+
+test_torch_conformance = conformance_tests(
+    ConformanceCase("torchscript_add_sub", _script_add_sub, _add_sub_inputs, _add_sub_check),
+    ConformanceCase("export_add_sub", _export_add_sub, _add_sub_inputs, _add_sub_check),
+)

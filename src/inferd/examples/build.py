@@ -17,6 +17,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -476,7 +477,7 @@ _DIGITS_CNN_CONFIG = """\
 #
 # TorchScript (platform pytorch_libtorch), trained by `python -m inferd.examples.build` for
 # {epochs} epochs (Adam, seed {seed}) on the same split of scikit-learn's `load_digits` as
-# `digits`. Two 3x3 convolutions, a 2x2 max-pool and a linear layer; the model scales the
+# `digits`. Two 3x3 convolutions around a 2x2 max-pool, then a linear layer; the model scales the
 # 0..16 pixel values itself and returns probabilities.
 #
 # Held-out test accuracy: {accuracy:.4f} ({correct} of {tested} images never seen in training).
@@ -514,8 +515,21 @@ output [
 dynamic_batching {{ }}
 """
 
-#: Training passes over the 1347 training images (a few seconds on one CPU core).
-DIGITS_CNN_EPOCHS = 30
+#: Training passes over the 1347 training images (about a second on one CPU core).
+DIGITS_CNN_EPOCHS = 15
+
+
+def _train_epochs(model: Any, images: Any, targets: Any, optimizer: Any, order: Any) -> None:
+    import torch
+
+    for _ in range(DIGITS_CNN_EPOCHS):
+        shuffled = torch.randperm(len(images), generator=order)
+        for start in range(0, len(images), 64):
+            batch = shuffled[start : start + 64]
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model.logits(images[batch]), targets[batch])
+            torch.autograd.backward(loss)
+            optimizer.step()
 
 
 def _build_digits_cnn(name: str, model_dir: Path) -> _Built:
@@ -534,14 +548,14 @@ def _build_digits_cnn(name: str, model_dir: Path) -> _Built:
         def __init__(self) -> None:
             super().__init__()
             self.features = nn.Sequential(
-                nn.Conv2d(1, 16, 3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(16, 32, 3, padding=1),
+                nn.Conv2d(1, 8, 3, padding=1),
                 nn.ReLU(),
                 nn.MaxPool2d(2),
+                nn.Conv2d(8, 16, 3, padding=1),
+                nn.ReLU(),
                 nn.Flatten(),
             )
-            self.classify = nn.Linear(32 * 4 * 4, 10)
+            self.classify = nn.Linear(16 * 4 * 4, 10)
 
         def logits(self, images: torch.Tensor) -> torch.Tensor:
             scores: torch.Tensor = self.classify(self.features(images / 16.0))
@@ -556,14 +570,13 @@ def _build_digits_cnn(name: str, model_dir: Path) -> _Built:
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     order = torch.Generator().manual_seed(DIGITS_SEED)
     model.train()
-    for _ in range(DIGITS_CNN_EPOCHS):
-        shuffled = torch.randperm(len(images), generator=order)
-        for start in range(0, len(images), 64):
-            batch = shuffled[start : start + 64]
-            optimizer.zero_grad()
-            loss = nn.functional.cross_entropy(model.logits(images[batch]), targets[batch])
-            torch.autograd.backward(loss)
-            optimizer.step()
+    # Layers this small train fastest on one thread; the caller's setting is restored after.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _train_epochs(model, images, targets, optimizer, order)
+    finally:
+        torch.set_num_threads(threads)
     model.eval()
 
     model_file = model_dir / "1" / "model.pt"
@@ -579,7 +592,7 @@ def _build_digits_cnn(name: str, model_dir: Path) -> _Built:
         parts = [loaded(test_images[i : i + 32]) for i in range(0, len(test_images), 32)]
         prob = torch.cat(parts).numpy()
         reference = model(test_images).numpy()
-    if prob.shape != (len(x_test), 10) or not np.allclose(prob, reference, atol=1e-5):
+    if prob.shape != (len(x_test), 10) or not np.allclose(prob, reference, atol=1e-4):
         raise ExampleBuildError(
             f"example model '{name}' disagrees with the module it was saved from "
             f"(shape {prob.shape})"
@@ -614,8 +627,8 @@ _FRAUD_CONFIG = """\
 # fraud_xgboost: scores transactions as fraudulent or not (an XGBoost binary classifier).
 #
 # Stand-in data: scikit-learn's make_classification with a fixed seed ({seed}), {rows} rows of
-# {features} float features, {positive_pct}% positives (imbalanced, like fraud). 100 trees of
-# depth 4, saved in XGBoost's JSON format and served by the "fil" backend (Triton FIL's names
+# {features} float features, {positive_pct}% positives (imbalanced, like fraud). 60 trees of
+# depth 3, saved in XGBoost's JSON format and served by the "fil" backend (Triton FIL's names
 # and parameters). Held-out ({test_pct}%): accuracy {accuracy:.4f}, ROC AUC {auc:.4f}.
 #
 # input__0   one transaction per row: {features} float32 features
@@ -667,8 +680,8 @@ def _build_fraud_xgboost(name: str, model_dir: Path) -> _Built:
             "needs XGBoost and scikit-learn: pip install 'inferd[trees,examples]'"
         ) from None
     x_train, x_test, y_train, y_test = fraud_split()
-    params = {"objective": "binary:logistic", "max_depth": 4, "eta": 0.2, "seed": DIGITS_SEED}
-    booster = xgb.train(params, xgb.DMatrix(x_train, label=y_train), num_boost_round=100)
+    params = {"objective": "binary:logistic", "max_depth": 3, "eta": 0.3, "seed": DIGITS_SEED}
+    booster = xgb.train(params, xgb.DMatrix(x_train, label=y_train), num_boost_round=60)
     model_file = model_dir / "1" / "xgboost.json"
     model_file.parent.mkdir(parents=True, exist_ok=True)
     booster.save_model(str(model_file))
@@ -700,10 +713,10 @@ def _build_fraud_xgboost(name: str, model_dir: Path) -> _Built:
 _WINE_CONFIG = """\
 # wine_pipeline: recognises the cultivar of a wine from 13 chemical measurements.
 #
-# A scikit-learn Pipeline (StandardScaler, then a RandomForestClassifier of 100 trees) trained
-# on the bundled `load_wine` set and saved with skops (model.skops: no pickle). Served by the
-# "sklearn" backend with predict_proba. Held-out accuracy {accuracy:.4f} ({correct} of
-# {tested} wines; a 25% stratified split with seed {seed}).
+# A scikit-learn Pipeline (StandardScaler, then a RandomForestClassifier of 30 trees of
+# depth 4) trained on the bundled `load_wine` set and saved with skops (model.skops: no
+# pickle). Served by the "sklearn" backend with predict_proba. Held-out accuracy
+# {accuracy:.4f} ({correct} of {tested} wines; a 25% stratified split with seed {seed}).
 #
 # input__0   one wine per row: 13 float32 measurements (alcohol, malic acid, ...)
 # output__0  the probability of each cultivar; ask for it with the classification extension
@@ -747,12 +760,15 @@ def _build_wine_pipeline(name: str, model_dir: Path) -> _Built:
     pipeline = Pipeline(
         [
             ("scale", StandardScaler()),
-            ("forest", RandomForestClassifier(n_estimators=100, random_state=DIGITS_SEED)),
+            (
+                "forest",
+                RandomForestClassifier(n_estimators=30, max_depth=4, random_state=DIGITS_SEED),
+            ),
         ]
     ).fit(x_train, y_train)
     model_file = model_dir / "1" / "model.skops"
     model_file.parent.mkdir(parents=True, exist_ok=True)
-    sio.dump(pipeline, model_file)
+    sio.dump(pipeline, model_file, compression=zipfile.ZIP_DEFLATED)
     untrusted = sio.get_untrusted_types(file=model_file)
     if refused_types(untrusted, frozenset()):
         raise ExampleBuildError(f"example model 'wine_pipeline' needs trusted types {untrusted}")

@@ -367,7 +367,7 @@ class PythonInstance:
             if op != "grow":
                 break
             try:
-                bigger = self._grow(w, int(reply["needed"]))
+                bigger = self._grow(w, int(reply["needed"]), int(reply["minimum"]))
             except OverloadedError as exc:
                 w.send({"op": "abort", "message": exc.message})
                 return [exc] * len(requests)
@@ -386,9 +386,16 @@ class PythonInstance:
         times.output_ns += t3 - t2
         return results
 
-    def _grow(self, w: _Worker, needed: int) -> shm.Arena:
+    def _grow(self, w: _Worker, needed: int, minimum: int | None = None) -> shm.Arena:
+        """A bigger arena: room for ``needed`` bytes if allowed, else for ``minimum``."""
         assert w.arena is not None
-        size = self._model.settings.policy.next_size(w.arena.size, needed)
+        policy = self._model.settings.policy
+        try:
+            size = policy.next_size(w.arena.size, needed)
+        except OverloadedError:
+            if minimum is None or minimum >= needed:
+                raise
+            size = policy.next_size(w.arena.size, minimum)
         bigger = shm.Arena.create(size, tag=self._model.arena_tag(self._group, self._index))
         log.info(
             "shared-memory arena of %s grows from %s to %s",

@@ -15,7 +15,8 @@ server -> worker
 worker -> server
     ``{"op": "ready"}`` / ``{"op": "init_error", "message"}`` once after start.
     ``{"op": "result", "responses": [{"error": [code, message] | null, "outputs": [ref]}]}``
-    ``{"op": "grow", "needed": bytes}`` the outputs do not fit in the rest of the arena.
+    ``{"op": "grow", "needed", "minimum"}`` the outputs do not fit after the inputs: room for
+        inputs + outputs is ``needed``; the outputs alone (written at offset 0) need ``minimum``.
     ``{"op": "failed", "message"}`` execute raised: every request of the batch failed.
     ``{"op": "config", "config": {...}}`` the result of ``auto_complete_config``.
     ``{"op": "bye"}`` after ``finalize()``.

@@ -335,8 +335,8 @@ class Worker:
         if end > arena.size:
             # Ask for room for inputs *and* outputs, so the next batch like this one fits
             # without growing again; this batch's outputs go at the start of the new arena.
-            self.send({"op": "grow", "needed": end})
-            offsets, end = shm.layout(flat, start=0)
+            offsets, minimum = shm.layout(flat, start=0)
+            self.send({"op": "grow", "needed": end, "minimum": minimum})
             reply = self.receive()
             if reply["op"] != "arena":
                 raise _Abort

@@ -134,9 +134,15 @@ _XGB_BINARY = ("binary:logistic", "binary:logitraw", "binary:hinge")
 _XGB_MULTI = ("multi:softprob", "multi:softmax")
 
 
-def load_xgboost(path: Path, model_type: str) -> TreeFile:
+def _xgboost_booster(path: Path) -> Any:
+    """Load from the bytes: XGBoost tells JSON, UBJSON and legacy binary apart by content, and
+    this way does not warn about file names it does not know (``xgboost.model``)."""
     xgb = _need("xgboost", "trees")
-    booster = xgb.Booster(model_file=str(path))
+    return xgb.Booster(model_file=bytearray(path.read_bytes()))
+
+
+def load_xgboost(path: Path, model_type: str) -> TreeFile:
+    booster = _xgboost_booster(path)
     config = json.loads(booster.save_config())
     learner = config["learner"]
     objective = learner["objective"]["name"]
@@ -160,8 +166,7 @@ def _softmax(margin: Array) -> Array:
 
 
 def _xgboost_scorer(tree: TreeFile, threads: int) -> Scorer:
-    xgb = _need("xgboost", "trees")
-    booster = xgb.Booster(model_file=str(tree.path))
+    booster = _xgboost_booster(tree.path)
     booster.set_param({"nthread": threads})
     predict = booster.inplace_predict
     objective = tree.kind

@@ -210,10 +210,10 @@ class TabularInstance:
                 f"model '{self._model}' expects exactly one input '{name}', got: {got}"
             )
         if array.ndim != 2 or (self._features >= 0 and array.shape[1] != self._features):
-            width = self._features if self._features >= 0 else "features"
+            width = f"{self._features} features" if self._features >= 0 else "the features"
             raise InvalidInputError(
-                f"input '{name}' of model '{self._model}' must have shape [rows, {width}] "
-                f"(one row of features per sample), got {list(array.shape)}"
+                f"input '{name}' of model '{self._model}' must be a matrix of one row per "
+                f"sample with {width} per row, got shape {list(array.shape)}"
             )
         if array.dtype != self._dtype:
             raise InvalidInputError(
