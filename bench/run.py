@@ -376,6 +376,8 @@ def _cell(model: str, server: str, batching: str, client: str, c: int, result: d
         cell.note = result.get("note", "")
         cell.extra = {k: v for k, v in result.items()
                       if k not in {"throughput", "p50_us", "p99_us", "note"}}
+    # other work on the machine skews every figure: keep the 1-minute load average with each cell
+    cell.extra["load1"] = round(os.getloadavg()[0], 2)
     executions = after[1] - before[1]
     if executions > 0:
         cell.extra["avg_batch"] = round((after[0] - before[0]) / executions, 2)
@@ -486,8 +488,8 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
                 f"{row.get(b, 0):.0f}" for b in batches) + " |")
         out.append("")
         out.append("| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
-                   "thr / ORT best | p50 / ORT b1 | avg batch | note |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                   "thr / ORT best | p50 / ORT b1 | avg batch | load1 | note |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c in cells:
             if c.model != model or c.server == "onnxruntime":
                 continue
@@ -497,7 +499,7 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
             out.append(
                 f"| {c.server} | {c.batching} | {c.client} | {c.concurrency} | {thr} | "
                 f"{_ms(c.p50_us)} | {_ms(c.p99_us)} | {thr_ratio} | {lat_ratio} | "
-                f"{c.extra.get('avg_batch', '')} | {c.note} |"
+                f"{c.extra.get('avg_batch', '')} | {c.extra.get('load1', '')} | {c.note} |"
             )
         out.append("")
     return "\n".join(out)

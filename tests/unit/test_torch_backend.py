@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 from inferd.backends.torch import TorchBackend, TorchInstance, TorchModel  # noqa: E402
 from inferd.backends.torch.backend import translate  # noqa: E402
-from inferd.backends.torch.settings import default_intra_op_threads, parse_settings  # noqa: E402
+from inferd.backends.torch.settings import DEFAULT_INTRA_OP_THREADS, parse_settings  # noqa: E402
 
 CPU = InstanceGroupSpec(name="g", kind="KIND_CPU", count=1)
 
@@ -422,9 +422,7 @@ def test_thread_settings(tmp_path: Path) -> None:
     settings = parse_settings(spec)
     assert (settings.intra_op_threads, settings.inference_mode) == (0, False)
     spec = _with_params(tmp_path, {}, count=2)
-    assert default_intra_op_threads(spec, cores=8) == 4
-    assert default_intra_op_threads(spec, cores=1) == 1
-    assert parse_settings(spec, cores=8).intra_op_threads == 4
+    assert parse_settings(spec).intra_op_threads == DEFAULT_INTRA_OP_THREADS == 1
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The ``fil`` (XGBoost, LightGBM, Treelite) and ``sklearn`` backends on tiny models trained here."""
+"""The ``fil`` (XGBoost, LightGBM, Treelite) and ``sklearn`` backends on tiny models."""
 
 from __future__ import annotations
 
@@ -149,10 +149,12 @@ def test_xgboost_binary_probabilities(
     x = rows(BINARY)
     out = served.one(x)
     p = booster.inplace_predict(x)
-    assert out.shape == (40, 2) and out.dtype == np.float32
+    assert out.shape == (40, 2)
+    assert out.dtype == np.float32
     np.testing.assert_allclose(out[:, 1], p, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[:, 0], 1 - p, rtol=1e-5, atol=1e-6)
-    assert isinstance(served.loaded, TreeModel) and served.loaded.runtime == runtime
+    assert isinstance(served.loaded, TreeModel)
+    assert served.loaded.runtime == runtime
 
 
 def test_autocomplete_fills_dims_and_default_runtime_is_onnx(serve: Any) -> None:
@@ -282,7 +284,8 @@ def test_treelite_checkpoint(serve: Any) -> None:
     def write(version: Path) -> None:
         treelite.frontend.from_xgboost(booster).serialize(str(version / "checkpoint.tl"))
 
-    served = serve(fil_config({"model_type": "treelite_checkpoint", "predict_proba": "true"}), write)
+    params = {"model_type": "treelite_checkpoint", "predict_proba": "true"}
+    served = serve(fil_config(params), write)
     assert served.loaded.runtime == "native"
     x = rows(BINARY)
     np.testing.assert_allclose(served.one(x)[:, 1], booster.inplace_predict(x), rtol=1e-4)
@@ -298,7 +301,8 @@ def _save_binary(version: Path) -> None:
 def test_unknown_parameter_is_refused(serve: Any) -> None:
     with pytest.raises(ModelLoadError, match="unknown parameter 'predict_probability'") as info:
         serve(fil_config({"model_type": "xgboost_json", "predict_probability": "1"}), _save_binary)
-    assert "predict_proba" in str(info.value) and "model_type" in str(info.value)
+    assert "predict_proba" in str(info.value)
+    assert "model_type" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -323,7 +327,8 @@ def test_gpu_only_parameters_are_accepted_and_reported(
     with caplog.at_level(logging.INFO, logger="inferd.backends.trees"):
         served = serve(fil_config(params), _save_binary)
     assert served.one(rows(BINARY)).shape == (40, 1)
-    assert "storage_type, threads_per_tree" in caplog.text and "do not apply" in caplog.text
+    assert "storage_type, threads_per_tree" in caplog.text
+    assert "do not apply" in caplog.text
 
 
 def test_config_dims_must_match_the_model(serve: Any) -> None:
@@ -334,7 +339,7 @@ def test_config_dims_must_match_the_model(serve: Any) -> None:
 
 
 def test_missing_file_names_the_default(serve: Any) -> None:
-    with pytest.raises(ModelLoadError, match="xgboost.ubj"):
+    with pytest.raises(ModelLoadError, match=r"xgboost\.ubj"):
         serve(fil_config({"model_type": "xgboost_ubj"}, features=30, columns=1), _save_binary)
 
 
@@ -349,8 +354,10 @@ def test_batch_is_one_call_and_a_bad_request_fails_alone(serve: Any, runtime: st
     bad = rows(BINARY, 2)[:, :29]  # one feature short
     wrong_type = rows(BINARY, 2).astype(np.float64)
     results = served.run(first, bad, last, wrong_type)
-    assert isinstance(results[1], InvalidInputError) and "30 features" in str(results[1])
-    assert isinstance(results[3], InvalidInputError) and "FP32" in str(results[3])
+    assert isinstance(results[1], InvalidInputError)
+    assert "30 features" in str(results[1])
+    assert isinstance(results[3], InvalidInputError)
+    assert "FP32" in str(results[3])
     np.testing.assert_array_equal(results[0]["output__0"], served.one(first))
     np.testing.assert_array_equal(results[2]["output__0"], served.one(last))
     assert results[2]["output__0"].shape == (5, 2)
@@ -370,6 +377,7 @@ class Doubler(TransformerMixin, BaseEstimator):  # type: ignore[misc]
     """A user-defined step: skops does not trust it, nor does inferd unless told to."""
 
     def fit(self, x: Array, y: Any = None) -> Doubler:
+        self.n_features_in_ = x.shape[1]
         return self
 
     def transform(self, x: Array) -> Array:
@@ -388,7 +396,11 @@ def sk_config(params: dict[str, str] | None = None, *, filename: str = "") -> st
 def iris_pipeline(*steps: Any) -> Any:
     x, y = MULTI
     model = Pipeline(
-        [*steps, ("scale", StandardScaler()), ("forest", RandomForestClassifier(10, random_state=0))]
+        [
+            *steps,
+            ("scale", StandardScaler()),
+            ("forest", RandomForestClassifier(10, random_state=0)),
+        ]
     )
     return model.fit(x.astype(np.float32), y)
 
@@ -423,9 +435,7 @@ def test_sklearn_unknown_parameter(serve: Any) -> None:
 
 
 @pytest.mark.parametrize("filename", ["model.pkl", "model.joblib"])
-def test_pickle_refused_by_default_and_allowed_by_the_operator(
-    serve: Any, filename: str
-) -> None:
+def test_pickle_refused_by_default_and_allowed_by_the_operator(serve: Any, filename: str) -> None:
     model = iris_pipeline()
 
     def write(version: Path) -> None:
@@ -435,7 +445,7 @@ def test_pickle_refused_by_default_and_allowed_by_the_operator(
         'input [ { name: "input__0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
         'output [ { name: "output__0" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
     )
-    with pytest.raises(ModelLoadError, match="refusing to unpickle.*--allow-pickle-models"):
+    with pytest.raises(ModelLoadError, match=r"refusing to unpickle.*--allow-pickle-models"):
         serve(config, write)
     allowed = default_registry(
         load_entry_points=False, backend_options={"sklearn": {"allow_pickle": True}}
@@ -449,7 +459,7 @@ def test_pickle_found_next_to_a_missing_skops_file_is_still_refused(tmp_path: Pa
     version = tmp_path / "1"
     version.mkdir()
     (version / "model.pkl").write_bytes(pickle.dumps(iris_pipeline()))
-    with pytest.raises(ModelLoadError, match="refusing to unpickle model.pkl"):
+    with pytest.raises(ModelLoadError, match=r"refusing to unpickle model\.pkl"):
         SklearnBackend().read_estimator(SklearnBackend()._resolve(version, ""), {})
 
 

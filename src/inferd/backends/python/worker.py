@@ -1,10 +1,13 @@
 """The main of a Python model worker process (one per model instance).
 
-Started by :mod:`inferd.backends.python.backend` with :func:`run` as the process target. It
-imports the user's ``model.py``, runs ``initialize`` (or the typed API's ``setup``), then answers
-``execute`` messages until told to finalize or until the server goes away (EOF on the pipe).
-Tensors are read from and written to the instance's shared-memory arena; see ``protocol.py``
-for the messages.
+Started by :mod:`inferd.backends.python.launcher`: forked by the zygote (``serve_channel``) or run
+as ``python -m inferd.backends.python.worker <fd>`` (``spawn``); never through multiprocessing, so
+the server's ``__main__`` is never imported here. The first message on the socket is the init
+message; the worker imports the user's ``model.py``, runs ``initialize`` (or the typed API's
+``setup``), then answers ``execute`` messages until told to finalize or until the server goes
+away (EOF on the socket). Tensors are read from and written to the instance's shared-memory
+arena; see ``protocol.py`` for the messages. Outputs that are views of this batch's inputs (an
+identity model) are not copied: their place in the arena is sent back as is.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import importlib.util
 import inspect
 import itertools
 import logging
-import multiprocessing
 import signal
 import sys
 import traceback
