@@ -4,12 +4,14 @@
 
 1. Latency of an identity ``model.py`` (Triton style) on 1 KiB, 1 MiB and 10 MiB UINT8 tensors,
    median of many calls, measured two ways in this one run:
-   - instance level: ``PythonInstance.execute`` (server -> arena -> worker -> arena -> server)
+   - instance level: ``PythonInstance.execute`` (server -> arena -> worker -> arena -> server;
+     the inputs are copied in once, the identity outputs come back as views of the arena)
      against calling the same model's ``execute`` in this process with the same request;
    - engine level: ``Engine.infer`` (validation, scheduler, instance thread) with the worker
      backend against the same engine with an in-process backend (no network in either).
 2. Memory of N = 1, 2, 4 instances: RSS, PSS and USS (private) of each worker process, read
-   from /proc/<pid>/smaps_rollup, for the default ``forkserver`` start and for ``spawn``.
+   from /proc/<pid>/smaps_rollup, for the default ``zygote`` start (workers forked from one
+   preloaded process, sharing its pages) and for ``spawn`` (a fresh interpreter each).
 
 Figures are only comparable within one run.
 """
@@ -110,7 +112,7 @@ class InProcessBackend:
 
 
 def write_model(
-    repo: Path, name: str, backend: str, count: int = 1, method: str = "forkserver"
+    repo: Path, name: str, backend: str, count: int = 1, method: str = "zygote"
 ) -> Path:
     model_dir = repo / name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
@@ -210,7 +212,7 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 def memory(repo: Path) -> list[tuple[str, int, dict[str, float]]]:
     rows = []
-    for method in ("forkserver", "spawn"):
+    for method in ("zygote", "spawn"):
         for count in (1, 2, 4):
             name = f"mem_{method}_{count}"
             model_dir = write_model(repo, name, "python", count=count, method=method)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -178,6 +180,17 @@ def build_repo(repo: Path) -> Path:
         ),
         TYPED,
     )
+    _write(
+        repo,
+        "spawned",
+        ECHO_CONFIG.format(
+            name="spawned",
+            mbs=8,
+            dtype="TYPE_FP32",
+            extra='parameters [ { key: "worker-start-method" value: { string_value: "spawn" } } ]',
+        ),
+        TRITON_STYLE,
+    )
     _write(repo, "busy", BUSY_CONFIG, BUSY)
     _write(repo, "auto", 'name: "auto" backend: "python"', AUTO)
     _write(
@@ -219,6 +232,7 @@ LOADED = (
     "busy",
     "auto",
     "small_arena",
+    "spawned",
 )
 
 
@@ -416,6 +430,133 @@ def test_shared_memory_is_released_after_unload(loop_thread: LoopThread, repo: P
     extra.infer("simple_identity", {"INPUT0": _strings(b"x")})
     loop_thread.call(extra.manager.close())
     assert ours() == before
+
+
+def test_spawn_start_runs_a_plain_subprocess_and_the_default_forks_from_the_zygote(
+    stack: Stack,
+) -> None:
+    def parent(pid: int) -> int:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    spawned = stack.infer("spawned", {"IN": np.array([[4.0]], dtype=np.float32)})
+    assert spawned["OUT"].tolist() == [[4.0]]
+    assert parent(int(spawned["PID"][0, 0])) == os.getpid()
+    forked = stack.infer("triton_fp32", {"IN": np.array([[4.0]], dtype=np.float32)})
+    zygote = parent(int(forked["PID"][0, 0]))
+    assert zygote != os.getpid()
+    assert parent(zygote) == os.getpid()
+
+
+def test_outputs_are_views_that_stay_valid_while_held(stack: Stack) -> None:
+    """Responses are views of the arena; later batches never overwrite one still held, even
+    when the held ones fill the (64 KiB) arena and the instance must move to a fresh one."""
+    held = [
+        stack.infer("small_arena", {"IN": np.full(20_000, 20 + i, dtype=np.uint8)})["OUT"]
+        for i in range(12)
+    ]
+    assert not held[0].flags.owndata  # a view of shared memory, not a copy
+    for i, out in enumerate(held):
+        assert out.shape == (20_000,)
+        assert (out == 20 + i).all(), i
+    del held
+    again = stack.infer("small_arena", {"IN": np.full(20_000, 99, dtype=np.uint8)})["OUT"]
+    assert (again == 99).all()
+
+
+def test_workers_never_import_main(tmp_path: Path, repo: Path) -> None:
+    """A script without a main guard embeds the server: its top-level code runs once (the
+    workers are forked from our zygote or spawned with -m, never through multiprocessing)."""
+    log = tmp_path / "runs.txt"
+    script = tmp_path / "embed.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import numpy as np
+            from inferd.repository.manager import ControlMode
+            from inferd.server.embedded import InferenceServer
+
+            with open({str(log)!r}, "a") as f:
+                f.write("top-level code ran\\n")
+            with InferenceServer(
+                {str(repo)!r},
+                model_control_mode=ControlMode.EXPLICIT,
+                load_models=("triton_fp32", "typed", "spawned"),
+            ) as server:
+                out = server.infer("triton_fp32", {{"IN": np.array([[5.0]], np.float32)}})
+                assert out["OUT"].tolist() == [[5.0]], out
+                out = server.infer("spawned", {{"IN": np.array([[6.0]], np.float32)}})
+                assert out["OUT"].tolist() == [[6.0]], out
+            print("done")
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
+    assert log.read_text().splitlines() == ["top-level code ran"]
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_zygote_and_workers_die_with_a_killed_server(tmp_path: Path, repo: Path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, time
+            from inferd.repository.manager import ControlMode
+            from inferd.server.embedded import InferenceServer
+
+            server = InferenceServer(
+                {str(repo)!r}, model_control_mode=ControlMode.EXPLICIT, load_models=("busy",)
+            ).start()
+            print("ready", flush=True)
+            time.sleep(120)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        zygotes = _children(proc.pid)
+        workers = {w for z in zygotes for w in _children(z)}
+        assert len(zygotes) == 1, zygotes
+        assert len(workers) == 2, workers  # "busy" has two instances
+        proc.kill()  # no cleanup at all: EOF and PR_SET_PDEATHSIG must do it
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while not all(_gone(p) for p in zygotes | workers):
+            assert time.monotonic() < deadline, "the zygote or a worker outlived the server"
+            time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # -- over the network with tritonclient --------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.backends.python import shm
+from inferd.backends.python import shm, transfer
 from inferd.core import datatypes
 from inferd.errors import OverloadedError
 
@@ -139,3 +139,29 @@ def test_creating_more_than_the_filesystem_holds_fails_clearly(tmp_path: Path) -
     with pytest.raises(OverloadedError, match="cannot allocate"):
         shm.Arena.create(free + (1 << 30), tag="huge")
     assert _ours() == before
+
+
+def test_locate_recognises_views_of_the_input_span_only(arena: shm.Arena) -> None:
+    ref = shm.write(arena, shm.stage("X", np.arange(16, dtype=np.float32)), 128)
+    view = shm.read(arena, ref, copy=False)
+    assert shm.locate(arena, "Y", view[4:], 128, 192) == shm.TensorRef("Y", "FP32", (12,), 144, 48)
+    assert shm.locate(arena, "Y", view, 0, 128) is None  # outside the window
+    assert shm.locate(arena, "Y", view[::2], 128, 192) is None  # not contiguous
+    assert shm.locate(arena, "Y", view.copy(), 0, arena.size) is None  # not in the arena
+    del view
+
+
+def test_lent_spans_come_back_when_their_views_are_released(arena: shm.Arena) -> None:
+    space = transfer.ArenaSpace(arena)
+    assert space.largest_free() == (0, arena.size)
+    holder = space.lend(0, 1000)
+    outputs = [holder[0:400].view(np.float32), holder[448:1000]]
+    del holder
+    assert space.largest_free() == (shm.align(1000), arena.size)
+    second = space.lend(shm.align(1000), arena.size - 64)
+    assert space.largest_free() == (arena.size - 64, arena.size)
+    del outputs  # the first span is free again once its last view is gone
+    assert space.largest_free() == (0, shm.align(1000))
+    del second
+    assert space.largest_free() == (0, arena.size)
+    assert not space.lent_spans()

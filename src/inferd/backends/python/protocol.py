@@ -5,9 +5,15 @@ no tensor ever crosses the pipe — only names, datatypes, shapes and arena offs
 (:class:`~inferd.backends.python.shm.TensorRef`), parameters and error messages.
 
 server -> worker
-    ``{"op": "execute", "arena": [path, size] | null, "requests": [request, ...]}``
-        request = ``{"id", "parameters", "outputs": [names], "inputs": [ref, ...]}``;
-        ``arena`` is set when the server replaced the arena (it grew).
+    ``{"op": "init", "mode": "serve" | "auto_complete", "model_file", "arena": [path, size],
+    ...}`` the first message, once: what to load.
+    ``{"op": "execute", "arena": [path, size] | null, "start", "inputs_end", "limit",
+    "requests": [request, ...]}``
+        request = ``{"id", "parameters_json", "outputs": [names], "inputs": [ref, ...]}``;
+        the inputs lie in ``[start, inputs_end)``; outputs that are views of that span are
+        answered in place, the others are written in ``[inputs_end, limit)`` (the rest of the
+        arena may hold outputs the server still lends out). ``arena`` is set when the server
+        replaced the arena (it grew, or lent-out outputs left no room).
     ``{"op": "arena", "path", "size"}`` answer to ``grow``: a bigger arena for the outputs.
     ``{"op": "abort", "message"}`` answer to ``grow`` when the outputs cannot fit.
     ``{"op": "finalize"}`` unload: call ``finalize()`` and exit.
@@ -15,7 +21,7 @@ server -> worker
 worker -> server
     ``{"op": "ready"}`` / ``{"op": "init_error", "message"}`` once after start.
     ``{"op": "result", "responses": [{"error": [code, message] | null, "outputs": [ref]}]}``
-    ``{"op": "grow", "needed", "minimum"}`` the outputs do not fit after the inputs: room for
+    ``{"op": "grow", "needed", "minimum"}`` the outputs do not fit before ``limit``: room for
         inputs + outputs is ``needed``; the outputs alone (written at offset 0) need ``minimum``.
     ``{"op": "failed", "message"}`` execute raised: every request of the batch failed.
     ``{"op": "config", "config": {...}}`` the result of ``auto_complete_config``.

@@ -73,6 +73,10 @@ class Arena:
         self._mmap: mmap.mmap | None = mapping
         self._owner = owner
         self.buffer = memoryview(mapping)
+        probe = np.frombuffer(self.buffer, dtype=np.uint8, count=1)
+        #: Where the mapping starts in this process (to recognise views of it; see locate()).
+        self.address: int = probe.__array_interface__["data"][0]
+        del probe
 
     @classmethod
     def create(cls, size: int, tag: str = "", directory: Path = SHM_DIR) -> Arena:
@@ -231,6 +235,18 @@ def write(arena: Arena, item: Staged, offset: int) -> TensorRef:
         target = np.frombuffer(arena.buffer, dtype=np.uint8, count=item.nbytes, offset=offset)
         target[:] = item.data.reshape(-1).view(np.uint8)
     return TensorRef(item.name, item.datatype, item.shape, offset, item.nbytes)
+
+
+def locate(arena: Arena, name: str, array: Array, start: int, end: int) -> TensorRef | None:
+    """``array``'s place if it is a C-contiguous view of ``arena`` lying within
+    ``[start, end)``, so it can be handed over without a copy; else None."""
+    if array.dtype.kind in "OSUV" or not array.flags.c_contiguous or array.nbytes == 0:
+        return None
+    offset = int(array.__array_interface__["data"][0]) - arena.address
+    if offset < start or offset + array.nbytes > end:
+        return None
+    dt = datatypes.from_dtype(array.dtype)
+    return TensorRef(name, dt.name, tuple(array.shape), offset, int(array.nbytes))
 
 
 def read(arena: Arena, ref: TensorRef, *, copy: bool) -> Array:

@@ -12,7 +12,6 @@ identity model) are not copied: their place in the arena is sent back as is.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import inspect
 import itertools
@@ -27,7 +26,6 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inferd.backends.python import api, shm
 from inferd.backends.python import triton_python_backend_utils as pb_utils
@@ -318,40 +316,70 @@ class Worker:
 
     # -- outputs -----------------------------------------------------------------------------
 
+    def _place(
+        self, name: str, array: Array, window: tuple[int, int]
+    ) -> shm.TensorRef | shm.Staged:
+        """Where the server finds ``array``: in place if it is a view of this batch's inputs,
+        else staged to be copied after them."""
+        assert self.arena is not None
+        ref = shm.locate(self.arena, name, array, *window)
+        return ref if ref is not None else shm.stage(name, array)
+
     def _write_outputs(
         self, results: Sequence[dict[str, Array] | WireError], message: Message
     ) -> list[dict[str, Any]]:
-        staged: list[list[shm.Staged] | WireError] = []
+        start, inputs_end = int(message.get("start", 0)), int(message.get("inputs_end", 0))
+        placed: list[list[shm.TensorRef | shm.Staged] | WireError] = []
         for result in results:
             if isinstance(result, tuple):
-                staged.append(result)
+                placed.append(result)
                 continue
             try:
-                staged.append([shm.stage(name, array) for name, array in result.items()])
+                placed.append([self._place(n, a, (start, inputs_end)) for n, a in result.items()])
             except Exception as exc:
-                staged.append(_error(exc))
-        flat = [item for entry in staged if isinstance(entry, list) for item in entry]
+                placed.append(_error(exc))
+        items = [item for entry in placed if isinstance(entry, list) for item in entry]
+        copies = [item for item in items if isinstance(item, shm.Staged)]
         arena = self.arena
         assert arena is not None
-        offsets, end = shm.layout(flat, start=int(message.get("inputs_end", 0)))
-        if end > arena.size:
+        limit = int(message.get("limit", arena.size))
+        offsets, end = shm.layout(copies, start=inputs_end)
+        if end > limit:
             # Ask for room for inputs *and* outputs, so the next batch like this one fits
-            # without growing again; this batch's outputs go at the start of the new arena.
-            offsets, minimum = shm.layout(flat, start=0)
-            self.send({"op": "grow", "needed": end, "minimum": minimum})
+            # without growing again. This batch's outputs all go (copied, in-place ones too:
+            # they live in the old arena) at the start of the new arena.
+            copies = [
+                shm.stage(item.name, shm.read(arena, item, copy=False))
+                if isinstance(item, shm.TensorRef)
+                else item
+                for item in items
+            ]
+            offsets, minimum = shm.layout(copies, start=0)
+            needed = inputs_end - start + minimum
+            self.send({"op": "grow", "needed": needed, "minimum": minimum})
             reply = self.receive()
             if reply["op"] != "arena":
                 raise _Abort
             self._switch_arena(reply["path"], int(reply["size"]))
             arena = self.arena
             assert arena is not None
+            swapped = iter(copies)
+            placed = [
+                entry if isinstance(entry, tuple) else [next(swapped) for _ in entry]
+                for entry in placed
+            ]
         positions = iter(offsets)
         responses: list[dict[str, Any]] = []
-        for entry in staged:
+        for entry in placed:
             if isinstance(entry, tuple):
                 responses.append({"error": list(entry), "outputs": []})
                 continue
-            refs = [shm.write(arena, item, next(positions)).to_wire() for item in entry]
+            refs = [
+                item.to_wire()
+                if isinstance(item, shm.TensorRef)
+                else shm.write(arena, item, next(positions)).to_wire()
+                for item in entry
+            ]
             responses.append({"error": None, "outputs": refs})
         return responses
 
@@ -370,17 +398,13 @@ def auto_complete(conn: Connection, init: dict[str, Any]) -> None:
     conn.send_bytes(encode({"op": "config", "config": builder.as_dict()}))
 
 
-def run(conn: Connection, init_json: bytes) -> None:
-    """Process entry point."""
+def run(conn: Connection, init: dict[str, Any]) -> None:
+    """Serve one instance (or one ``auto_complete_config``) over ``conn``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
-    with contextlib.suppress(AssertionError, ValueError):
-        # Let user code start its own child processes (daemonic processes may not).
-        multiprocessing.current_process().daemon = False
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s [python model] %(message)s"
         )
-    init: dict[str, Any] = orjson.loads(init_json)
     if init["mode"] == "auto_complete":
         try:
             auto_complete(conn, init)
@@ -396,3 +420,29 @@ def run(conn: Connection, init_json: bytes) -> None:
         return
     conn.send_bytes(encode({"op": "ready"}))
     worker.serve()
+
+
+def serve_channel(fd: int, name: str = "") -> int:
+    """Process entry point: serve the socket ``fd``, whose first message is the init message.
+    Returns the exit code."""
+    conn = Connection(fd)
+    try:
+        init = decode(conn.recv_bytes())
+    except (EOFError, OSError):
+        return 0  # the server went away before sending anything
+    try:
+        run(conn, init)
+    finally:
+        conn.close()
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m inferd.backends.python.worker <fd> [name]`` (the ``spawn`` start)."""
+    return serve_channel(int(argv[0]), argv[1] if len(argv) > 1 else "")
+
+
+if __name__ == "__main__":
+    from inferd.backends.python.worker import main as _main  # the module, not this __main__ copy
+
+    sys.exit(_main(sys.argv[1:]))

@@ -19,6 +19,7 @@ EOF on the control socket (the server closed it, or died) ends the zygote.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -49,10 +50,8 @@ def _fork_worker(control: socket.socket, channel_fd: int, name: str) -> int:
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 

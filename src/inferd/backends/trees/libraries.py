@@ -243,6 +243,10 @@ def _treelite_scorer(tree: TreeFile, threads: int) -> Scorer:
     treelite = _need("treelite", "trees")
     model = treelite.Model.deserialize(str(tree.path))
     predict = treelite.gtil.predict
+    try:  # GTIL refuses more threads than OpenMP allows in this process (-1: OpenMP's limit)
+        predict(model, np.zeros((1, tree.features), dtype=np.float32), nthread=threads)
+    except Exception:
+        threads = -1
     if tree.classes == 2:
         return lambda rows: _binary(predict(model, rows, nthread=threads))
     return lambda rows: _as_matrix(predict(model, rows, nthread=threads))
