@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import LoadContext, Result
-from inferd.backends.python import PythonBackend, worker
+from inferd.backends.python import PythonBackend, user_model
 from inferd.backends.python import triton_python_backend_utils as pb_utils
 from inferd.backends.registry import default_registry
 from inferd.core.inference import InferRequest
@@ -69,8 +69,8 @@ class InProcessInstance:
     """The same model called in the server process: what the worker path is compared with."""
 
     def __init__(self, model_file: Path) -> None:
-        module = worker.load_module(model_file, f"bench_inprocess_{id(self)}")
-        self.model = worker.find_model_class(module, model_file)()
+        module = user_model.load_module(model_file, f"bench_inprocess_{id(self)}")
+        self.model = user_model.find_model_class(module, model_file)()
 
     def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
         batch = [

@@ -17,13 +17,13 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aiohttpclient
 from tritonclient.utils import InferenceServerException
 
-from inferd.examples.build import digits_split
+from inferd.examples.build import MODEL_NAMES, digits_split
 from inferd.testing import ServerProcess
 from tests.e2e.conftest import raw_request
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLE_MODELS = ["digits", "simple", "simple_int8", "simple_string"]
+EXAMPLE_MODELS = sorted(MODEL_NAMES)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inferd.examples.build import MODEL_NAMES
 from inferd.testing import ServerProcess, running_server
 from tests.helpers.models import add_sub_model
 
@@ -61,7 +62,7 @@ def _infer(client: Any, module: Any, model: str = "simple") -> np.ndarray:
 def test_startup_loads_only_the_named_model(server: ServerProcess) -> None:
     with httpclient.InferenceServerClient(server.http_url) as client:
         index = _index_http(client)
-        assert sorted(index) == ["digits", "simple", "simple_int8", "simple_string"]
+        assert sorted(index) == sorted(MODEL_NAMES)
         assert index["simple"] == {"name": "simple", "version": "1", "state": "READY"}
         assert index["digits"] == {"name": "digits"}  # never loaded: the name only
         assert client.is_model_ready("simple")

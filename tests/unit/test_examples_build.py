@@ -22,11 +22,21 @@ SIMPLE_MODELS = ("simple", "simple_int8", "simple_string")
 COMMITTED = Path(__file__).resolve().parents[2] / "examples" / "models"
 
 
+MODEL_FILES = {
+    "model.onnx",
+    "model.pt",
+    "model.pt2",
+    "model.py",
+    "xgboost.json",
+    "xgboost.ubj",
+    "model.skops",
+}
+
+
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("examples")
-    assert build_examples(out, progress=False) == list(MODEL_NAMES)
-    return out
+def repo(example_repo: Path) -> Path:
+    """The session's example repository (built once by tests/conftest.py)."""
+    return example_repo
 
 
 def _session(repo: Path, name: str) -> Any:
@@ -50,7 +60,8 @@ def test_layout(repo: Path) -> None:
     assert names == sorted(MODEL_NAMES)  # no scratch folder left behind
     for name in MODEL_NAMES:
         assert (repo / name / "config.pbtxt").is_file()
-        assert (repo / name / "1" / "model.onnx").is_file()
+        files = {p.name for p in (repo / name / "1").iterdir()}
+        assert files & MODEL_FILES, f"{name} has no model file: {sorted(files)}"
     assert (repo / "digits" / "1" / "model.onnx").stat().st_size < 1_000_000
     assert (repo / "digits" / "labels.txt").read_text().split() == [str(d) for d in range(10)]
 
