@@ -111,6 +111,8 @@ class InstancePool:
                 )
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
+            # drop this thread's references now: outputs may pin runtime or shared memory
+            del item, results
 
     def _execute(
         self,
