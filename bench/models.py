@@ -15,9 +15,10 @@ Models, each with a dynamic batch dimension:
 
 For every model three Triton/inferd repositories are written:
 
-- ``repos/<model>-off/<model>``: ``max_batch_size: 64``, no scheduler block (Triton's default scheduler:
-  each request runs alone), 2 instances x 1 intra-op thread;
-- ``repos/<model>-on/<model>``: the same plus ``dynamic_batching { max_queue_delay_microseconds: 500 }``;
+- ``repos/<model>-off/<model>``: ``max_batch_size: 64``, no scheduler block (Triton's default
+  scheduler: each request runs alone), 2 instances x 1 intra-op thread;
+- ``repos/<model>-on/<model>``: the same plus
+  ``dynamic_batching { max_queue_delay_microseconds: 500 }``;
 - ``repos/<model>-defaults/<model>``: no config.pbtxt at all: whatever inferd chooses by itself.
 
 The MLMs' weights are random with a fixed seed; the files are deterministic.
@@ -26,6 +27,7 @@ The MLMs' weights are random with a fixed seed; the files are deterministic.
 from __future__ import annotations
 
 import argparse
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +70,7 @@ def build_mlp(widths: list[int], path: Path, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     current = "input"
-    for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:], strict=False)):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
         w = (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(np.float32)
         b = np.zeros(fan_out, dtype=np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]

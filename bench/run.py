@@ -292,7 +292,8 @@ wrk.body = io.open("%(body)s"):read("*a")
 done = function(summary, latency, requests)
   local errors = summary.errors.connect + summary.errors.read + summary.errors.write
       + summary.errors.status + summary.errors.timeout
-  io.write(string.format("BENCHJSON {\\"requests\\": %%d, \\"duration_us\\": %%d, \\"errors\\": %%d, "
+  io.write(string.format("BENCHJSON {\\"requests\\": %%d, \\"duration_us\\": %%d, "
+      .. "\\"errors\\": %%d, "
       .. "\\"p50_us\\": %%d, \\"p99_us\\": %%d}\\n", summary.requests, summary.duration, errors,
       latency:percentile(50), latency:percentile(99)))
 end
@@ -388,7 +389,8 @@ def _cell(model: str, server: str, batching: str, client: str, c: int, result: d
 def _fmt_result(cell: Cell) -> str:
     if cell.throughput is None:
         return cell.note
-    text = f"{cell.throughput:9.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms p99 {cell.p99_us / 1e3:7.2f} ms"
+    text = (f"{cell.throughput:9.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms "
+            f"p99 {cell.p99_us / 1e3:7.2f} ms")
     if "avg_batch" in cell.extra:
         text += f" batch {cell.extra['avg_batch']}"
     return text + (f" ({cell.note})" if cell.note else "")

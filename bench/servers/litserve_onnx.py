@@ -51,13 +51,14 @@ class OnnxAPI(ls.LitAPI):
                     "datatype": V2_NAMES.get(array.dtype, str(array.dtype)),
                     "data": array.ravel().tolist(),
                 }
-                for name, array in zip(self.outputs, output)
+                for name, array in zip(self.outputs, output, strict=True)
             ]
         }
 
 
 if __name__ == "__main__":
-    path, port, max_batch, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    path, port = sys.argv[1], int(sys.argv[2])
+    max_batch, timeout = int(sys.argv[3]), float(sys.argv[4])
     kwargs = {"max_batch_size": max_batch, "batch_timeout": timeout} if max_batch > 1 else {}
     server = ls.LitServer(OnnxAPI(path, **kwargs), accelerator="cpu")
     server.run(host="127.0.0.1", port=port, generate_client_file=False)

@@ -28,6 +28,6 @@ class OnnxModel(MLModel):
             model_name=self.name,
             outputs=[
                 NumpyCodec.encode_output(name, array)
-                for name, array in zip(self._outputs, results)
+                for name, array in zip(self._outputs, results, strict=True)
             ],
         )

@@ -86,33 +86,37 @@ class InstancePool:
         timed = getattr(instance, "execute_timed", None)
         while True:
             item = self._queue.get()
-            if item is None:
+            if item is None or not self._run_one(instance, timed, item):
                 return
-            start_ns = self._clock.monotonic_ns()
-            live = [i for i, w in enumerate(item.waiters) if not w.done()]
-            times = ExecutionTimes()
-            results: list[Result | BaseException] = [
-                RequestCancelledError("the request was cancelled")
-            ] * len(item.requests)
-            if live:
-                requests = (
-                    item.requests
-                    if len(live) == len(item.requests)
-                    else [item.requests[i] for i in live]
-                )
-                produced = self._execute(instance, timed, requests, times)
-                for i, result in zip(live, produced, strict=True):
-                    results[i] = result
-                if timed is None:
-                    times.infer_ns = self._clock.monotonic_ns() - start_ns
-            try:
-                self._loop.call_soon_threadsafe(
-                    self._complete, item, results, times, start_ns, bool(live)
-                )
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                return
-            # drop this thread's references now: outputs may pin runtime or shared memory
-            del item, results
+            # the batch's locals died with _run_one: outputs may pin runtime or shared memory
+            del item
+
+    def _run_one(self, instance: ModelInstance, timed: Any, item: WorkItem) -> bool:
+        """Execute one batch and hand the results to the loop; False once the loop is gone."""
+        start_ns = self._clock.monotonic_ns()
+        live = [i for i, w in enumerate(item.waiters) if not w.done()]
+        times = ExecutionTimes()
+        results: list[Result | BaseException] = [
+            RequestCancelledError("the request was cancelled")
+        ] * len(item.requests)
+        if live:
+            requests = (
+                item.requests
+                if len(live) == len(item.requests)
+                else [item.requests[i] for i in live]
+            )
+            produced = self._execute(instance, timed, requests, times)
+            for i, result in zip(live, produced, strict=True):
+                results[i] = result
+            if timed is None:
+                times.infer_ns = self._clock.monotonic_ns() - start_ns
+        try:
+            self._loop.call_soon_threadsafe(
+                self._complete, item, results, times, start_ns, bool(live)
+            )
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            return False
+        return True
 
     def _execute(
         self,
