@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -39,7 +41,8 @@ def test_defaults_are_filled(model_dir: Path) -> None:
     assert cfg.optimization.output_pinned_memory.enable is True
     assert len(cfg.instance_group) == 1
     group = cfg.instance_group[0]
-    assert (group.name, group.count) == ("simple", 1)
+    # runtimes that release the GIL get two CPU instances by default (one per core here)
+    assert (group.name, group.count) == ("simple", min(2, os.cpu_count() or 1))
     rendered = to_json_dict(cfg)
     assert rendered["instance_group"][0]["kind"] == "KIND_CPU"
     assert rendered["model_transaction_policy"] == {"decoupled": False}
@@ -189,3 +192,8 @@ def test_ensemble_gets_no_instance_group(model_dir: Path) -> None:
     cfg = _normalise('platform: "ensemble"' + IO, model_dir)
     assert len(cfg.instance_group) == 0
     assert not cfg.HasField("optimization")
+
+
+def test_python_models_default_to_one_instance(model_dir: Path) -> None:
+    cfg = _normalise('backend: "python" max_batch_size: 8' + IO, model_dir)
+    assert cfg.instance_group[0].count == 1

@@ -260,8 +260,12 @@ def _options(tmp_path: Path, config: str) -> ort.SessionOptions:
 
 def test_default_session_options(tmp_path: Path) -> None:
     options = _options(tmp_path, "")
-    # one instance gets every core the process may use
-    assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
+    # the default instances (two where there are two cores) share the cores
+    cores = len(os.sched_getaffinity(0))
+    instances = min(2, os.cpu_count() or 1)
+    assert options.intra_op_num_threads == max(1, cores // instances)
+    one = _options(tmp_path / "one", "instance_group [{ count: 1 kind: KIND_CPU }]")
+    assert one.intra_op_num_threads == cores  # a single instance gets every core
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert options.enable_cpu_mem_arena is True

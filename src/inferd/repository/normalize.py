@@ -6,6 +6,7 @@ what :func:`inferd.codecs.model_config.spec_from_proto` turns into the hot-path 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -75,10 +76,19 @@ def _normalize(config: Any, model_dir: Path, gpu_count: int) -> None:
     config.response_cache.SetInParent()
 
 
+# runtimes that release the GIL while computing: two CPU instances by default keep both of a
+# small machine's cores busy (their threads share the cores, see default_intra_op_threads)
+_PARALLEL_BACKENDS = frozenset({"onnxruntime", "openvino", "pytorch", "fil"})
+DEFAULT_CPU_INSTANCES = 2
+
+
 def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
     groups = config.instance_group
     if not groups:
-        groups.add()
+        group = groups.add()
+        if gpu_count == 0 and config.backend in _PARALLEL_BACKENDS:
+            group.kind = _KIND_CPU
+            group.count = min(DEFAULT_CPU_INSTANCES, os.cpu_count() or 1)
     several = len(groups) > 1
     for index, group in enumerate(groups):
         if not group.name:
