@@ -37,11 +37,14 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,6 +197,39 @@ def make_cell(server: str, variant: str, c: int, result: dict[str, Any],
     return cell
 
 
+@contextmanager
+def serving(cmd: list[str], ready_url: str, log: Path, cwd: Path | None = None
+            ) -> Iterator[subprocess.Popen[bytes]]:
+    """bench/run.py's process(), then wait until the server's whole process group is gone.
+
+    run.process() waits for the root process only; LitServe's workers outlive it for tens of
+    seconds, busy on two cores, and would skew the next cells. SIGKILL after 15 s."""
+    pgid = 0
+    try:
+        with bench_run.process(cmd, ready_url, log, env=server_env(), cwd=cwd) as proc:
+            pgid = proc.pid
+            yield proc
+    finally:
+        deadline = time.monotonic() + 15
+        while pgid and group_alive(pgid):
+            if time.monotonic() > deadline:
+                os.killpg(pgid, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.2)
+
+
+def group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
 # -- servers --------------------------------------------------------------------------------------
 
 
@@ -232,9 +268,8 @@ def bench_inferd(levels: list[int], seconds: int, body: Path, expected: np.ndarr
     for batching in (True, False):
         variant = "2 workers, batching" if batching else "2 workers"
         log = WORK / f"inferd-{'on' if batching else 'off'}.log"
-        with bench_run.process(inferd_command(batching),
-                               f"http://{LOCAL}:18000/v2/models/{MODEL}/ready", log,
-                               env=server_env()) as proc:
+        with serving(inferd_command(batching), f"http://{LOCAL}:18000/v2/models/{MODEL}/ready",
+                     log) as proc:
             check_answer(url, body.read_text(), expected)
             for c in levels:
                 before = inferd_stats()
@@ -262,8 +297,8 @@ def bench_mlserver(levels: list[int], seconds: int, body: Path, expected: np.nda
             settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": QUEUE_DELAY_US / 1e6}
         (root / MODEL / "model-settings.json").write_text(json.dumps(settings))
         cmd = [str(py.parent / "mlserver"), "start", str(root)]
-        with bench_run.process(cmd, f"http://{LOCAL}:18100/v2/models/{MODEL}/ready",
-                               root.with_suffix(".log"), env=server_env(), cwd=root) as proc:
+        with serving(cmd, f"http://{LOCAL}:18100/v2/models/{MODEL}/ready",
+                     root.with_suffix(".log"), cwd=root) as proc:
             check_answer(url, body.read_text(), expected)
             for c in levels:
                 cells.append(make_cell("mlserver", variant, c,
@@ -281,8 +316,7 @@ def bench_litserve(levels: list[int], seconds: int, body: Path, expected: np.nda
         cmd = [str(py), str(SERVERS / "litserve_features.py"), "18200", str(WORKERS), str(batch),
                str(delay)]
         log = WORK / f"litserve-{'on' if batching else 'off'}.log"
-        with bench_run.process(cmd, f"http://{LOCAL}:18200/health", log, env=server_env(),
-                               cwd=SERVERS) as proc:
+        with serving(cmd, f"http://{LOCAL}:18200/health", log, cwd=SERVERS) as proc:
             check_answer(url, body.read_text(), expected)
             for c in levels:
                 cells.append(make_cell("litserve", variant, c,
@@ -299,8 +333,8 @@ def profile_inferd(c: int, seconds: int, body: Path, rate: int = 200) -> str:
     url = f"http://{LOCAL}:18000/v2/models/{MODEL}/infer"
     raw = WORK / "profile.txt"
     duration = seconds + 2  # covers measure()'s 1 s warm-up and the measured window
-    with bench_run.process(inferd_command(True), f"http://{LOCAL}:18000/v2/models/{MODEL}/ready",
-                           WORK / "inferd-profile.log", env=server_env()) as proc:
+    with serving(inferd_command(True), f"http://{LOCAL}:18000/v2/models/{MODEL}/ready",
+                 WORK / "inferd-profile.log") as proc:
         spy = subprocess.Popen(
             [str(py_spy), "record", "--pid", str(proc.pid), "--subprocesses", "--threads",
              "--nonblocking",
