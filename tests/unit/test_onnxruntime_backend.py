@@ -335,7 +335,7 @@ def test_gpu_group_without_cuda_is_a_clear_load_error(tmp_path: Path) -> None:
 def test_default_threads_share_the_cores_between_instances(tmp_path: Path) -> None:
     two = _options(tmp_path, "instance_group [{ count: 2 kind: KIND_CPU }]")
     assert two.intra_op_num_threads == max(1, len(os.sched_getaffinity(0)) // 2)
-    from inferd.backends.onnxruntime import default_intra_op_threads
+    from inferd.backends.threads import default_intra_op_threads
     from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 
     spec = spec_from_proto(parse_pbtxt("instance_group [{ count: 3 }, { count: 1 }]", "x"))

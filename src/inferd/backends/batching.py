@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from inferd.backends.base import ExecutionTimes, Result
 from inferd.core.inference import InferRequest
+from inferd.errors import InferdError, InvalidInputError
 
 Array = np.ndarray[Any, Any]
 
@@ -52,3 +55,61 @@ def union_outputs(requests: Sequence[InferRequest], all_names: Sequence[str]) ->
             return list(all_names)
         wanted.update(o.name for o in request.outputs)
     return [n for n in all_names if n in wanted]
+
+
+def requested_names(request: InferRequest, all_names: Sequence[str]) -> list[str]:
+    """The outputs one request asked for (all of them when it named none), in model order."""
+    if request.outputs is None:
+        return list(all_names)
+    wanted = {o.name for o in request.outputs}
+    return [n for n in all_names if n in wanted]
+
+
+def execute_requests(
+    requests: Sequence[InferRequest],
+    times: ExecutionTimes,
+    *,
+    stackable: bool,
+    output_names: Sequence[str],
+    prepare: Callable[[dict[str, Array]], dict[str, Array]],
+    run: Callable[[dict[str, Array], list[str]], dict[str, Array]],
+) -> list[Result]:
+    """The batching half of ``execute_timed`` shared by tensor runtimes.
+
+    Requests that stack (same inputs, same non-batch dims) run as one call of ``run``; if that
+    call fails on its inputs, each request runs alone so that only the bad one gets the error.
+    ``prepare`` turns request tensors into the runtime's feeds; both may raise ``InferdError``.
+    """
+    if len(requests) > 1 and stackable and can_concatenate(requests):
+        t0 = time.perf_counter_ns()
+        try:
+            stacked, rows = concatenate_inputs(requests)
+            feeds = prepare(stacked)
+            wanted = union_outputs(requests, output_names)
+            t1 = time.perf_counter_ns()
+            outputs = run(feeds, wanted)
+            t2 = time.perf_counter_ns()
+            parts = split_outputs(outputs, rows)
+        except InvalidInputError:
+            pass  # find the culprit by running each request alone
+        except InferdError as exc:
+            return [exc for _ in requests]
+        else:
+            times.input_ns += t1 - t0
+            times.infer_ns += t2 - t1
+            times.output_ns += time.perf_counter_ns() - t2
+            return list(parts)
+    results: list[Result] = []
+    for request in requests:
+        t0 = time.perf_counter_ns()
+        try:
+            feeds = prepare(request.inputs)
+            t1 = time.perf_counter_ns()
+            results.append(run(feeds, requested_names(request, output_names)))
+        except InferdError as exc:
+            results.append(exc)
+            continue
+        t2 = time.perf_counter_ns()
+        times.input_ns += t1 - t0
+        times.infer_ns += t2 - t1
+    return results

@@ -8,9 +8,7 @@ with the keys Triton's ONNX Runtime backend reads; values it cannot honour are r
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +17,10 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from inferd.backends.autofill import apply_batching
 from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
-from inferd.backends.batching import (
-    can_concatenate,
-    concatenate_inputs,
-    split_outputs,
-    union_outputs,
-)
+from inferd.backends.batching import execute_requests
+from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
@@ -140,24 +135,6 @@ def _bool_param(params: dict[str, str], key: str) -> bool | None:
     if lowered in _FALSE:
         return False
     raise ConfigError(f"parameter '{key}' must be a boolean (1/0, true/false), got '{raw}'")
-
-
-def default_intra_op_threads(spec: ModelSpec, cores: int | None = None) -> int:
-    """Share the cores among the model's instances so they never oversubscribe the machine.
-
-    One instance on a 2-core machine gets 2 threads; two instances get one thread each.
-    """
-    available = (
-        cores
-        if cores is not None
-        else (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
-    )
-    instances = sum(g.count for g in spec.instance_groups) or 1
-    return max(1, available // instances)
 
 
 def parse_settings(spec: ModelSpec) -> SessionSettings:
@@ -386,48 +363,15 @@ class OnnxRuntimeInstance:
     def execute_timed(
         self, requests: Sequence[InferRequest], times: ExecutionTimes
     ) -> list[Result]:
-        """Run the requests as one batch when they stack; each alone otherwise.
-
-        If a stacked run fails on its inputs, every request is retried alone so that only the
-        bad one gets the error.
-        """
-        if len(requests) > 1 and self._batched and can_concatenate(requests):
-            t0 = time.perf_counter_ns()
-            try:
-                stacked, rows = concatenate_inputs(requests)
-                feeds = self._feeds(stacked)
-                wanted = union_outputs(requests, list(self._outputs))
-                t1 = time.perf_counter_ns()
-                outputs = self.run(feeds, wanted)
-                t2 = time.perf_counter_ns()
-                parts = split_outputs(outputs, rows)
-            except InvalidInputError:
-                pass  # fall through: find the culprit by running each request alone
-            else:
-                t3 = time.perf_counter_ns()
-                times.input_ns += t1 - t0
-                times.infer_ns += t2 - t1
-                times.output_ns += t3 - t2
-                return list(parts)
-        return [self._execute_one(request, times) for request in requests]
-
-    def _execute_one(self, request: InferRequest, times: ExecutionTimes) -> Result:
-        t0 = time.perf_counter_ns()
-        try:
-            feeds = self._feeds(request.inputs)
-            wanted = (
-                list(self._outputs)
-                if request.outputs is None
-                else [o.name for o in request.outputs if o.name in self._outputs]
-            )
-            t1 = time.perf_counter_ns()
-            result: Result = self.run(feeds, wanted)
-            t2 = time.perf_counter_ns()
-        except InferdError as exc:
-            return exc
-        times.input_ns += t1 - t0
-        times.infer_ns += t2 - t1
-        return result
+        """Run the requests as one batch when they stack; each alone otherwise."""
+        return execute_requests(
+            requests,
+            times,
+            stackable=self._batched,
+            output_names=list(self._outputs),
+            prepare=self._feeds,
+            run=self.run,
+        )
 
     def _feeds(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
         feeds: dict[str, np.ndarray[Any, Any]] = {}
@@ -574,17 +518,12 @@ class OnnxRuntimeBackend:
         can_batch = all(
             len(arg.shape) >= 1 and _onnx_dims(arg.shape)[0] == -1 for arg in (*inputs, *outputs)
         )
-        if can_batch:
-            if config.max_batch_size == 0:
-                config.max_batch_size = default_max_batch_size
-            if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-                config.dynamic_batching.SetInParent()
-        elif config.max_batch_size != 0:
-            raise ConfigError(
-                f"autofill failed for model '{config.name or model_path.parent.parent.name}': "
-                "model does not support batching while non-zero max_batch_size is specified"
-            )
-        batching = config.max_batch_size > 0
+        batching = apply_batching(
+            config,
+            can_batch=can_batch,
+            default_max_batch_size=default_max_batch_size,
+            where=f"model '{config.name or model_path.parent.parent.name}'",
+        )
         if len(config.input) == 0:
             _fill_tensors(config.input, inputs, batching)
         if len(config.output) == 0:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +26,10 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from inferd.backends.autofill import apply_batching
 from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
-from inferd.backends.batching import (
-    can_concatenate,
-    concatenate_inputs,
-    split_outputs,
-    union_outputs,
-)
-from inferd.backends.onnxruntime import default_intra_op_threads
+from inferd.backends.batching import execute_requests
+from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
@@ -374,49 +369,15 @@ class OpenVinoInstance:
     def execute_timed(
         self, requests: Sequence[InferRequest], times: ExecutionTimes
     ) -> list[Result]:
-        """Run the requests as one batch when they stack; each alone otherwise.
-
-        If a stacked run fails on its inputs, every request is retried alone so that only the
-        bad one gets the error.
-        """
-        if len(requests) > 1 and self._batched and can_concatenate(requests):
-            t0 = time.perf_counter_ns()
-            try:
-                stacked, rows = concatenate_inputs(requests)
-                feeds = self._feeds(stacked)
-                wanted = union_outputs(requests, list(self._outputs))
-                t1 = time.perf_counter_ns()
-                outputs = self.run(feeds, wanted)
-                t2 = time.perf_counter_ns()
-                parts = split_outputs(outputs, rows)
-            except InvalidInputError:
-                pass  # fall through: find the culprit by running each request alone
-            except InferdError as exc:
-                return [exc for _ in requests]
-            else:
-                times.input_ns += t1 - t0
-                times.infer_ns += t2 - t1
-                times.output_ns += time.perf_counter_ns() - t2
-                return list(parts)
-        return [self._execute_one(request, times) for request in requests]
-
-    def _execute_one(self, request: InferRequest, times: ExecutionTimes) -> Result:
-        t0 = time.perf_counter_ns()
-        try:
-            feeds = self._feeds(request.inputs)
-            wanted = (
-                list(self._outputs)
-                if request.outputs is None
-                else [o.name for o in request.outputs if o.name in self._outputs]
-            )
-            t1 = time.perf_counter_ns()
-            result: Result = self.run(feeds, wanted)
-            t2 = time.perf_counter_ns()
-        except InferdError as exc:
-            return exc
-        times.input_ns += t1 - t0
-        times.infer_ns += t2 - t1
-        return result
+        """Run the requests as one batch when they stack; each alone otherwise."""
+        return execute_requests(
+            requests,
+            times,
+            stackable=self._batched,
+            output_names=list(self._outputs),
+            prepare=self._feeds,
+            run=self.run,
+        )
 
     def _feeds(self, inputs: dict[str, Array]) -> dict[str, Array]:
         name = self._spec.name
@@ -643,17 +604,12 @@ class OpenVinoBackend:
             and p.get_partial_shape()[0].is_dynamic
             for p in ports
         )
-        if can_batch:
-            if config.max_batch_size == 0:
-                config.max_batch_size = default_max_batch_size
-            if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-                config.dynamic_batching.SetInParent()
-        elif config.max_batch_size != 0:
-            raise ConfigError(
-                f"autofill failed for model '{config.name or model_path.parent.parent.name}': "
-                "model does not support batching while non-zero max_batch_size is specified"
-            )
-        batching = config.max_batch_size > 0
+        batching = apply_batching(
+            config,
+            can_batch=can_batch,
+            default_max_batch_size=default_max_batch_size,
+            where=f"model '{config.name or model_path.parent.parent.name}'",
+        )
         if len(config.input) == 0:
             _fill_tensors(config.input, model.inputs, batching)
         if len(config.output) == 0:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from inferd.backends.autofill import apply_batching
 from inferd.backends.torch.tensors import CONFIG_TYPES
 from inferd.errors import ConfigError
 
@@ -100,17 +101,13 @@ def complete_exported(config: Any, model_path: Path, *, default_max_batch_size: 
     can_batch = all(
         v.dim() >= 1 and not isinstance(v.shape[0], int) for _, v in (*inputs, *outputs)
     )
-    if can_batch:
-        if config.max_batch_size == 0:
-            config.max_batch_size = default_max_batch_size
-        if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-            config.dynamic_batching.SetInParent()
-    elif config.max_batch_size != 0:
-        raise ConfigError(
-            f"autofill failed for {where}: model does not support batching while non-zero "
-            "max_batch_size is specified (export it with a dynamic first dimension)"
-        )
-    batching = config.max_batch_size > 0
+    batching = apply_batching(
+        config,
+        can_batch=can_batch,
+        default_max_batch_size=default_max_batch_size,
+        where=where,
+        hint=" (export it with a dynamic first dimension)",
+    )
     if len(config.input) == 0:
         _fill(config.input, inputs, batching, where)
     if len(config.output) == 0:
