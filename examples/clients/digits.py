@@ -1,13 +1,14 @@
 #!/usr/bin/env python
-"""Ask the ``digits`` example model which digit an 8x8 image shows, over gRPC.
+"""Ask the ``digits`` example model which digit an 8x8 image shows, over HTTP or gRPC.
 
 The image comes from scikit-learn's bundled digits data set, from the quarter of it that the
 model never saw while training (the same split ``python -m inferd.examples.build`` uses).
 
     inferd serve --model-repository examples/models      # in another terminal
-    python examples/clients/digits_grpc.py --index 7
+    python examples/clients/digits.py --index 7
+    python examples/clients/digits.py --protocol grpc --index 7
 
-Needs ``pip install 'inferd[examples]'`` (tritonclient[grpc] and scikit-learn).
+Needs ``pip install 'inferd[examples]'`` (tritonclient[http,grpc] and scikit-learn).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -39,27 +41,33 @@ def show(image: np.ndarray) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="localhost:8001", help="server gRPC address")
+    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    parser.add_argument(
+        "--url", help="server address (default: localhost:8000 for HTTP, localhost:8001 for gRPC)"
+    )
     parser.add_argument("--model", default="digits", help="model name")
     parser.add_argument("--index", type=int, default=0, help="held-out image to send (0-449)")
-    parser.add_argument("--verbose", action="store_true", help="print the gRPC exchange")
+    parser.add_argument("--verbose", action="store_true", help="print the exchange")
     args = parser.parse_args()
+    # both tritonclient modules offer the same classes: pick one, the code below is shared
+    client_lib = grpcclient if args.protocol == "grpc" else httpclient
+    url = args.url or ("localhost:8001" if args.protocol == "grpc" else "localhost:8000")
 
     image, truth = held_out_digit(args.index)
     print(f"held-out image #{args.index}:")
     show(image)
 
-    client = grpcclient.InferenceServerClient(url=args.url, verbose=args.verbose)
+    client = client_lib.InferenceServerClient(url=url, verbose=args.verbose)
 
     # 1. Plain inference: the predicted label and all ten probabilities.
-    pixels = grpcclient.InferInput("input", list(image.shape), "FP32")
+    pixels = client_lib.InferInput("input", list(image.shape), "FP32")
     pixels.set_data_from_numpy(image)
     result = client.infer(
         args.model,
         [pixels],
         outputs=[
-            grpcclient.InferRequestedOutput("label"),
-            grpcclient.InferRequestedOutput("probabilities"),
+            client_lib.InferRequestedOutput("label"),
+            client_lib.InferRequestedOutput("probabilities"),
         ],
     )
     label = int(result.as_numpy("label")[0, 0])
@@ -73,7 +81,7 @@ def main() -> None:
     result = client.infer(
         args.model,
         [pixels],
-        outputs=[grpcclient.InferRequestedOutput("probabilities", class_count=3)],
+        outputs=[client_lib.InferRequestedOutput("probabilities", class_count=3)],
     )
     print("top 3 (classification extension):")
     for entry in result.as_numpy("probabilities")[0]:
