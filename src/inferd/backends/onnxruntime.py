@@ -20,6 +20,7 @@ import onnxruntime as ort
 from inferd.backends.autofill import apply_batching
 from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
 from inferd.backends.batching import execute_requests
+from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
@@ -63,8 +64,6 @@ _GRAPH_LEVELS = {
     2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
 
-_TRUE = frozenset({"1", "true", "on", "yes"})
-_FALSE = frozenset({"0", "false", "off", "no"})
 
 _INPUT_ERROR_HINTS = ("shape", "dimension", "broadcast", "rank", "input", "data type")
 
@@ -108,33 +107,6 @@ class SessionSettings:
         for key, value in self.run_config_entries:
             options.add_run_config_entry(key, value)
         return options
-
-
-def _int_param(params: dict[str, str], key: str, default: int, *, minimum: int) -> int:
-    raw = params.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(
-            f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'"
-        ) from None
-    if value < minimum:
-        raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'")
-    return value
-
-
-def _bool_param(params: dict[str, str], key: str) -> bool | None:
-    raw = params.get(key)
-    if raw is None:
-        return None
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ConfigError(f"parameter '{key}' must be a boolean (1/0, true/false), got '{raw}'")
 
 
 def parse_settings(spec: ModelSpec) -> SessionSettings:
@@ -552,3 +524,13 @@ class OnnxRuntimeBackend:
             ) from exc
         model.keep_spare(first_group, session)
         return model
+
+
+def _int_param(params: dict[str, str], key: str, default: int, *, minimum: int) -> int:
+    value = int_param(params, key, default, minimum=minimum)
+    assert value is not None
+    return value
+
+
+def _bool_param(params: dict[str, str], key: str) -> bool | None:
+    return bool_param(params, key, expected="a boolean (1/0, true/false)")

@@ -29,6 +29,7 @@ import openvino as ov
 from inferd.backends.autofill import apply_batching
 from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
 from inferd.backends.batching import execute_requests
+from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
@@ -64,8 +65,6 @@ _OV_TO_CONFIG = {
     "f64": "TYPE_FP64",
 }
 
-_YES = frozenset({"yes", "true", "1", "on"})
-_NO = frozenset({"no", "false", "0", "off"})
 
 _HINTS = ("LATENCY", "THROUGHPUT")
 
@@ -113,28 +112,11 @@ class CompileSettings:
 
 
 def _yes_no(params: dict[str, str], key: str) -> bool:
-    raw = params.get(key)
-    if raw is None:
-        return False
-    lowered = raw.strip().lower()
-    if lowered in _YES:
-        return True
-    if lowered in _NO:
-        return False
-    raise ConfigError(f"parameter '{key}' must be YES or NO, got '{raw}'")
+    return bool(bool_param(params, key, False, expected="YES or NO"))
 
 
 def _count(params: dict[str, str], key: str, *, minimum: int) -> int | None:
-    raw = params.get(key)
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'")
-    return value
+    return int_param(params, key, minimum=minimum)
 
 
 def parse_settings(spec: ModelSpec, cores: int | None = None) -> CompileSettings:

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import LoadContext
+from inferd.backends.parameters import bool_param
 from inferd.backends.trees.tabular import (
     Array,
     TabularInstance,
     TabularIO,
-    bool_param,
     cast_output,
     check_parameter_keys,
 )

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferd.backends.parameters import bool_param, int_param
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import ConfigError
-
-_TRUE = frozenset({"1", "true", "on", "yes"})
-_FALSE = frozenset({"0", "false", "off", "no"})
 
 # Triton parameters that toggle TorchScript's JIT for the whole process, not for one model.
 _PROCESS_WIDE = (
@@ -57,28 +55,13 @@ DEFAULT_INTRA_OP_THREADS = 1
 
 
 def _int(params: dict[str, str], key: str, default: int) -> int:
-    raw = params.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigError(f"parameter '{key.upper()}' must be an integer >= 0, got '{raw}'")
+    value = int_param(params, key, default, label=key.upper())
+    assert value is not None
     return value
 
 
 def _bool(params: dict[str, str], key: str, default: bool) -> bool:
-    raw = params.get(key)
-    if raw is None:
-        return default
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ConfigError(f"parameter '{key.upper()}' must be a boolean (true/false, 1/0), got '{raw}'")
+    return bool(bool_param(params, key, default, label=key.upper()))
 
 
 def parse_settings(spec: ModelSpec) -> TorchSettings:

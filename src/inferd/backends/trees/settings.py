@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.trees.libraries import MODEL_TYPES
-from inferd.backends.trees.tabular import bool_param, check_parameter_keys, int_param
+from inferd.backends.trees.tabular import check_parameter_keys
 from inferd.errors import ConfigError
 
 #: Triton FIL's default file name for each ``model_type`` (PROTOCOL.md §6.1).

@@ -25,36 +25,8 @@ Array = np.ndarray[Any, Any]
 #: rows (n, features) -> output (n, columns), already in the configured output data type
 PredictFn = Callable[[Array], Array]
 
-_TRUE = frozenset({"1", "true", "on", "yes"})
-_FALSE = frozenset({"0", "false", "off", "no"})
-
 
 # -- parameters ---------------------------------------------------------------------------------
-
-
-def bool_param(params: dict[str, str], key: str, default: bool | None) -> bool | None:
-    raw = params.get(key)
-    if raw is None:
-        return default
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise ConfigError(f"parameter '{key}' must be a boolean (true/false, 1/0), got '{raw}'")
-
-
-def int_param(params: dict[str, str], key: str, *, minimum: int) -> int | None:
-    raw = params.get(key)
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ConfigError(f"parameter '{key}' must be an integer >= {minimum}, got '{raw}'")
-    return value
 
 
 def check_parameter_keys(params: dict[str, str], accepted: Sequence[str], backend: str) -> None:
