@@ -499,7 +499,7 @@ def main() -> None:
         f"batch 1, {model_cost[32]:.0f} us per row at batch 32. wrk, 1 thread, JSON body "
         f"[1, 256] FP32, 1 s warm-up + {args.seconds} s per cell.\n",
         text, "", "Ratios (same run):", "", *[f"- {line}" for line in ratio_lines], "",
-        f"Goal (issue 4, throughput >= 2x MLServer's parallel workers and LitServe's worker "
+        f"Goal (Python models: throughput >= 2x MLServer's parallel workers and LitServe's worker "
         f"queues): **{verdict}**.", "",
     ]
     if args.profile:
