@@ -35,7 +35,6 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -146,29 +145,16 @@ def tree_cpu_s(root_pid: int) -> tuple[float, float]:
 def measure(
     url: str, body: Path, concurrency: int, seconds: int, server_pid: int
 ) -> dict[str, Any]:
-    """bench/run.py's wrk script and parsing, with the server's CPU time read around the run."""
-    script = WORK / "post.lua"
-    script.write_text(bench_run.WRK_SCRIPT % {"body": body})
-    base = ["wrk", "-t", "1", "-c", str(concurrency), "--timeout", "10s", "-s", str(script)]
-    subprocess.run([*base, "-d", "1s", url], capture_output=True, timeout=60)  # warm-up
-    cpu0 = tree_cpu_s(server_pid)
-    run = subprocess.run([*base, "-d", f"{seconds}s", url], capture_output=True, text=True,
-                         timeout=seconds + 60)
-    cpu1 = tree_cpu_s(server_pid)
-    found = re.search(r"BENCHJSON (\{.*\})", run.stdout)
-    if not found:
-        return {"error": (run.stdout + run.stderr).strip()[-300:]}
-    stats = json.loads(found.group(1))
-    ok = stats["requests"] - stats["errors"]
-    result: dict[str, Any] = {
-        "throughput": ok / (stats["duration_us"] / 1e6),
-        "p50_us": float(stats["p50_us"]),
-        "p99_us": float(stats["p99_us"]),
-        "cpu_us_per_req": (sum(cpu1) - sum(cpu0)) * 1e6 / ok if ok > 0 else None,
-        "front_cpu_us_per_req": (cpu1[0] - cpu0[0]) * 1e6 / ok if ok > 0 else None,
-    }
-    if stats["errors"] or ok <= 0:
-        result["note"] = f"{stats['errors']} errors of {stats['requests']}"
+    """bench/run.py's wrk run, with the server's CPU time read around the measured window."""
+    result = bench_run.wrk(
+        url, body, concurrency, seconds, WORK, around=lambda: tree_cpu_s(server_pid)
+    )
+    if "error" in result:
+        return result
+    cpu0, cpu1 = result.pop("around")
+    ok = result["ok"]
+    result["cpu_us_per_req"] = (sum(cpu1) - sum(cpu0)) * 1e6 / ok if ok > 0 else None
+    result["front_cpu_us_per_req"] = (cpu1[0] - cpu0[0]) * 1e6 / ok if ok > 0 else None
     return result
 
 

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -300,13 +300,24 @@ end
 """
 
 
-def wrk(url: str, body: Path, concurrency: int, seconds: int, scratch: Path) -> dict[str, Any]:
+def wrk(
+    url: str,
+    body: Path,
+    concurrency: int,
+    seconds: int,
+    scratch: Path,
+    around: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """One wrk run (after a 1 s warm-up). ``around``, if given, is called just before and just
+    after the measured window; its two readings are returned as ``around`` (e.g. CPU times)."""
     script = scratch / "post.lua"
     script.write_text(WRK_SCRIPT % {"body": body})
     base = ["wrk", "-t", "1", "-c", str(concurrency), "--timeout", "10s", "-s", str(script)]
     subprocess.run([*base, "-d", "1s", url], capture_output=True, timeout=60)  # warm-up
+    before = around() if around is not None else None
     run = subprocess.run([*base, "-d", f"{seconds}s", url], capture_output=True, text=True,
                          timeout=seconds + 60)
+    after = around() if around is not None else None
     found = re.search(r"BENCHJSON (\{.*\})", run.stdout)
     if not found:
         return {"error": (run.stdout + run.stderr).strip()[-300:]}
@@ -316,6 +327,8 @@ def wrk(url: str, body: Path, concurrency: int, seconds: int, scratch: Path) -> 
         "throughput": ok / (stats["duration_us"] / 1e6),
         "p50_us": float(stats["p50_us"]),
         "p99_us": float(stats["p99_us"]),
+        "ok": ok,
+        "around": (before, after),
     }
     if stats["errors"] or ok <= 0:
         result["note"] = f"{stats['errors']} errors of {stats['requests']}"

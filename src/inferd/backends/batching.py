@@ -113,3 +113,36 @@ def execute_requests(
         times.input_ns += t1 - t0
         times.infer_ns += t2 - t1
     return results
+
+
+class StackingInstance:
+    """Base of instances that run stackable requests as one call (ONNX Runtime, OpenVINO).
+
+    Subclasses set ``_batched`` (the model has a batch dimension) and ``_outputs`` (output names
+    in model order), and implement ``_feeds`` (request tensors -> runtime feeds) and ``run``.
+    """
+
+    _batched: bool
+    _outputs: dict[str, Any]
+
+    def _feeds(self, inputs: dict[str, Array]) -> dict[str, Array]:
+        raise NotImplementedError
+
+    def run(self, feeds: dict[str, Array], output_names: list[str]) -> dict[str, Array]:
+        raise NotImplementedError
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
+        return self.execute_timed(requests, ExecutionTimes())
+
+    def execute_timed(
+        self, requests: Sequence[InferRequest], times: ExecutionTimes
+    ) -> list[Result]:
+        """Run the requests as one batch when they stack; each alone otherwise."""
+        return execute_requests(
+            requests,
+            times,
+            stackable=self._batched,
+            output_names=list(self._outputs),
+            prepare=self._feeds,
+            run=self.run,
+        )

@@ -18,11 +18,10 @@ import numpy as np
 import onnxruntime as ort
 
 from inferd.backends.autofill import apply_batching
-from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
-from inferd.backends.batching import execute_requests
+from inferd.backends.base import LoadContext, Outputs
+from inferd.backends.batching import StackingInstance
 from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.threads import default_intra_op_threads
-from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
     ConfigError,
@@ -307,7 +306,7 @@ def _translate(exc: Exception, model: str) -> InferdError:
 # -- the protocols ------------------------------------------------------------------------------
 
 
-class OnnxRuntimeInstance:
+class OnnxRuntimeInstance(StackingInstance):
     """One session; ``execute`` runs on the instance's worker thread."""
 
     def __init__(
@@ -328,22 +327,6 @@ class OnnxRuntimeInstance:
     @property
     def session(self) -> ort.InferenceSession:
         return self._session
-
-    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
-        return self.execute_timed(requests, ExecutionTimes())
-
-    def execute_timed(
-        self, requests: Sequence[InferRequest], times: ExecutionTimes
-    ) -> list[Result]:
-        """Run the requests as one batch when they stack; each alone otherwise."""
-        return execute_requests(
-            requests,
-            times,
-            stackable=self._batched,
-            output_names=list(self._outputs),
-            prepare=self._feeds,
-            run=self.run,
-        )
 
     def _feeds(self, inputs: dict[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
         feeds: dict[str, np.ndarray[Any, Any]] = {}

@@ -27,10 +27,9 @@ import numpy as np
 import openvino as ov
 
 from inferd.backends.autofill import apply_batching
-from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
-from inferd.backends.batching import execute_requests
+from inferd.backends.base import LoadContext, Outputs
+from inferd.backends.batching import StackingInstance
 from inferd.backends.openvino.settings import CompileSettings, parse_settings
-from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
     ConfigError,
@@ -202,7 +201,7 @@ def _translate(exc: Exception, model: str) -> InferdError:
 # -- the protocols ------------------------------------------------------------------------------
 
 
-class OpenVinoInstance:
+class OpenVinoInstance(StackingInstance):
     """One compiled model and its single infer request; ``execute`` runs on a worker thread."""
 
     def __init__(self, spec: ModelSpec, compiled: ov.CompiledModel, settings: CompileSettings):
@@ -228,22 +227,6 @@ class OpenVinoInstance:
         }
         self._outputs = {t.name: _OutputPlan(t, out_ports[t.name]) for t in spec.outputs}
         self._required = [name for name in in_ports if name in self._inputs]
-
-    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
-        return self.execute_timed(requests, ExecutionTimes())
-
-    def execute_timed(
-        self, requests: Sequence[InferRequest], times: ExecutionTimes
-    ) -> list[Result]:
-        """Run the requests as one batch when they stack; each alone otherwise."""
-        return execute_requests(
-            requests,
-            times,
-            stackable=self._batched,
-            output_names=list(self._outputs),
-            prepare=self._feeds,
-            run=self.run,
-        )
 
     def _feeds(self, inputs: dict[str, Array]) -> dict[str, Array]:
         name = self._spec.name
