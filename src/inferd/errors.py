@@ -19,6 +19,8 @@ class ErrorCode(enum.Enum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     CANCELLED = "CANCELLED"
     INTERNAL = "INTERNAL"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
 
 
 class InferdError(Exception):
@@ -73,6 +75,18 @@ class RequestCancelledError(InferdError):
     code = ErrorCode.CANCELLED
 
 
+class UnauthenticatedError(InferdError):
+    """The request lacks the credentials an endpoint requires (e.g. the admin bearer token)."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(InferdError):
+    """The request reached an API the operator restricted or did not enable."""
+
+    code = ErrorCode.PERMISSION_DENIED
+
+
 class InternalError(InferdError):
     code = ErrorCode.INTERNAL
 
@@ -97,7 +111,9 @@ __all__ = [
     "ModelLoadError",
     "NotFoundError",
     "OverloadedError",
+    "PermissionDeniedError",
     "RequestCancelledError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnsupportedError",
 ]

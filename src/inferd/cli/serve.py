@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from inferd.errors import InferdError
+from inferd.frontends.access import Api, parse_restriction
+from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
 from inferd.server import Server, ServerConfig, StartupError
 
@@ -168,6 +171,35 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="BYTES",
         help="largest accepted HTTP request body, after decompression (default: 64 MiB)",
     )
+    net.add_argument(
+        "--http-max-json-input-size",
+        type=int,
+        default=8 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest accepted JSON request body or JSON inference header; parsed JSON takes "
+        "about ten times its size in memory, so send large tensors in binary (default: 8 MiB)",
+    )
+    net.add_argument(
+        "--http-header-timeout-secs",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close connections whose request line and headers take longer (default: 10)",
+    )
+    net.add_argument(
+        "--http-idle-timeout-secs",
+        type=float,
+        default=75.0,
+        metavar="SECONDS",
+        help="close keep-alive connections idle for longer (default: 75)",
+    )
+    net.add_argument(
+        "--http-max-connections",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="open HTTP connections at most; more are answered 503 (default: 1024)",
+    )
     _bool_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-port", type=int, default=8001, metavar="PORT")
     net.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
@@ -176,6 +208,71 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     net.add_argument(
         "--metrics-address", default=None, metavar="ADDR", help="default: the HTTP address"
     )
+
+    sec = p.add_argument_group(
+        "security (see docs/security.md)",
+        "API groups: " + ", ".join(api.value for api in Api),
+    )
+    _bool_flag(
+        sec,
+        "--allow-model-upload",
+        False,
+        "explicit mode: accept model files sent in load requests ('file:' parameters)",
+    )
+    _bool_flag(
+        sec,
+        "--allow-code-upload",
+        False,
+        "also accept uploads that run code on the server: Python models (model.py) and "
+        "pickled files; needs --allow-model-upload",
+    )
+    sec.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="require 'Authorization: Bearer <token>' (the file's content) on the "
+        "model-repository, shared-memory, trace and logging APIs; the environment variable "
+        "INFERD_ADMIN_TOKEN does the same",
+    )
+    sec.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="API[,API]:KEY=VALUE",
+        help="HTTP requests to these API groups must carry the header KEY: VALUE; repeatable",
+    )
+    sec.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="API[,API]:KEY=VALUE",
+        help="gRPC calls to these API groups must carry the metadata KEY: VALUE; repeatable",
+    )
+    for proto in ("http", "grpc"):
+        upper = proto.upper() if proto == "http" else "gRPC"
+        _bool_flag(sec, f"--{proto}-use-ssl", False, f"serve {upper} over TLS")
+        _bool_flag(
+            sec,
+            f"--{proto}-use-ssl-mutual",
+            False,
+            f"serve {upper} over mutual TLS: clients need a certificate signed by "
+            f"--{proto}-root-cert",
+        )
+        sec.add_argument(
+            f"--{proto}-server-cert",
+            type=Path,
+            metavar="PEM",
+            help=f"{upper} server certificate (chain)",
+        )
+        sec.add_argument(
+            f"--{proto}-server-key", type=Path, metavar="PEM", help=f"{upper} server private key"
+        )
+        sec.add_argument(
+            f"--{proto}-root-cert",
+            type=Path,
+            metavar="PEM",
+            help=f"{upper}: CA certificates that client certificates must chain to",
+        )
 
     log = p.add_argument_group("logging")
     log.add_argument(
@@ -200,6 +297,41 @@ def _backend_settings(items: list[str]) -> int:
     return default_max_batch
 
 
+def _tls(args: argparse.Namespace, proto: str) -> TlsSettings | None:
+    use = getattr(args, f"{proto}_use_ssl")
+    mutual = getattr(args, f"{proto}_use_ssl_mutual")
+    cert = getattr(args, f"{proto}_server_cert")
+    key = getattr(args, f"{proto}_server_key")
+    root = getattr(args, f"{proto}_root_cert")
+    if not (use or mutual):
+        if cert or key or root:
+            raise InferdError(
+                f"--{proto}-server-cert/-key/--{proto}-root-cert are given but TLS is off: add "
+                f"--{proto}-use-ssl (or --{proto}-use-ssl-mutual)"
+            )
+        return None
+    if cert is None or key is None:
+        raise InferdError(f"--{proto}-use-ssl needs --{proto}-server-cert and --{proto}-server-key")
+    if mutual and root is None:
+        raise InferdError(f"--{proto}-use-ssl-mutual needs --{proto}-root-cert")
+    return TlsSettings(cert, key, root, require_client_cert=mutual)
+
+
+def _admin_token(args: argparse.Namespace) -> str | None:
+    if args.admin_token_file is not None:
+        try:
+            token: str = args.admin_token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InferdError(f"cannot read --admin-token-file: {exc}") from exc
+        if not token:
+            raise InferdError(f"--admin-token-file '{args.admin_token_file}' is empty")
+        return token
+    env = os.environ.get("INFERD_ADMIN_TOKEN")
+    if env is not None and not env.strip():
+        raise InferdError("INFERD_ADMIN_TOKEN is set but empty")
+    return env.strip() if env else None
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -220,15 +352,31 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         http_address=args.http_address,
         http_port=args.http_port,
         http_max_input_bytes=args.http_max_input_size,
+        http_max_json_input_bytes=args.http_max_json_input_size,
+        http_header_timeout_s=args.http_header_timeout_secs,
+        http_idle_timeout_s=args.http_idle_timeout_secs,
+        http_max_connections=args.http_max_connections,
+        http_restricted_apis=tuple(
+            parse_restriction(r, flag="--http-restricted-api") for r in args.http_restricted_api
+        ),
+        http_tls=_tls(args, "http"),
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
+        grpc_restricted_protocols=tuple(
+            parse_restriction(r, flag="--grpc-restricted-protocol")
+            for r in args.grpc_restricted_protocol
+        ),
+        grpc_tls=_tls(args, "grpc"),
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
         log_verbose=args.log_verbose,
         ready_file=args.ready_file,
         allow_pickle_models=args.allow_pickle_models,
+        allow_model_upload=args.allow_model_upload,
+        allow_code_upload=args.allow_code_upload,
+        admin_token=_admin_token(args),
     )
 
 

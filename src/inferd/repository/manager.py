@@ -76,8 +76,12 @@ class RepositoryManager:
         mode: ControlMode = ControlMode.NONE,
         options: LoadOptions | None = None,
         load_parallelism: int = 4,
+        allow_model_upload: bool = False,
+        allow_code_upload: bool = False,
     ) -> None:
         self._roots = [Path(r) for r in roots]
+        self._allow_model_upload = allow_model_upload
+        self._allow_code_upload = allow_code_upload
         self._registry = registry
         self._mode = mode
         self._options = options if options is not None else LoadOptions()

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.errors import InvalidArgumentError
+from inferd.frontends.access import AccessPolicy, Restriction
+from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
 
 
@@ -26,15 +28,26 @@ class ServerConfig:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_bytes: int = 64 * 1024 * 1024
+    http_max_json_input_bytes: int = 8 * 1024 * 1024  # JSON costs ~10x its size once parsed
+    http_header_timeout_s: float = 10.0  # a client must send its request head within this
+    http_idle_timeout_s: float = 75.0  # keep-alive connections idle longer are closed
+    http_max_connections: int = 1024  # beyond it new connections get 503
+    http_restricted_apis: tuple[Restriction, ...] = ()
+    http_tls: TlsSettings | None = None
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    grpc_restricted_protocols: tuple[Restriction, ...] = ()
+    grpc_tls: TlsSettings | None = None
     allow_metrics: bool = True
     metrics_address: str | None = None  # None: the HTTP address
     metrics_port: int = 8002
     log_verbose: int = 0
     ready_file: Path | None = None
     allow_pickle_models: bool = False  # unpickling runs code: sklearn model.pkl/.joblib only
+    allow_model_upload: bool = False  # `file:` parameters of load requests (explicit mode)
+    allow_code_upload: bool = False  # uploads that run code (Python models, pickles)
+    admin_token: str | None = field(default=None, repr=False)  # Bearer token for admin APIs
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,3 +67,26 @@ class ServerConfig:
             raise InvalidArgumentError("--repository-poll-secs must be > 0")
         if self.http_max_input_bytes <= 0:
             raise InvalidArgumentError("--http-max-input-size must be > 0")
+        if self.http_max_json_input_bytes <= 0:
+            raise InvalidArgumentError("--http-max-json-input-size must be > 0")
+        if self.http_header_timeout_s <= 0 or self.http_idle_timeout_s <= 0:
+            raise InvalidArgumentError(
+                "--http-header-timeout-secs and --http-idle-timeout-secs must be > 0"
+            )
+        if self.http_max_connections < 1:
+            raise InvalidArgumentError("--http-max-connections must be >= 1")
+        if self.allow_code_upload and not self.allow_model_upload:
+            raise InvalidArgumentError("--allow-code-upload needs --allow-model-upload")
+        if self.allow_model_upload and self.model_control_mode is not ControlMode.EXPLICIT:
+            raise InvalidArgumentError(
+                "--allow-model-upload only applies to --model-control-mode=explicit"
+            )
+        # built here so that a bad combination fails at start, not on the first request
+        self.http_access()
+        self.grpc_access()
+
+    def http_access(self) -> AccessPolicy:
+        return AccessPolicy(self.http_restricted_apis, self.admin_token)
+
+    def grpc_access(self) -> AccessPolicy:
+        return AccessPolicy(self.grpc_restricted_protocols, self.admin_token)

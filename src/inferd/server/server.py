@@ -62,6 +62,8 @@ class Server:
                 default_max_batch_size=cfg.default_max_batch_size,
             ),
             load_parallelism=cfg.model_load_thread_count,
+            allow_model_upload=cfg.allow_model_upload,
+            allow_code_upload=cfg.allow_code_upload,
         )
         self.engine = Engine(
             self.manager, server_version=__version__, strict_readiness=cfg.strict_readiness
@@ -107,15 +109,30 @@ class Server:
             app = HttpApp(
                 self.engine,
                 max_body_bytes=cfg.http_max_input_bytes,
+                max_json_body_bytes=cfg.http_max_json_input_bytes,
+                access=cfg.http_access(),
                 log=logging.getLogger("inferd.http"),
             )
-            handle, port = await start_http_server(app, cfg.http_address, cfg.http_port)
+            handle, port = await start_http_server(
+                app,
+                cfg.http_address,
+                cfg.http_port,
+                timeout_keep_alive_s=cfg.http_idle_timeout_s,
+                header_timeout_s=cfg.http_header_timeout_s,
+                max_connections=cfg.http_max_connections,
+                tls=cfg.http_tls,
+            )
             self._add("HTTP", port, handle.stop)
         if cfg.allow_grpc:
             from inferd.frontends.grpc.server import start_grpc_server
 
             grpc_server, port = await start_grpc_server(
-                self.engine, cfg.grpc_address, cfg.grpc_port, log=logging.getLogger("inferd.grpc")
+                self.engine,
+                cfg.grpc_address,
+                cfg.grpc_port,
+                log=logging.getLogger("inferd.grpc"),
+                access=cfg.grpc_access(),
+                tls=cfg.grpc_tls,
             )
             self._add("GRPC", port, grpc_server.stop)
         if cfg.allow_metrics:

@@ -31,6 +31,8 @@ STATUS_BY_CODE = MappingProxyType(
         ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
         ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
         ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+        ErrorCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+        ErrorCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     }
 )
 

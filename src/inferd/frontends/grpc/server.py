@@ -10,7 +10,9 @@ from tritonclient.grpc import service_pb2_grpc
 
 from inferd.engine import Engine
 from inferd.errors import UnavailableError
+from inferd.frontends.access import AccessPolicy
 from inferd.frontends.grpc.servicer import GrpcInferenceServicer
+from inferd.frontends.tls import TlsSettings
 
 __all__ = ["GrpcServer", "server_options", "start_grpc_server"]
 
@@ -95,6 +97,8 @@ async def start_grpc_server(
     *,
     log: logging.Logger,
     max_stream_inflight: int = 1024,
+    access: AccessPolicy | None = None,
+    tls: TlsSettings | None = None,
 ) -> tuple[GrpcServer, int]:
     """Start serving on ``host:port`` (``port=0`` picks a free port); return the bound port."""
     server = grpc.aio.server(options=server_options())

@@ -16,6 +16,7 @@ from typing import Any
 from inferd.codecs import statistics, v2_http
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError
+from inferd.frontends.access import AccessPolicy
 from inferd.frontends.http.compression import (
     choose_response_coding,
     compress_response,
@@ -83,11 +84,21 @@ def _read_headers(scope: Scope) -> _Headers:
 class HttpApp:
     """ASGI 3 application serving the KServe v2 REST API with Triton's extensions."""
 
-    def __init__(self, engine: Engine, *, max_body_bytes: int, log: logging.Logger) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_body_bytes: int,
+        log: logging.Logger,
+        max_json_body_bytes: int | None = None,
+        access: AccessPolicy | None = None,
+    ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         self._engine = engine
         self._max_body_bytes = max_body_bytes
+        self._max_json_body_bytes = min(max_json_body_bytes or max_body_bytes, max_body_bytes)
+        self._access = access if access is not None else AccessPolicy()
         self._log = log
         self._handlers: dict[Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply]]] = {
             Endpoint.SERVER_METADATA: self._server_metadata,

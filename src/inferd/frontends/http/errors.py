@@ -17,6 +17,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.CANCELLED: 400,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
 }
 
 INTERNAL_ERROR_MESSAGE = "internal error"

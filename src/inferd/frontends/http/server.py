@@ -16,6 +16,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from inferd.frontends.tls import TlsSettings
+
 _log = logging.getLogger(__name__)
 
 
@@ -97,7 +99,10 @@ async def start_http_server(
     port: int,
     *,
     log_level: str = "warning",
-    timeout_keep_alive_s: int = 75,
+    timeout_keep_alive_s: float = 75,
+    header_timeout_s: float = 10.0,
+    max_connections: int | None = None,
+    tls: TlsSettings | None = None,
     timeout_graceful_shutdown_s: int = 5,
     backlog: int = 2048,
 ) -> tuple[HttpServer, int]:
@@ -119,7 +124,7 @@ async def start_http_server(
             proxy_headers=False,
             server_header=False,
             backlog=backlog,
-            timeout_keep_alive=timeout_keep_alive_s,
+            timeout_keep_alive=max(1, round(timeout_keep_alive_s)),
             timeout_graceful_shutdown=timeout_graceful_shutdown_s,
         )
         config.load()
