@@ -18,6 +18,7 @@ from inferd.errors import InferdError, UnavailableError
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
 from inferd.server.config import ServerConfig
+from inferd.server.exposure import exposure_warnings
 
 _log = logging.getLogger("inferd.server")
 
@@ -95,6 +96,8 @@ class Server:
             )
         for listener in self._listeners:
             _log.info("Started %s service at port %d", listener.name, listener.port)
+        for warning in exposure_warnings(cfg):
+            _log.warning("%s", warning)
         # the file first: whoever sees the "ready" line may read it straight away
         if cfg.ready_file is not None:
             _write_ready_file(cfg.ready_file, self.ports)
