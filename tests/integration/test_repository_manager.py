@@ -24,9 +24,15 @@ from tests.helpers.models import write_add_sub
 
 
 def make(
-    roots: list[Path], mode: ControlMode = ControlMode.NONE
+    roots: list[Path], mode: ControlMode = ControlMode.NONE, *, allow_model_upload: bool = False
 ) -> tuple[RepositoryManager, Engine]:
-    manager = RepositoryManager(roots, default_registry(), mode=mode, options=LoadOptions())
+    manager = RepositoryManager(
+        roots,
+        default_registry(),
+        mode=mode,
+        options=LoadOptions(),
+        allow_model_upload=allow_model_upload,
+    )
     return manager, Engine(manager, server_version="test")
 
 
@@ -120,7 +126,7 @@ async def test_version_policies(tmp_path: Path) -> None:
 
 async def test_explicit_mode_load_unload_and_overrides(tmp_path: Path) -> None:
     write_add_sub(tmp_path, "simple")
-    manager, engine = make([tmp_path], ControlMode.EXPLICIT)
+    manager, engine = make([tmp_path], ControlMode.EXPLICIT, allow_model_upload=True)
     await manager.startup([])
     try:
         assert [(e.name, e.version) for e in engine.repository_index()] == [("simple", None)]
@@ -133,9 +139,9 @@ async def test_explicit_mode_load_unload_and_overrides(tmp_path: Path) -> None:
         entry = engine.repository_index()[0]
         assert (entry.state, entry.reason) == ("UNAVAILABLE", "unloaded")
         assert not engine.model_ready("simple")
-        with pytest.raises(ModelLoadError, match="failed to load 'missing'"):
+        with pytest.raises(NotFoundError, match="failed to load 'missing'"):
             await engine.load_model("missing")
-        with pytest.raises(ModelLoadError, match="failed to load 'simple'"):
+        with pytest.raises(InvalidArgumentError, match="failed to load 'simple'"):
             await engine.load_model("simple", config_json="{not json")
         # a model made entirely of uploaded files
         from tests.helpers.models import add_sub_model
@@ -147,7 +153,7 @@ async def test_explicit_mode_load_unload_and_overrides(tmp_path: Path) -> None:
         )
         response = await engine.infer(request("uploaded"))
         assert response.outputs["OUTPUT0"][0, 0] == 0 + 1 + 5
-        with pytest.raises(ModelLoadError, match="failed to poll from model repository"):
+        with pytest.raises(InvalidArgumentError, match="invalid load parameter 'file:../x"):
             await engine.load_model(
                 "evil", config_json='{"backend": "onnxruntime"}', files={"../x/model.onnx": b"x"}
             )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from inferd.codecs.model_config import ModelConfig, parse_json_config, parse_pbtxt
 from inferd.errors import ConfigError
+from inferd.repository.paths import resolve_inside
 
 CONFIG_FILENAME = "config.pbtxt"
 CONFIGS_DIRNAME = "configs"
@@ -15,7 +16,9 @@ def config_path(model_dir: Path, config_name: str | None = None) -> Path:
     """The file that holds the configuration: ``configs/<name>.pbtxt`` when a custom config
     name is given and that file exists, else ``config.pbtxt`` (which may be absent)."""
     if config_name:
-        custom = model_dir / CONFIGS_DIRNAME / f"{config_name}.pbtxt"
+        custom = resolve_inside(
+            model_dir / CONFIGS_DIRNAME, f"{config_name}.pbtxt", "custom model config name"
+        )
         if custom.is_file():
             return custom
     return model_dir / CONFIG_FILENAME

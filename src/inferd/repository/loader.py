@@ -12,13 +12,24 @@ from inferd.backends.base import LoadContext, LoadedModel, ModelInstance
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import spec_from_proto
 from inferd.core.model_spec import ModelSpec
-from inferd.errors import ConfigError, InferdError, ModelLoadError
+from inferd.errors import (
+    ConfigError,
+    ErrorCode,
+    InferdError,
+    InvalidArgumentError,
+    ModelLoadError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+    UnsupportedError,
+)
 from inferd.repository.autocomplete import complete_config
 from inferd.repository.config import read_model_config
 from inferd.repository.features import check_supported
 from inferd.repository.layout import list_versions
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.normalize import normalize_and_validate
+from inferd.repository.paths import check_config_paths, resolve_inside
 from inferd.repository.warmup import warm_up
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
@@ -73,6 +84,21 @@ def select_versions(proto: Any, available: list[int]) -> list[int]:
     return ordered[-max(count, 1) :]
 
 
+# the class that keeps an error's code when its message gains the "failed to load" prefix
+_BY_CODE: dict[ErrorCode, type[InferdError]] = {
+    ErrorCode.INVALID_ARGUMENT: InvalidArgumentError,
+    ErrorCode.NOT_FOUND: NotFoundError,
+    ErrorCode.UNAVAILABLE: UnavailableError,
+    ErrorCode.UNSUPPORTED: UnsupportedError,
+    ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
+}
+
+
+def load_failure(name: str, exc: InferdError) -> InferdError:
+    """``exc`` as a load failure of model ``name``: same code, message prefixed as Triton's."""
+    return _BY_CODE.get(exc.code, ModelLoadError)(f"failed to load '{name}', {exc}")
+
+
 def prepare(
     name: str,
     model_dir: Path,
@@ -97,10 +123,11 @@ def prepare(
             auto_complete=options.auto_complete,
             default_max_batch_size=options.default_max_batch_size,
         )
+        check_config_paths(proto)
         normalize_and_validate(proto, model_dir)
         check_supported(proto)
     except InferdError as exc:
-        raise ModelLoadError(f"failed to load '{name}', {exc}") from exc
+        raise load_failure(name, exc) from exc
     spec = spec_from_proto(proto)
     versions = select_versions(proto, available)
     missing = [v for v in versions if v not in available]
@@ -116,7 +143,9 @@ def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:
     labels: dict[str, list[str]] = {}
     for out in spec.outputs:
         if out.label_filename:
-            path = model_dir / out.label_filename
+            path = resolve_inside(
+                model_dir, out.label_filename, f"output '{out.name}' label_filename"
+            )
             try:
                 labels[out.name] = path.read_text(encoding="utf-8").splitlines()
             except OSError as exc:
@@ -131,8 +160,13 @@ def load_version(
     version: int,
     registry: BackendRegistry,
     loop: asyncio.AbstractEventLoop,
+    stats: ModelStats | None = None,
 ) -> LoadedVersion:
-    """Load one version and start its instances. Blocking."""
+    """Load one version and start its instances. Blocking.
+
+    ``stats`` carries the version's statistics over from an earlier load of the same version,
+    so the counters clients and metrics read never go backwards across a reload.
+    """
     spec = prepared.spec
     name = spec.name
     try:
@@ -162,7 +196,8 @@ def load_version(
             instance.close()
         loaded.close()
         raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
-    stats = ModelStats(name, version)
+    if stats is None:
+        stats = ModelStats(name, version)
     pool = InstancePool(f"{name}-{version}", instances, stats, loop)
     scheduler: DirectScheduler | DynamicBatcher
     if spec.dynamic_batching is not None and spec.max_batch_size > 0:

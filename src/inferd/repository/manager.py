@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from inferd.backends.registry import BackendRegistry
+from inferd.codecs.model_config import parse_json_config
 from inferd.core.lifecycle import ModelState
 from inferd.core.metadata import IndexEntry
+from inferd.core.names import check_model_name
 from inferd.errors import (
     InferdError,
     InvalidArgumentError,
@@ -36,7 +36,8 @@ from inferd.repository.loader import (
 )
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
-from inferd.scheduling.stats import StatsSnapshot
+from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
+from inferd.scheduling.stats import ModelStats, StatsSnapshot
 
 _log = logging.getLogger("inferd.repository")
 
@@ -62,6 +63,8 @@ class ModelRecord:
     loaded: dict[int, LoadedVersion] = field(default_factory=dict)
     fingerprint: str = ""
     override_dir: Path | None = None  # a directory made from `file:` overrides
+    # statistics per version number, kept across reloads so counters never go backwards
+    stats: dict[int, ModelStats] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -91,6 +94,7 @@ class RepositoryManager:
         self._load_gate = asyncio.Semaphore(max(1, load_parallelism))
         self._background: set[asyncio.Task[None]] = set()
         self._expected: set[str] = set()  # models that should be loaded (for readiness)
+        self._uploads = UploadArea()
 
     @property
     def mode(self) -> ControlMode:
@@ -190,31 +194,47 @@ class RepositoryManager:
     async def load(
         self, name: str, *, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
+        check_model_name(name)
         if self._mode is not ControlMode.EXPLICIT:
             raise UnavailableError(
                 "explicit model load / unload is not allowed if polling is enabled"
             )
-        model_dir: Path | None
-        override_dir: Path | None = None
         if files:
-            if config_json is None:
-                raise ModelLoadError(
-                    f"failed to load '{name}', a 'config' parameter is required with file overrides"
-                )
-            override_dir = await asyncio.to_thread(_write_override_dir, name, files)
-            model_dir = override_dir
+            await self._load_upload(name, config_json, files)
         else:
             dirs, problems = self._scan()
             if name in problems:
                 raise ModelLoadError(f"failed to load '{name}', {problems[name]}")
-            model_dir = dirs.get(name)
-        try:
-            await self._load(name, model_dir, override_json=config_json, override_dir=override_dir)
-        except BaseException:
-            if override_dir is not None and not self._owns_override(name, override_dir):
-                _remove_override(override_dir)
-            raise
+            await self._load(name, dirs.get(name), override_json=config_json)
         self._expected.add(name)
+
+    async def _load_upload(
+        self, name: str, config_json: str | None, files: dict[str, bytes]
+    ) -> None:
+        parts = upload_parts(name, files)
+        if config_json is None:
+            raise InvalidArgumentError(
+                f"failed to load '{name}', a 'config' parameter is required with file overrides"
+            )
+        try:
+            config = parse_json_config(config_json, f"override for '{name}'")
+        except InferdError as exc:
+            raise InvalidArgumentError(f"failed to load '{name}', {exc}") from None
+        check_upload_allowed(
+            name,
+            parts,
+            config,
+            self._registry.backend_name_for_platform,
+            allow_model_upload=self._allow_model_upload,
+            allow_code_upload=self._allow_code_upload,
+        )
+        model_dir = await asyncio.to_thread(self._uploads.write, name, parts)
+        try:
+            await self._load(name, model_dir, override_json=config_json, upload=True)
+        except BaseException:
+            if not self._owns_override(name, model_dir):
+                self._uploads.remove(model_dir)
+            raise
 
     def _owns_override(self, name: str, path: Path) -> bool:
         record = self._records.get(name)
@@ -226,12 +246,12 @@ class RepositoryManager:
         model_dir: Path | None,
         *,
         override_json: str | None = None,
-        override_dir: Path | None = None,
+        upload: bool = False,
     ) -> None:
         if model_dir is None:
-            raise ModelLoadError(
+            raise NotFoundError(
                 f"failed to load '{name}', failed to poll from model repository: no model "
-                f"directory named '{name}' in {', '.join(str(r) for r in self._roots)}"
+                f"directory named '{name}' in the model repository"
             )
         record = self._records.setdefault(name, ModelRecord(name))
         async with record.lock, self._load_gate:
@@ -244,15 +264,18 @@ class RepositoryManager:
                     self._options,
                     override_json=override_json,
                 )
+                if upload and not self._allow_code_upload:
+                    # defence in depth: the effective config, after auto-complete
+                    check_no_code(name, prepared.spec.proto, lambda _platform: None)
             except InferdError as exc:
                 self._fail_all(record, str(exc))
                 raise
             await self._swap_in(record, prepared)
             record.fingerprint = await asyncio.to_thread(fingerprint, model_dir)
             old_override = record.override_dir
-            record.override_dir = override_dir
-            if old_override is not None and old_override != override_dir:
-                _remove_override(old_override)
+            record.override_dir = model_dir if upload else None
+            if old_override is not None and old_override != record.override_dir:
+                self._uploads.remove(old_override)
 
     def _fail_all(self, record: ModelRecord, reason: str) -> None:
         """A failed (re)load: versions still serving stay READY; others become UNAVAILABLE."""
@@ -270,9 +293,12 @@ class RepositoryManager:
         for version in prepared.versions:
             if version not in record.loaded:
                 record.status[version] = VersionStatus(ModelState.LOADING)
+        for version in prepared.versions:
+            if version not in record.stats:
+                record.stats[version] = ModelStats(name, version)
         results = await asyncio.gather(
             *(
-                asyncio.to_thread(load_version, prepared, v, self._registry, loop)
+                asyncio.to_thread(load_version, prepared, v, self._registry, loop, record.stats[v])
                 for v in prepared.versions
             ),
             return_exceptions=True,
@@ -287,7 +313,8 @@ class RepositoryManager:
             else:
                 new[version] = result
         if not new:
-            raise ModelLoadError(errors[0] if errors else f"failed to load '{name}'")
+            # as Triton: a model whose versions all failed is a bad argument to the load
+            raise InvalidArgumentError(errors[0] if errors else f"failed to load '{name}'")
         old = record.loaded
         keep_old = {v: lv for v, lv in old.items() if v not in new and v in prepared.versions}
         retired = [lv for v, lv in old.items() if v in new or v not in prepared.versions]
@@ -322,6 +349,7 @@ class RepositoryManager:
             await asyncio.to_thread(lv.close)
 
     async def unload(self, name: str, *, unload_dependents: bool = False) -> None:
+        check_model_name(name)
         if self._mode is not ControlMode.EXPLICIT:
             raise UnavailableError(
                 "explicit model load / unload is not allowed if polling is enabled"
@@ -348,7 +376,7 @@ class RepositoryManager:
                     ModelState.UNAVAILABLE, "unloaded"
                 )
             if record.override_dir is not None:
-                _remove_override(record.override_dir)
+                self._uploads.remove(record.override_dir)
                 record.override_dir = None
 
     def statistics(self, name: str, version: int | None) -> list[StatsSnapshot]:
@@ -432,35 +460,6 @@ class RepositoryManager:
                     ModelState.UNAVAILABLE, "unloaded"
                 )
             if record.override_dir is not None:
-                _remove_override(record.override_dir)
+                self._uploads.remove(record.override_dir)
                 record.override_dir = None
-
-
-def _write_override_dir(name: str, files: dict[str, bytes]) -> Path:
-    """Materialise ``file:<version>/<path>`` overrides as a temporary model directory."""
-    root = Path(tempfile.mkdtemp(prefix="inferd-override-"))
-    model_dir = root / name
-    try:
-        for key, content in files.items():
-            rel = PurePosixPath(key)
-            if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-                raise ModelLoadError(
-                    f"failed to load '{name}', failed to poll from model repository: "
-                    f"file override path '{key}' must be relative and stay inside the model"
-                )
-            target = model_dir.joinpath(*rel.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-    except OSError as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        raise ModelLoadError(
-            f"failed to load '{name}', failed to poll from model repository: {exc}"
-        ) from exc
-    except ModelLoadError:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return model_dir
-
-
-def _remove_override(model_dir: Path) -> None:
-    shutil.rmtree(model_dir.parent, ignore_errors=True)
+        self._uploads.close()

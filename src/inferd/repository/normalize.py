@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from inferd.core.datatypes import BY_CONFIG_NAME
 from inferd.errors import ConfigError
+from inferd.repository.paths import resolve_inside
 
 DEFAULT_MAX_SEQUENCE_IDLE_US = 1_000_000
 ENSEMBLE_PLATFORM = "ensemble"
@@ -201,11 +202,12 @@ def _product(values: list[int]) -> int:
 
 def _validate_labels(config: Any, model_dir: Path) -> None:
     for output in config.output:
-        if output.label_filename and not (model_dir / output.label_filename).is_file():
-            raise ConfigError(
-                f"model '{config.name}': output '{output.name}' names label_filename "
-                f"'{output.label_filename}' but {model_dir / output.label_filename} does not exist"
-            )
+        if not output.label_filename:
+            continue
+        what = f"model '{config.name}': output '{output.name}' label_filename"
+        path = resolve_inside(model_dir, output.label_filename, what)
+        if not path.is_file():
+            raise ConfigError(f"{what} '{output.label_filename}' does not name a file")
 
 
 def _check_preferred(name: str, field: str, sizes: Iterable[int], mbs: int) -> None:

@@ -14,8 +14,18 @@ from inferd.core import datatypes
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import ConfigError, InferdError
+from inferd.repository.paths import resolve_inside
 
 WARMUP_DIR = "warmup"
+
+
+def _data_file(spec: ModelSpec, name: str, item: Any, model_dir: Path) -> Path:
+    """The warm-up file of input ``name``, which must lie in the model's warmup directory."""
+    return resolve_inside(
+        model_dir / WARMUP_DIR,
+        item.input_data_file,
+        f"warmup input '{name}' of model '{spec.name}': input_data_file",
+    )
 
 
 def _sample(
@@ -30,7 +40,7 @@ def _sample(
     which = item.WhichOneof("input_data_type")
     if dtype.is_bytes:
         if which == "input_data_file":
-            raw = (model_dir / WARMUP_DIR / item.input_data_file).read_bytes()
+            raw = _data_file(spec, name, item, model_dir).read_bytes()
             values = [raw] * count
         else:
             values = [
@@ -40,7 +50,7 @@ def _sample(
         out[:] = values
         return out.reshape(shape)
     if which == "input_data_file":
-        path = model_dir / WARMUP_DIR / item.input_data_file
+        path = _data_file(spec, name, item, model_dir)
         data = np.fromfile(path, dtype=dtype.dtype)
         if data.size < count:
             raise ConfigError(
