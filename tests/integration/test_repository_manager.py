@@ -14,7 +14,6 @@ from inferd.core.inference import InferRequest
 from inferd.engine import Engine
 from inferd.errors import (
     InvalidArgumentError,
-    ModelLoadError,
     NotFoundError,
     UnavailableError,
 )
@@ -153,7 +152,7 @@ async def test_explicit_mode_load_unload_and_overrides(tmp_path: Path) -> None:
         )
         response = await engine.infer(request("uploaded"))
         assert response.outputs["OUTPUT0"][0, 0] == 0 + 1 + 5
-        with pytest.raises(InvalidArgumentError, match="invalid load parameter 'file:../x"):
+        with pytest.raises(InvalidArgumentError, match=r"invalid load parameter 'file:\.\./x"):
             await engine.load_model(
                 "evil", config_json='{"backend": "onnxruntime"}', files={"../x/model.onnx": b"x"}
             )
@@ -270,5 +269,59 @@ async def test_unsupported_features_are_refused_by_name(
     try:
         assert named in failures["m"]
         assert "does not support" in failures["m"]
+    finally:
+        await manager.close()
+
+
+@pytest.mark.parametrize("mode", [ControlMode.EXPLICIT, ControlMode.POLL])
+async def test_reloads_keep_metadata_and_statistics_consistent(
+    tmp_path: Path, mode: ControlMode
+) -> None:
+    """What a load generator does while the model is reloaded under it: read the metadata
+    (its versions), read the statistics, infer, read the statistics again. Every step must
+    succeed, and the counters of the version that served must have grown (perf_analyzer
+    otherwise stops with "failed to find the requested model version")."""
+    model_dir = write_add_sub(tmp_path, "simple")
+    manager, engine = make([tmp_path], mode)
+    await manager.startup(["simple"])
+    try:
+        for _ in range(8):
+            await engine.infer(request())
+        stop = asyncio.Event()
+        problems: list[str] = []
+
+        def counts() -> dict[str, int]:
+            return {s.version: s.queue.count for s in engine.model_statistics("simple")}
+
+        async def load_generator() -> None:
+            while not stop.is_set():
+                try:
+                    versions = engine.model_metadata("simple").versions
+                    if not versions:
+                        problems.append("metadata lists no version")
+                    before = counts()
+                    await engine.infer(request())
+                    after = counts()
+                except Exception as exc:  # any failure during a reload is a bug
+                    problems.append(repr(exc))
+                    continue
+                grown = [v for v, n in after.items() if n > before.get(v, 0)]
+                if not grown:
+                    problems.append(f"no version's queue count grew: {before} -> {after}")
+
+        clients = [asyncio.create_task(load_generator()) for _ in range(8)]
+        for round_ in range(4):
+            if mode is ControlMode.EXPLICIT:
+                await engine.load_model("simple")
+            else:
+                os.utime(model_dir / "1" / "model.onnx", ns=(round_ + 1, round_ + 1))
+                await manager.poll_once()
+            for _ in range(4):
+                await asyncio.sleep(0)
+        stop.set()
+        await asyncio.gather(*clients)
+        assert problems == []
+        total = sum(s.inference_count for s in engine.model_statistics("simple"))
+        assert total >= 8
     finally:
         await manager.close()
