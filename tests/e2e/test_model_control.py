@@ -38,7 +38,7 @@ OFFSET = 1000  # the override model adds this to OUTPUT0
 
 @pytest.fixture(scope="module")
 def server(example_repo: Path) -> Iterator[ServerProcess]:
-    args = ["--model-control-mode", "explicit", "--load-model", "simple"]
+    args = ["--model-control-mode", "explicit", "--load-model", "simple", "--allow-model-upload"]
     with running_server([example_repo], args) as proc:
         yield proc
 
@@ -109,7 +109,7 @@ def test_http_model_control(server: ServerProcess) -> None:
         with pytest.raises(InferenceServerException) as caught:
             client.load_model("no_such_model")
         assert "failed to load" in caught.value.message()
-        assert caught.value.status() == "500"
+        assert caught.value.status() == "404"
 
         client.load_model("simple")  # back to the version on disk
         np.testing.assert_array_equal(_infer(client, httpclient), 2 * np.arange(16).reshape(1, 16))
@@ -141,7 +141,7 @@ def test_grpc_model_control(server: ServerProcess) -> None:
         with pytest.raises(InferenceServerException) as caught:
             client.load_model("no_such_model")
         assert "failed to load" in caught.value.message()
-        assert caught.value.status() == "StatusCode.INTERNAL"
+        assert caught.value.status() == "StatusCode.NOT_FOUND"
 
         client.unload_model("digits")
         assert not client.is_model_ready("digits")
