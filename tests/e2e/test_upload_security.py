@@ -163,3 +163,14 @@ def test_unknown_model_load_is_a_client_error(locked: ServerProcess) -> None:
             client.load_model("no_such_model")
         assert caught.value.status() == "StatusCode.NOT_FOUND"
         assert "failed to load 'no_such_model'" in caught.value.message()
+
+
+def test_oversized_file_key_answers_as_triton(locked: ServerProcess) -> None:
+    """tritonclient's model-control example: a 256-byte file name is INTERNAL, "failed to poll
+    from model repository", and the server stays up (even with uploads disabled)."""
+    with grpcclient.InferenceServerClient(locked.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("simple", config="{}", files={"file:" + "A" * 256: b"a"})
+        assert caught.value.status() == "StatusCode.INTERNAL"
+        assert "failed to poll from model repository" in caught.value.message()
+        assert client.is_server_live()

@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from inferd.core.names import check_model_name
-from inferd.errors import ConfigError, InvalidArgumentError, PermissionDeniedError
-from inferd.repository.paths import is_inside, relative_parts
+from inferd.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    ModelLoadError,
+    PermissionDeniedError,
+)
+from inferd.repository.paths import MAX_PATH_PART_BYTES, is_inside, relative_parts
 
 _log = logging.getLogger("inferd.repository")
 
@@ -37,11 +42,22 @@ def upload_parts(name: str, files: Mapping[str, bytes]) -> dict[tuple[str, ...],
     """Check every ``file:`` key (the part after ``file:``) and return contents by path parts."""
     checked: dict[tuple[str, ...], bytes] = {}
     for key, content in files.items():
+        where = f"failed to load '{name}', failed to poll from model repository"
+        if any(
+            len(part.encode("utf-8", "surrogatepass")) > MAX_PATH_PART_BYTES
+            for part in key.split("/")
+        ):
+            # Triton answers this case (a name no file system takes) with INTERNAL, and
+            # tritonclient's model-control example checks that status and text
+            raise ModelLoadError(
+                f"{where}: load parameter 'file:{key[:32]}...' names a file or directory longer "
+                f"than {MAX_PATH_PART_BYTES} bytes"
+            )
         try:
             parts = relative_parts(key, "file override path")
         except ConfigError as exc:
             raise InvalidArgumentError(
-                f"failed to load '{name}', invalid load parameter 'file:{key}': {exc}"
+                f"{where}: invalid load parameter 'file:{key}': {exc}"
             ) from None
         checked[parts] = content
     return checked
