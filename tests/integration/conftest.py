@@ -104,7 +104,9 @@ class Stack:
 
 async def start_stack(roots: Sequence[Path], *, server_version: str) -> Stack:
     """Load :data:`LOADED` from ``roots`` with the default backends (explicit control mode)."""
-    manager = RepositoryManager(roots, default_registry(), mode=ControlMode.EXPLICIT)
+    manager = RepositoryManager(
+        roots, default_registry(), mode=ControlMode.EXPLICIT, allow_model_upload=True
+    )
     failures = await manager.startup(LOADED)
     if failures:
         await manager.close()

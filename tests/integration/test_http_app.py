@@ -269,9 +269,9 @@ async def test_repository_endpoints(client: httpx.AsyncClient) -> None:
     )
     assert r.status_code == 400
     assert "base64" in r.json()["error"]
-    r = await client.post("/v2/repository/models/broken/load")
-    assert r.status_code == 500
-    assert r.json()["error"].startswith("failed to load 'broken'")
+    r = await client.post("/v2/repository/models/not_there/load")
+    assert r.status_code == 404  # the client named a model the repository does not hold
+    assert r.json()["error"].startswith("failed to load 'not_there'")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -29,9 +29,24 @@ _log = logging.getLogger("inferd.repository")
 
 MODEL_UPLOAD_FLAG = "--allow-model-upload"
 CODE_UPLOAD_FLAG = "--allow-code-upload"
-# files whose loading runs code: Python sources and bytecode, pickles, native libraries
+# files whose loading runs code: Python sources and bytecode, pickles, native libraries, and
+# PyTorch archives (torch.export and TorchScript files carry pickled data; some loaders unpickle
+# it without restriction)
 CODE_SUFFIXES = frozenset(
-    {".py", ".pyc", ".pyw", ".pkl", ".pickle", ".joblib", ".so", ".dylib", ".dll"}
+    {
+        ".py",
+        ".pyc",
+        ".pyw",
+        ".pkl",
+        ".pickle",
+        ".joblib",
+        ".so",
+        ".dylib",
+        ".dll",
+        ".pt",
+        ".pt2",
+        ".pth",
+    }
 )
 PYTHON_BACKEND = "python"
 # config parameters only Python models read; their presence means the model runs Python
