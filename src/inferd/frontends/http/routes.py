@@ -1,4 +1,9 @@
-"""URL routing of the v2 REST API (PROTOCOL.md §1.1), as data: path -> :class:`Route`."""
+"""URL routing of the v2 REST API (PROTOCOL.md §1.1), as data: path -> :class:`Route`.
+
+Each endpoint belongs to one API group of :mod:`inferd.frontends.access`, grouped as Triton
+groups them for ``--http-restricted-api`` (model readiness is a health API). A model name in a
+path is percent-decoded as UTF-8 and checked by :func:`inferd.core.names.check_model_name`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,10 @@ import enum
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote
+
+from inferd.core.names import check_model_name
+from inferd.errors import InvalidArgumentError
+from inferd.frontends.access import Api
 
 
 class Endpoint(enum.Enum):
@@ -36,6 +45,21 @@ METHOD: dict[Endpoint, str] = {
     Endpoint.REPOSITORY_INDEX: "POST",
     Endpoint.REPOSITORY_LOAD: "POST",
     Endpoint.REPOSITORY_UNLOAD: "POST",
+}
+
+API: dict[Endpoint, Api] = {
+    Endpoint.SERVER_METADATA: Api.METADATA,
+    Endpoint.HEALTH_LIVE: Api.HEALTH,
+    Endpoint.HEALTH_READY: Api.HEALTH,
+    Endpoint.MODEL_METADATA: Api.METADATA,
+    Endpoint.MODEL_READY: Api.HEALTH,
+    Endpoint.MODEL_CONFIG: Api.MODEL_CONFIG,
+    Endpoint.MODEL_INFER: Api.INFERENCE,
+    Endpoint.MODEL_STATS: Api.STATISTICS,
+    Endpoint.ALL_STATS: Api.STATISTICS,
+    Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
+    Endpoint.REPOSITORY_LOAD: Api.MODEL_REPOSITORY,
+    Endpoint.REPOSITORY_UNLOAD: Api.MODEL_REPOSITORY,
 }
 
 _MODEL_SUFFIX = {
@@ -71,11 +95,29 @@ class Route:
     def method(self) -> str:
         return METHOD[self.endpoint]
 
+    @property
+    def api(self) -> Api:
+        return API[self.endpoint]
+
+
+def _model_name(encoded: str) -> str:
+    if "%" not in encoded:
+        return check_model_name(encoded)
+    try:
+        name = unquote(encoded, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(
+            f"invalid model name {encoded!r}: its percent-encoding is not valid UTF-8"
+        ) from None
+    return check_model_name(name)
+
 
 def match_route(raw_path: str) -> Route | None:
     """Match a still percent-encoded path (no query string); ``None`` for an unknown route.
 
-    Matching happens before percent-decoding, so an encoded ``/`` stays inside a model name.
+    Matching happens before percent-decoding, so an encoded ``/`` stays inside a model name
+    and is then refused by the name rule, like every other invalid name
+    (:class:`InvalidArgumentError`).
     """
     fixed = _FIXED.get(raw_path)
     if fixed is not None:
@@ -84,7 +126,7 @@ def match_route(raw_path: str) -> Route | None:
     if found is not None:
         return Route(
             _MODEL_SUFFIX[found.group("suffix")],
-            unquote(found.group("model")),
+            _model_name(found.group("model")),
             found.group("version") or "",
         )
     found = _REPOSITORY_RE.fullmatch(raw_path)
@@ -94,8 +136,8 @@ def match_route(raw_path: str) -> Route | None:
             if found.group("action") == "load"
             else Endpoint.REPOSITORY_UNLOAD
         )
-        return Route(endpoint, unquote(found.group("model")))
+        return Route(endpoint, _model_name(found.group("model")))
     return None
 
 
-__all__ = ["METHOD", "Endpoint", "Route", "match_route"]
+__all__ = ["API", "METHOD", "Endpoint", "Route", "match_route"]

@@ -2,7 +2,9 @@
 
 The caller owns the loop (uvloop in ``inferd serve``) and the signal handlers: this module never
 calls ``uvicorn.Server.serve``, which would install its own. The listening socket is bound here,
-so port 0 works and the bound port is known before the first request.
+so port 0 works and the bound port is known before the first request. Header and idle
+timeouts and the connection limit are enforced by the connection protocol (``protocol.py``);
+TLS, when configured, wraps every connection (``tls.py``).
 """
 
 from __future__ import annotations
@@ -14,33 +16,12 @@ import socket
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from inferd.frontends.http.protocol import ConnectionLimits, protocol_class
+from inferd.frontends.http.tls import server_ssl_context
 from inferd.frontends.tls import TlsSettings
 
 _log = logging.getLogger(__name__)
-
-
-def _set_nodelay(transport: asyncio.BaseTransport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-class NoDelayHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with ``TCP_NODELAY`` set explicitly on every connection.
-
-    asyncio and uvloop already set it on TCP transports; setting it again costs one syscall per
-    connection and removes the dependency on that detail. uvicorn writes the status line and
-    headers, then the body, as two writes: without NODELAY the second one would wait for the
-    client's delayed ACK (~40 ms per request).
-    """
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        _set_nodelay(transport)
 
 
 def _bind(host: str, port: int, backlog: int) -> socket.socket:
@@ -106,7 +87,12 @@ async def start_http_server(
     timeout_graceful_shutdown_s: int = 5,
     backlog: int = 2048,
 ) -> tuple[HttpServer, int]:
-    """Serve ``app`` on ``host:port`` (0 = an ephemeral port); return the handle and the port."""
+    """Serve ``app`` on ``host:port`` (0 = an ephemeral port); return the handle and the port.
+
+    ``max_connections`` bounds the open connections (None: unbounded); ``tls`` serves HTTPS.
+    """
+    limits = ConnectionLimits(header_timeout_s, timeout_keep_alive_s, max_connections)
+    context = server_ssl_context(tls) if tls is not None else None
     sock = _bind(host, port, backlog)
     try:
         config = uvicorn.Config(
@@ -114,7 +100,7 @@ async def start_http_server(
             host=host,
             port=sock.getsockname()[1],
             loop="none",
-            http=NoDelayHttpToolsProtocol,
+            http=protocol_class(limits),
             ws="none",
             lifespan="off",
             interface="asgi3",
@@ -124,7 +110,8 @@ async def start_http_server(
             proxy_headers=False,
             server_header=False,
             backlog=backlog,
-            timeout_keep_alive=max(1, round(timeout_keep_alive_s)),
+            timeout_keep_alive=max(1, round(timeout_keep_alive_s)),  # the protocol: exact value
+            ssl_context_factory=None if context is None else (lambda _config, _default: context),
             timeout_graceful_shutdown=timeout_graceful_shutdown_s,
         )
         config.load()
@@ -137,8 +124,10 @@ async def start_http_server(
     # uvicorn's tick loop refreshes the Date header and watches should_exit; the handle owns it.
     ticker = asyncio.get_running_loop().create_task(server.main_loop(), name="inferd-http-tick")
     handle = HttpServer(server, sock, ticker)
-    _log.info("HTTP server listening on %s:%d", handle.host, handle.port)
+    _log.info(
+        "HTTP server listening on %s:%d%s", handle.host, handle.port, " (TLS)" if context else ""
+    )
     return handle, handle.port
 
 
-__all__ = ["HttpServer", "NoDelayHttpToolsProtocol", "start_http_server"]
+__all__ = ["HttpServer", "start_http_server"]

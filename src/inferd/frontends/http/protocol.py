@@ -1,0 +1,165 @@
+"""The HTTP/1.1 connection protocol: uvicorn's httptools protocol plus the edge's own limits.
+
+uvicorn bounds neither the time a client may take to send its request head nor the number of
+open connections (its ``limit_concurrency`` counts connections *and* running tasks, and answers
+in plain text). This subclass adds, per connection:
+
+* a **header timeout**: armed when a connection opens and whenever a new request begins,
+  cancelled once the request head is complete. When it fires, a client that had started a
+  request gets ``408`` with a JSON error; the connection is then closed.
+* the **idle timeout** between keep-alive requests, exact to the fraction of a second
+  (uvicorn's own keep-alive timer, fed the configured value).
+* a **connection limit**: a connection that would exceed it is answered at once with ``503``
+  and a JSON error naming the limit (then, except over TLS, the server half-closes). Its input
+  is drained, so that closing does not reset the connection before the client has read the
+  reply, and it is closed when the client closes its side or the header timeout ends,
+  whichever comes first. Refused connections are not counted as open.
+* ``TCP_NODELAY``, set explicitly: uvicorn writes the head and the body of a response as two
+  writes, and without it the second would wait for the client's delayed ACK (~40 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from asyncio import TimerHandle
+from dataclasses import dataclass
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout_s: float
+    idle_timeout_s: float
+    max_connections: int | None = None  # None: unbounded
+
+    def __post_init__(self) -> None:
+        if self.header_timeout_s <= 0 or self.idle_timeout_s <= 0:
+            raise ValueError("the HTTP header and idle timeouts must be positive")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError("the HTTP connection limit must be at least 1")
+
+
+def _error_response(status: int, reason: str, message: str) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _set_nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class EdgeHttpProtocol(HttpToolsProtocol):
+    """Set :attr:`limits` through :func:`protocol_class`; uvicorn builds one per connection."""
+
+    limits = ConnectionLimits(header_timeout_s=10.0, idle_timeout_s=75.0)
+
+    _header_timer: TimerHandle | None = None
+    _refused = False
+    _begun = False  # a request head has started arriving and is not complete yet
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        limits = self.limits
+        self.timeout_keep_alive = limits.idle_timeout_s  # type: ignore[assignment]
+        limit = limits.max_connections
+        if limit is not None and len(self.connections) >= limit:
+            self._refuse(transport, limit)
+            return
+        super().connection_made(transport)
+        _set_nodelay(transport)
+        self._arm_header_timer()
+
+    # -- connection limit ---------------------------------------------------------------------
+
+    def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
+        self._refused = True
+        self.transport = transport
+        message = (
+            f"the server has reached its limit of {limit} open HTTP connections "
+            "(--http-max-connections); retry later"
+        )
+        transport.write(_error_response(503, "Service Unavailable", message))
+        if transport.can_write_eof():  # not over TLS
+            transport.write_eof()  # the reply is complete; the client's input is still drained
+        self._header_timer = self.loop.call_later(self.limits.header_timeout_s, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # drained: the reply is already on its way
+        super().data_received(data)
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]
+        if self._refused:
+            self.transport.close()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        if self._refused:
+            return
+        super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        if self._refused:
+            self.transport.close()
+            return
+        super().shutdown()
+
+    # -- header timeout -----------------------------------------------------------------------
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(
+                self.limits.header_timeout_s, self._header_timeout
+            )
+
+    def _cancel_header_timer(self) -> None:
+        timer = self._header_timer
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        transport = self.transport
+        if transport.is_closing():
+            return
+        cycle = self.cycle
+        if self._begun and (cycle is None or cycle.response_complete):
+            message = (
+                "the request head was not received within "
+                f"{self.limits.header_timeout_s:g} s (--http-header-timeout-secs)"
+            )
+            transport.write(_error_response(408, "Request Timeout", message))
+        transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._begun = True
+        self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._begun = False
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+
+def protocol_class(limits: ConnectionLimits) -> type[EdgeHttpProtocol]:
+    """A protocol class for one server, carrying that server's limits."""
+    return type("EdgeHttpProtocol", (EdgeHttpProtocol,), {"limits": limits})
+
+
+__all__ = ["ConnectionLimits", "EdgeHttpProtocol", "protocol_class"]
