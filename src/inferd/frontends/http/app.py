@@ -24,7 +24,7 @@ from inferd.frontends.http.compression import (
     too_large,
 )
 from inferd.frontends.http.errors import HttpStatusError, describe_exception
-from inferd.frontends.http.routes import Endpoint, Route, match_route
+from inferd.frontends.http.routes import API, Endpoint, Route, match_route
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -64,6 +64,20 @@ class _Headers:
     inference_header_length: str | None = None
 
 
+def _header_lookup(scope: Scope) -> Callable[[str], str | None]:
+    """The first value of a request header by lower-case name (for the access policy)."""
+    headers = scope.get("headers", ())
+
+    def lookup(name: str) -> str | None:
+        wanted = name.encode("latin-1")
+        for key, value in headers:
+            if key == wanted:
+                return str(value.decode("latin-1"))
+        return None
+
+    return lookup
+
+
 def _read_headers(scope: Scope) -> _Headers:
     found = _Headers()
     for name, value in scope.get("headers", ()):
@@ -99,6 +113,8 @@ class HttpApp:
         self._max_body_bytes = max_body_bytes
         self._max_json_body_bytes = min(max_json_body_bytes or max_body_bytes, max_body_bytes)
         self._access = access if access is not None else AccessPolicy()
+        # the endpoints whose API group the policy guards; empty by default (no per-request cost)
+        self._guarded = frozenset(e for e in Endpoint if self._access.guards(API[e]))
         self._log = log
         self._handlers: dict[Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply]]] = {
             Endpoint.SERVER_METADATA: self._server_metadata,
@@ -154,6 +170,8 @@ class HttpApp:
         route = match_route(path.partition("?")[0])
         if route is None:
             raise _NOT_FOUND
+        if self._guarded and route.endpoint in self._guarded:  # before the method, like Triton
+            self._access.check(route.api, _header_lookup(scope))
         if scope["method"] != route.method:
             raise _NOT_ALLOWED
         return await self._handlers[route.endpoint](route, scope, receive)
@@ -197,11 +215,15 @@ class HttpApp:
 
     # -- health and metadata ------------------------------------------------------------------
 
+    # The bodies are for KServe v2 REST clients; tritonclient reads only the status.
+
     async def _health_live(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        return Reply(200 if self._engine.is_live() else 400)
+        live = self._engine.is_live()
+        return Reply.json({"live": live}, 200 if live else 400)
 
     async def _health_ready(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        return Reply(200 if self._engine.is_ready() else 400)
+        ready = self._engine.is_ready()
+        return Reply.json({"ready": ready}, 200 if ready else 400)
 
     async def _server_metadata(self, route: Route, scope: Scope, receive: Receive) -> Reply:
         return Reply.json(v2_http.server_metadata_dict(self._engine.server_metadata()))
