@@ -113,6 +113,23 @@ async def test_half_a_request_head_gets_408_then_the_connection_closes(
     await _close(writer)
 
 
+async def test_a_head_trickled_byte_by_byte_is_cut_off(limited: HttpServer) -> None:
+    """The deadline runs from the first incomplete read; more bytes do not extend it."""
+    reader, writer = await _connect(limited)
+    head = b"GET /ping HTTP/1.1\r\nHost: test\r\nX-Slow: " + b"a" * 200
+    for byte in head:
+        if reader.at_eof() or writer.is_closing():
+            break
+        writer.write(bytes([byte]))
+        with contextlib.suppress(TimeoutError):  # paces the bytes; EOF ends it early
+            await asyncio.wait_for(reader.read(1 << 16), 0.05)
+        if reader.at_eof():
+            break
+    else:
+        pytest.fail("the server kept reading a head that took longer than its timeout")
+    await _close(writer)
+
+
 async def test_a_connection_that_sends_nothing_is_closed(limited: HttpServer) -> None:
     reader, writer = await _connect(limited)
     assert await _read_to_eof(reader) == b""  # closed without a word: no request had begun

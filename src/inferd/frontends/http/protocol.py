@@ -4,8 +4,8 @@ uvicorn bounds neither the time a client may take to send its request head nor t
 open connections (its ``limit_concurrency`` counts connections *and* running tasks, and answers
 in plain text). This subclass adds, per connection:
 
-* a **header timeout**: armed when a connection opens and whenever a new request begins,
-  cancelled once the request head is complete. When it fires, a client that had started a
+* a **header timeout**: armed when a connection opens and whenever a read leaves a request
+  head incomplete, cancelled once the head is complete. When it fires, a client that had started a
   request gets ``408`` with a JSON error; the connection is then closed.
 * the **idle timeout** between keep-alive requests, exact to the fraction of a second
   (uvicorn's own keep-alive timer, fed the configured value).
@@ -100,6 +100,10 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         if self._refused:
             return  # drained: the reply is already on its way
         super().data_received(data)
+        # armed only when a head is left incomplete: a head that arrives whole (the common
+        # case on a keep-alive connection) costs no timer
+        if self._begun and self._header_timer is None:
+            self._arm_header_timer()
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
         if self._refused:
@@ -149,7 +153,6 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._begun = True
-        self._arm_header_timer()
 
     def on_headers_complete(self) -> None:
         self._begun = False
