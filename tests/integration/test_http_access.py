@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import Api
 from inferd.frontends.http.routes import API, Endpoint, match_route
 from inferd.frontends.http.server import HttpServer, start_http_server
+from inferd.frontends.http.tls import server_ssl_context
+from inferd.frontends.tls import TlsSettings
 
 Message = MutableMapping[str, Any]
 READ_LIMIT_S = 20.0  # a bound against hanging, far above every timeout under test
@@ -254,3 +257,16 @@ def test_plain_and_encoded_good_names_route() -> None:
     route = match_route("/v2/models/caf%C3%A9/ready")
     assert route is not None
     assert route.model == "café"
+
+
+# -- TLS settings -----------------------------------------------------------------------------
+
+
+def test_unusable_tls_files_are_refused_naming_the_file(tmp_path: Path) -> None:
+    missing = TlsSettings(tmp_path / "missing.pem", tmp_path / "missing.key")
+    with pytest.raises(InvalidArgumentError, match=r"missing\.pem"):
+        server_ssl_context(missing)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate")
+    with pytest.raises(InvalidArgumentError, match=r"garbage\.pem"):
+        server_ssl_context(TlsSettings(garbage, garbage))
