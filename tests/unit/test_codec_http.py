@@ -526,7 +526,7 @@ def test_every_error_code_has_an_http_status() -> None:
         ("/v2/models/stats", Endpoint.ALL_STATS, "", ""),
         ("/v2/models/simple", Endpoint.MODEL_METADATA, "simple", ""),
         ("/v2/models/simple/versions/12/infer", Endpoint.MODEL_INFER, "simple", "12"),
-        ("/v2/models/a%2Fb/ready", Endpoint.MODEL_READY, "a/b", ""),
+        ("/v2/models/a%20b/ready", Endpoint.MODEL_READY, "a b", ""),
         ("/v2/models/simple/config", Endpoint.MODEL_CONFIG, "simple", ""),
         ("/v2/repository/index", Endpoint.REPOSITORY_INDEX, "", ""),
         ("/v2/repository/models/x/unload", Endpoint.REPOSITORY_UNLOAD, "x", ""),

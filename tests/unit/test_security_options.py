@@ -35,7 +35,7 @@ def test_defaults_are_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_parse_restriction_like_triton() -> None:
     r = parse_restriction("model-repository,statistics:Admin-Key=s3cret")
     assert r.apis == {Api.MODEL_REPOSITORY, Api.STATISTICS}
-    assert (r.key, r.value) == ("admin-key", "s3cret")
+    assert (r.key, r.value, r.shown_key) == ("admin-key", "s3cret", "Admin-Key")
     for bad in ("model-repository", "model-repository:key", ":k=v", "nope:k=v"):
         with pytest.raises(InferdError):
             parse_restriction(bad)

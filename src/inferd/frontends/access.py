@@ -47,6 +47,11 @@ class Restriction:
     apis: frozenset[Api]
     key: str  # lower-case: HTTP header names and gRPC metadata keys are case-insensitive
     value: str = field(repr=False)
+    spelled: str = ""  # the key as the operator wrote it, for messages
+
+    @property
+    def shown_key(self) -> str:
+        return self.spelled or self.key
 
 
 def parse_restriction(text: str, *, flag: str = "--http-restricted-api") -> Restriction:
@@ -66,7 +71,7 @@ def parse_restriction(text: str, *, flag: str = "--http-restricted-api") -> Rest
                 f"{', '.join(a.value for a in Api)}"
             )
         apis.add(api)
-    return Restriction(frozenset(apis), key.strip().lower(), value)
+    return Restriction(frozenset(apis), key.strip().lower(), value, key.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +107,7 @@ class AccessPolicy:
             got = header(restriction.key)
             if got is None or not hmac.compare_digest(got.encode(), restriction.value.encode()):
                 raise PermissionDeniedError(
-                    f"This API is restricted, expecting header '{restriction.key}'"
+                    f"This API is restricted, expecting header '{restriction.shown_key}'"
                 )
         if self.admin_token is not None and api in self.admin_apis:
             auth = header("authorization") or ""
