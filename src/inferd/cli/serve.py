@@ -187,6 +187,13 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="close connections whose request line and headers take longer (default: 10)",
     )
     net.add_argument(
+        "--http-body-timeout-secs",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close connections whose request body stops arriving for longer (default: 30)",
+    )
+    net.add_argument(
         "--http-idle-timeout-secs",
         type=float,
         default=75.0,
@@ -354,6 +361,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         http_max_input_bytes=args.http_max_input_size,
         http_max_json_input_bytes=args.http_max_json_input_size,
         http_header_timeout_s=args.http_header_timeout_secs,
+        http_body_timeout_s=args.http_body_timeout_secs,
         http_idle_timeout_s=args.http_idle_timeout_secs,
         http_max_connections=args.http_max_connections,
         http_restricted_apis=tuple(

@@ -57,7 +57,25 @@ class MetricsApp:
         await send({"type": "http.response.body", "body": body})
 
 
-async def start_metrics_server(engine: Engine, host: str, port: int) -> tuple[Any, int]:
+async def start_metrics_server(
+    engine: Engine,
+    host: str,
+    port: int,
+    *,
+    header_timeout_s: float = 10.0,
+    body_timeout_s: float = 30.0,
+    idle_timeout_s: float = 75.0,
+    max_connections: int | None = 1024,
+) -> tuple[Any, int]:
+    """Serve ``/metrics`` with the same connection limits and timeouts as the HTTP front end."""
     from inferd.frontends.http.server import start_http_server
 
-    return await start_http_server(MetricsApp(build_registry(engine)), host, port)
+    return await start_http_server(
+        MetricsApp(build_registry(engine)),
+        host,
+        port,
+        timeout_keep_alive_s=idle_timeout_s,
+        header_timeout_s=header_timeout_s,
+        body_timeout_s=body_timeout_s,
+        max_connections=max_connections,
+    )

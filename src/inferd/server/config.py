@@ -30,6 +30,7 @@ class ServerConfig:
     http_max_input_bytes: int = 64 * 1024 * 1024
     http_max_json_input_bytes: int = 8 * 1024 * 1024  # JSON costs ~10x its size once parsed
     http_header_timeout_s: float = 10.0  # a client must send its request head within this
+    http_body_timeout_s: float = 30.0  # a request body may pause at most this long
     http_idle_timeout_s: float = 75.0  # keep-alive connections idle longer are closed
     http_max_connections: int = 1024  # beyond it new connections get 503
     http_restricted_apis: tuple[Restriction, ...] = ()
@@ -69,9 +70,10 @@ class ServerConfig:
             raise InvalidArgumentError("--http-max-input-size must be > 0")
         if self.http_max_json_input_bytes <= 0:
             raise InvalidArgumentError("--http-max-json-input-size must be > 0")
-        if self.http_header_timeout_s <= 0 or self.http_idle_timeout_s <= 0:
+        if min(self.http_header_timeout_s, self.http_body_timeout_s, self.http_idle_timeout_s) <= 0:
             raise InvalidArgumentError(
-                "--http-header-timeout-secs and --http-idle-timeout-secs must be > 0"
+                "--http-header-timeout-secs, --http-body-timeout-secs and "
+                "--http-idle-timeout-secs must be > 0"
             )
         if self.http_max_connections < 1:
             raise InvalidArgumentError("--http-max-connections must be >= 1")

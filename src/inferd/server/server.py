@@ -122,6 +122,7 @@ class Server:
                 cfg.http_port,
                 timeout_keep_alive_s=cfg.http_idle_timeout_s,
                 header_timeout_s=cfg.http_header_timeout_s,
+                body_timeout_s=cfg.http_body_timeout_s,
                 max_connections=cfg.http_max_connections,
                 tls=cfg.http_tls,
             )
@@ -142,7 +143,15 @@ class Server:
             from inferd.metrics.server import start_metrics_server
 
             address = cfg.metrics_address or cfg.http_address
-            handle, port = await start_metrics_server(self.engine, address, cfg.metrics_port)
+            handle, port = await start_metrics_server(
+                self.engine,
+                address,
+                cfg.metrics_port,
+                header_timeout_s=cfg.http_header_timeout_s,
+                body_timeout_s=cfg.http_body_timeout_s,
+                idle_timeout_s=cfg.http_idle_timeout_s,
+                max_connections=cfg.http_max_connections,
+            )
             self._add("Metrics", port, handle.stop)
 
     def _add(self, name: str, port: int, stop: Any) -> None:

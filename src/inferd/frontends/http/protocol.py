@@ -7,6 +7,10 @@ in plain text). This subclass adds, per connection:
 * a **header timeout**: armed when a connection opens and whenever a read leaves a request
   head incomplete, cancelled once the head is complete. When it fires, a client that had started a
   request gets ``408`` with a JSON error; the connection is then closed.
+* a **body timeout**: once a request head is complete, its body must keep arriving; a body
+  that makes no progress for the timeout gets ``408`` and the connection is closed. Like the
+  header timer, it is armed only when a read leaves a body incomplete, and it never fires while
+  the server itself has paused reading (flow control).
 * the **idle timeout** between keep-alive requests, exact to the fraction of a second
   (uvicorn's own keep-alive timer, fed the configured value).
 * a **connection limit**: a connection that would exceed it is answered at once with ``503``
@@ -35,10 +39,11 @@ class ConnectionLimits:
     header_timeout_s: float
     idle_timeout_s: float
     max_connections: int | None = None  # None: unbounded
+    body_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.header_timeout_s <= 0 or self.idle_timeout_s <= 0:
-            raise ValueError("the HTTP header and idle timeouts must be positive")
+        if self.header_timeout_s <= 0 or self.idle_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ValueError("the HTTP header, body and idle timeouts must be positive")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError("the HTTP connection limit must be at least 1")
 
@@ -70,6 +75,9 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     _header_timer: TimerHandle | None = None
     _refused = False
     _begun = False  # a request head has started arriving and is not complete yet
+    _in_body = False  # a request head is complete and its body is not
+    _body_timer: TimerHandle | None = None
+    _body_progress = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         limits = self.limits
@@ -104,6 +112,8 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         # case on a keep-alive connection) costs no timer
         if self._begun and self._header_timer is None:
             self._arm_header_timer()
+        elif self._in_body and self._body_timer is None:
+            self._arm_body_timer()
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
         if self._refused:
@@ -112,6 +122,7 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
+        self._cancel_body_timer()
         if self._refused:
             return
         super().connection_lost(exc)
@@ -150,12 +161,51 @@ class EdgeHttpProtocol(HttpToolsProtocol):
             transport.write(_error_response(408, "Request Timeout", message))
         transport.close()
 
+    # -- body timeout -------------------------------------------------------------------------
+
+    def _arm_body_timer(self) -> None:
+        self._body_progress = False
+        self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timeout)
+
+    def _cancel_body_timer(self) -> None:
+        timer = self._body_timer
+        if timer is not None:
+            timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        transport = self.transport
+        if transport.is_closing() or not self._in_body:
+            return
+        if self._body_progress or self.flow.read_paused:
+            self._arm_body_timer()  # the client is sending, or the server is not reading
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            message = (
+                "the request body stopped arriving: no data for "
+                f"{self.limits.body_timeout_s:g} s (--http-body-timeout-secs)"
+            )
+            transport.write(_error_response(408, "Request Timeout", message))
+        transport.close()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_progress = True
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._cancel_body_timer()
+        super().on_message_complete()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._begun = True
 
     def on_headers_complete(self) -> None:
         self._begun = False
+        self._in_body = True
         self._cancel_header_timer()
         super().on_headers_complete()
 

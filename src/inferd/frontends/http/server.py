@@ -82,6 +82,7 @@ async def start_http_server(
     log_level: str = "warning",
     timeout_keep_alive_s: float = 75,
     header_timeout_s: float = 10.0,
+    body_timeout_s: float = 30.0,
     max_connections: int | None = None,
     tls: TlsSettings | None = None,
     timeout_graceful_shutdown_s: int = 5,
@@ -91,7 +92,9 @@ async def start_http_server(
 
     ``max_connections`` bounds the open connections (None: unbounded); ``tls`` serves HTTPS.
     """
-    limits = ConnectionLimits(header_timeout_s, timeout_keep_alive_s, max_connections)
+    limits = ConnectionLimits(
+        header_timeout_s, timeout_keep_alive_s, max_connections, body_timeout_s=body_timeout_s
+    )
     context = server_ssl_context(tls) if tls is not None else None
     sock = _bind(host, port, backlog)
     try:
