@@ -36,8 +36,7 @@ def check_shape(dims: Sequence[object], what: str) -> tuple[int, ...]:
             nonzero *= dim
             if nonzero > MAX_ELEMENTS:
                 raise InvalidArgumentError(
-                    f"shape {list(dims)} of {what} is too large (more than {MAX_ELEMENTS} "
-                    "elements)"
+                    f"shape {list(dims)} of {what} is too large (more than {MAX_ELEMENTS} elements)"
                 )
     return tuple(dims)  # type: ignore[arg-type]
 
