@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -120,8 +121,11 @@ def start_server(
 def running_server(
     repositories: Sequence[str | Path], args: Sequence[str] = (), **kwargs: object
 ) -> Iterator[ServerProcess]:
+    """:func:`start_server` as a context manager. Its working folder (the server's log) is
+    removed after a clean exit and kept, for reading, when the body raised."""
     server = start_server(repositories, args, **kwargs)  # type: ignore[arg-type]
     try:
         yield server
     finally:
         server.stop()
+    shutil.rmtree(server.log_path.parent, ignore_errors=True)
