@@ -358,7 +358,7 @@ JSON_CASES: list[tuple[str, Any, str]] = [
     ("count mismatch", {"inputs": [_inp(shape=[3])]}, "shape [3] needs 3, got 2"),
     ("scalar data", {"inputs": [_inp(shape=[1], data=5)]}, "must be a JSON array"),
     ("string for int", {"inputs": [_inp(data=["1", "2"])]}, "must be JSON integers"),
-    ("float for int", {"inputs": [_inp(data=[1.0, 2])]}, "must be JSON integers"),
+    ("fraction for int", {"inputs": [_inp(data=[1.5, 2])]}, "must be whole numbers, got 1.5"),
     ("bool for int", {"inputs": [_inp(data=[True, 2])]}, "must be JSON integers"),
     ("null element", {"inputs": [_inp(data=[None, 2])]}, "must be JSON integers"),
     ("out of range", {"inputs": [_inp(datatype="UINT8", data=[300, 1])]}, "does not fit"),

@@ -28,24 +28,20 @@ Choices this codec makes where Triton leaves a gap:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import orjson
 
+from inferd.codecs.json_tensor import json_tensor
+from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata
 from inferd.errors import InvalidArgumentError, UnsupportedError
-
-MAX_DIMS = 32
-# Bound on the product of the non-zero dims of a shape; stops absurd shapes such as
-# [0, 2**62] (zero elements, but numpy cannot even describe it) before numpy sees them.
-MAX_ELEMENTS = 1 << 40
 
 _ONE_OF_MESSAGE = (
     "Input must set only one of the following fields: 'data', 'binary_data_size' in "
@@ -122,7 +118,7 @@ def decode_infer_request(
         shape = _shape(raw.get("shape"), name)
         size = _binary_size(raw, name)
         if size is None:
-            inputs[name] = _json_tensor(raw["data"], dtype, shape, name)
+            inputs[name] = json_tensor(raw["data"], dtype, shape, name)
             continue
         if header_length is None:
             raise InvalidArgumentError(_MISSING_HEADER_MESSAGE.format(name=name))
@@ -219,24 +215,7 @@ def _input_datatype(raw: dict[str, Any], name: str) -> DataType:
 def _shape(value: Any, name: str) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise InvalidArgumentError(f"input '{name}' must have a 'shape' array")
-    if len(value) > MAX_DIMS:
-        raise InvalidArgumentError(
-            f"shape of input '{name}' has {len(value)} dimensions; at most {MAX_DIMS} allowed"
-        )
-    nonzero = 1
-    for dim in value:
-        if not _is_uint(dim):
-            raise InvalidArgumentError(
-                f"shape of input '{name}' must be a list of non-negative integers, got {value}"
-            )
-        if dim:
-            nonzero *= dim
-            if nonzero > MAX_ELEMENTS:
-                raise InvalidArgumentError(
-                    f"shape {value} of input '{name}' is too large "
-                    f"(more than {MAX_ELEMENTS} elements)"
-                )
-    return tuple(value)
+    return check_shape(value, f"input '{name}'")
 
 
 def _binary_size(raw: dict[str, Any], name: str) -> int | None:
@@ -267,76 +246,6 @@ def _binary_size(raw: dict[str, Any], name: str) -> int | None:
             f"'binary_data_size' of input '{name}' must be a non-negative integer"
         )
     return int(size)
-
-
-def _element_count(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)
-
-
-def _flatten(data: list[Any]) -> list[Any]:
-    """Row-major flattening of nested JSON arrays, without recursion."""
-    flat: list[Any] = []
-    stack: list[Iterable[Any]] = [iter(data)]
-    while stack:
-        for item in stack[-1]:
-            if type(item) is list:
-                stack.append(iter(item))
-                break
-            flat.append(item)
-        else:
-            stack.pop()
-    return flat
-
-
-def _json_tensor(
-    data: Any, dtype: DataType, shape: tuple[int, ...], name: str
-) -> np.ndarray[Any, Any]:
-    if dtype.name in ("FP16", "BF16"):
-        raise InvalidArgumentError(
-            f"receiving {dtype.name} data via JSON is not supported. Please use the binary "
-            f"data format for input '{name}'"
-        )
-    if not isinstance(data, list):
-        raise InvalidArgumentError(f"'data' of input '{name}' must be a JSON array")
-    kinds = set(map(type, data))
-    if list in kinds:
-        data = _flatten(data)
-        kinds = set(map(type, data))
-    expected = _element_count(shape)
-    if len(data) != expected:
-        raise InvalidArgumentError(
-            f"unexpected number of elements for input '{name}': shape {list(shape)} needs "
-            f"{expected}, got {len(data)}"
-        )
-    if dtype.is_bytes:
-        if not kinds <= {str}:
-            raise InvalidArgumentError(f"data of BYTES input '{name}' must be JSON strings")
-        out = np.empty(expected, dtype=object)
-        try:
-            out[:] = [s.encode() for s in data]
-        except UnicodeEncodeError as exc:
-            raise InvalidArgumentError(
-                f"data of input '{name}' is not valid UTF-8: {exc}"
-            ) from None
-        return out.reshape(shape)
-    kind = dtype.dtype.kind
-    if kind == "b":
-        allowed: set[type] = {bool}
-        wanted = "true/false"
-    elif kind in "iu":
-        allowed, wanted = {int}, "integers"
-    else:
-        allowed, wanted = {int, float}, "numbers"
-    if not kinds <= allowed:
-        raise InvalidArgumentError(f"data of {dtype.name} input '{name}' must be JSON {wanted}")
-    try:
-        with np.errstate(over="ignore"):  # a too-large float becomes inf, as a C cast would
-            array = np.array(data, dtype=dtype.dtype)
-    except (OverflowError, ValueError) as exc:
-        raise InvalidArgumentError(
-            f"data of input '{name}' does not fit datatype {dtype.name}: {exc}"
-        ) from None
-    return array.reshape(shape)
 
 
 def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
