@@ -17,6 +17,12 @@ from inferd.codecs import statistics, v2_http
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy
+from inferd.frontends.http.body import (
+    OFF_LOOP_COMPRESSED_BYTES,
+    OffLoop,
+    check_load_body,
+    json_too_large,
+)
 from inferd.frontends.http.compression import (
     choose_response_coding,
     compress_response,
@@ -112,6 +118,7 @@ class HttpApp:
         self._engine = engine
         self._max_body_bytes = max_body_bytes
         self._max_json_body_bytes = min(max_json_body_bytes or max_body_bytes, max_body_bytes)
+        self._off_loop = OffLoop()
         self._access = access if access is not None else AccessPolicy()
         # the endpoints whose API group the policy guards; empty by default (no per-request cost)
         self._guarded = frozenset(e for e in Endpoint if self._access.guards(API[e]))
@@ -178,10 +185,18 @@ class HttpApp:
 
     # -- body ---------------------------------------------------------------------------------
 
-    async def _read_body(self, headers: _Headers, receive: Receive) -> bytes:
-        limit = self._max_body_bytes
+    async def _read_body(
+        self,
+        headers: _Headers,
+        receive: Receive,
+        json_what: str | None = None,
+    ) -> bytes:
+        """The whole (decompressed) body, refused with 413 once it passes the whole-body limit,
+        or the JSON limit when ``json_what`` names the JSON it holds; before reading if the
+        declared length already does."""
+        limit = self._max_body_bytes if json_what is None else self._max_json_body_bytes
         if headers.content_length is not None and headers.content_length > limit:
-            raise too_large(limit)
+            raise _too_big(limit, json_what)
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -192,26 +207,33 @@ class HttpApp:
             if chunk:
                 size += len(chunk)
                 if size > limit:
-                    raise too_large(limit)
+                    raise _too_big(limit, json_what)
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        del chunks  # the joined copy only, from here on
         if headers.content_encoding is not None:
-            body = decompress_request(body, headers.content_encoding, limit)
+            body = await self._off_loop.run(
+                len(body) * (self._off_loop.threshold_bytes // OFF_LOOP_COMPRESSED_BYTES),
+                decompress_request,
+                body,
+                headers.content_encoding,
+                limit,
+                _too_big(limit, json_what),
+            )
         return body
 
-    async def _read_json_body(self, scope: Scope, receive: Receive, what: str) -> dict[str, Any]:
-        body = await self._read_body(_read_headers(scope), receive)
-        if not body.strip():
-            return {}
-        try:
-            parsed = v2_http.loads(body)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"failed to parse the {what} request: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise InvalidArgumentError(f"the {what} request body must be a JSON object")
-        return parsed
+    async def _read_json_body(
+        self, scope: Scope, receive: Receive, what: str, *, load: bool = False
+    ) -> dict[str, Any]:
+        """A repository request's JSON object (``{}`` for an empty body), within the JSON limit;
+        a model load body may pass it when its bulk is base64 files (:func:`check_load_body`)."""
+        headers = _read_headers(scope)
+        body = await self._read_body(headers, receive, None if load else what)
+        if load:
+            await self._off_loop.run(len(body), check_load_body, body, self._max_json_body_bytes)
+        return await self._off_loop.run(len(body), _parse_json_object, body, what)
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -260,8 +282,29 @@ class HttpApp:
                     "invalid Inference-Header-Content-Length header "
                     f"'{headers.inference_header_length}'"
                 ) from None
-        body = await self._read_body(headers, receive)
-        request = v2_http.decode_infer_request(route.model, route.version, body, header_length)
+        json_limit = self._max_json_body_bytes
+        if header_length is None:  # all JSON: the JSON limit bounds the whole body
+            body = await self._read_body(headers, receive, "JSON inference request body")
+            json_size = len(body)
+        else:
+            if header_length > json_limit:  # refused before the body is read
+                raise json_too_large(
+                    json_limit,
+                    f"JSON inference header (Inference-Header-Content-Length: {header_length})",
+                )
+            body = await self._read_body(headers, receive)
+            json_size = max(header_length, 0)
+            if body.find(b'"BYTES"', 0, json_size) >= 0:  # binary BYTES are split in Python
+                json_size = len(body)
+        request = await self._off_loop.run(
+            json_size,
+            v2_http.decode_infer_request,
+            route.model,
+            route.version,
+            body,
+            header_length,
+        )
+        del body  # JSON-only bodies are garbage from here on; binary inputs keep views of it
         response = await self._engine.infer(request)
         header, blobs = v2_http.encode_infer_response(response, request)
         reply_headers: list[tuple[bytes, bytes]]
@@ -283,7 +326,7 @@ class HttpApp:
     # -- model repository ---------------------------------------------------------------------
 
     async def _repository_index(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        body = await self._read_json_body(scope, receive, "repository index")
+        body = await self._read_json_body(scope, receive, "repository index request")
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgumentError("'ready' of the repository index request must be a boolean")
@@ -291,7 +334,9 @@ class HttpApp:
         return Reply.json(v2_http.repository_index_list(entries))
 
     async def _repository_load(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        params = _parameters(await self._read_json_body(scope, receive, "model load"))
+        params = _parameters(
+            await self._read_json_body(scope, receive, "model load request", load=True)
+        )
         config_json: str | None = None
         files: dict[str, bytes] = {}
         for key, value in params.items():
@@ -319,7 +364,7 @@ class HttpApp:
         return Reply(200)
 
     async def _repository_unload(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        params = _parameters(await self._read_json_body(scope, receive, "model unload"))
+        params = _parameters(await self._read_json_body(scope, receive, "model unload request"))
         dependents = params.get("unload_dependents", False)
         if not isinstance(dependents, bool):
             raise InvalidArgumentError("unload parameter 'unload_dependents' must be a boolean")
@@ -330,6 +375,22 @@ class HttpApp:
             )
         await self._engine.unload_model(route.model, unload_dependents=dependents)
         return Reply(200)
+
+
+def _too_big(limit: int, json_what: str | None) -> HttpStatusError:
+    return too_large(limit) if json_what is None else json_too_large(limit, json_what)
+
+
+def _parse_json_object(body: bytes, what: str) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        parsed = v2_http.loads(body)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"failed to parse the {what}: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgumentError(f"the {what} body must be a JSON object")
+    return parsed
 
 
 def _parameters(body: dict[str, Any]) -> dict[str, Any]:

@@ -19,12 +19,17 @@ _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 def too_large(limit: int) -> HttpStatusError:
     return HttpStatusError(
-        413, f"request body is larger than the server's limit of {limit} bytes (max_body_bytes)"
+        413,
+        f"request body is larger than the server's limit of {limit} bytes (--http-max-input-size)",
     )
 
 
-def decompress_request(body: bytes, content_encoding: str, limit: int) -> bytes:
-    """Undo ``Content-Encoding``; a result above ``limit`` bytes is refused with 413."""
+def decompress_request(
+    body: bytes, content_encoding: str, limit: int, too_big: HttpStatusError | None = None
+) -> bytes:
+    """Undo ``Content-Encoding``; a result above ``limit`` bytes is refused with ``too_big``
+    (default: the whole-body 413 of :func:`too_large`). zlib releases the GIL while it works,
+    so the caller may run this on a worker thread."""
     coding = content_encoding.strip().lower()
     if coding in ("", "identity"):
         return body
@@ -41,7 +46,7 @@ def decompress_request(body: bytes, content_encoding: str, limit: int) -> bytes:
             f"failed to decompress the {coding} request body: {exc}"
         ) from None
     if len(out) > limit or inflater.unconsumed_tail:
-        raise too_large(limit)
+        raise too_big if too_big is not None else too_large(limit)
     if not inflater.eof:
         raise InvalidArgumentError(f"the {coding} request body is truncated")
     if inflater.unused_data:
