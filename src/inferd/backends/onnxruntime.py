@@ -21,6 +21,7 @@ from inferd.backends.autofill import apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
 from inferd.backends.parameters import bool_param, int_param
+from inferd.backends.runtime_errors import Blame, runtime_failure
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
@@ -63,8 +64,21 @@ _GRAPH_LEVELS = {
     2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
 
-
-_INPUT_ERROR_HINTS = ("shape", "dimension", "broadcast", "rank", "input", "data type")
+# ONNX Runtime's status classes (one per status code) that blame the request. INVALID_ARGUMENT
+# is ORT's own verdict on the feeds (type, rank, dims, names) and on values some kernels check
+# (Gather indices). FAIL and RUNTIME_EXCEPTION blame the request only when a kernel raised them
+# while running a node (see _KERNEL_FAILURE): the graph was checked when the session was built and
+# the config was checked against it, so a kernel that fails at run time failed on the values it
+# was fed (a string Cast that does not parse, an index out of range, a reshape the values make
+# impossible). Every other status (EP_FAIL, ENGINE_ERROR, NOT_IMPLEMENTED, ...) blames the model
+# or the runtime.
+_ORT_STATE = ort.capi.onnxruntime_pybind11_state
+_REQUEST_STATUSES: tuple[type[Exception], ...] = (_ORT_STATE.InvalidArgument, ValueError, TypeError)
+_KERNEL_STATUSES: tuple[type[Exception], ...] = (_ORT_STATE.Fail, _ORT_STATE.RuntimeException)
+# How ONNX Runtime's executor wraps the status a kernel returned.
+_KERNEL_FAILURE = "Non-zero status code returned while running "
+# The executor logs each failing kernel at ERROR; inferd reports and logs failures itself.
+_RUN_LOG_SEVERITY_FATAL = 4
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -103,6 +117,7 @@ class SessionSettings:
 
     def run_options(self) -> ort.RunOptions:
         options = ort.RunOptions()
+        options.log_severity_level = _RUN_LOG_SEVERITY_FATAL
         for key, value in self.run_config_entries:
             options.add_run_config_entry(key, value)
         return options
@@ -292,15 +307,20 @@ class _Plan:
         return array
 
 
+def blame(exc: Exception) -> Blame:
+    """Whether a failure of ``InferenceSession.run`` is the request's or the model's."""
+    if isinstance(exc, _REQUEST_STATUSES):
+        return Blame.REQUEST
+    if isinstance(exc, _KERNEL_STATUSES) and _KERNEL_FAILURE in str(exc):
+        return Blame.REQUEST
+    return Blame.MODEL
+
+
 def _translate(exc: Exception, model: str) -> InferdError:
-    message = str(exc)
-    invalid = (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError, TypeError)
-    if isinstance(exc, invalid):
-        return InvalidInputError(f"inference request to model '{model}' was rejected: {message}")
-    fail = ort.capi.onnxruntime_pybind11_state.Fail
-    if isinstance(exc, fail) and any(h in message.lower() for h in _INPUT_ERROR_HINTS):
-        return InvalidInputError(f"inference request to model '{model}' failed: {message}")
-    return InternalError(f"onnxruntime failed to run model '{model}': {message}")
+    message = str(exc).strip()
+    return runtime_failure(
+        blame(exc), runtime="onnxruntime", model=model, message=message, cause=exc
+    )
 
 
 # -- the protocols ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ before it runs.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,11 +26,13 @@ from typing import Any
 
 import numpy as np
 import openvino as ov
+from openvino import exceptions as ov_exceptions
 
 from inferd.backends.autofill import apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
 from inferd.backends.openvino.settings import CompileSettings, parse_settings
+from inferd.backends.runtime_errors import Blame, runtime_failure
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
     ConfigError,
@@ -63,8 +66,21 @@ _OV_TO_CONFIG = {
     "f64": "TYPE_FP64",
 }
 
-
-_INPUT_ERROR_HINTS = ("shape", "dims", "dimension", "port", "precision", "incompatible")
+# OpenVINO raises a plain RuntimeError for every failure of ``infer``; what tells them apart is the
+# frame that failed, which it names in the message. The backend checks names, data types and
+# shapes against the compiled model before running (``_InputPlan.to_model``), so what remains for
+# the request to cause is a node failing on the values it was fed: the plugin reports it as
+# "[<device>] <Op> node with name '<name>'" (a reshape pattern taken from an input, dynamic dims
+# that do not broadcast, a TopK k larger than its axis). Python-side conversion errors (TypeError,
+# ValueError, OpenVINO's UserInputError / OVTypeError) are the request's too. Anything else (the
+# plugin, the device, memory) blames the model or the runtime.
+_NODE_FAILURE = re.compile(r"\[[A-Z]+\] (\w+) node with name '([^']*)'")
+_REQUEST_EXCEPTIONS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    ov_exceptions.UserInputError,
+    ov_exceptions.OVTypeError,
+)
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -189,13 +205,28 @@ class _OutputPlan:
         return array
 
 
+def blame(exc: Exception) -> Blame:
+    """Whether a failure of ``InferRequest.infer`` is the request's or the model's."""
+    if isinstance(exc, _REQUEST_EXCEPTIONS):
+        return Blame.REQUEST
+    if isinstance(exc, RuntimeError) and _NODE_FAILURE.search(str(exc)):
+        return Blame.REQUEST
+    return Blame.MODEL
+
+
+def summary(exc: Exception) -> str:
+    """OpenVINO's message without its chain of source locations: the node and the last line."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else type(exc).__name__
+    node = _NODE_FAILURE.search(text)
+    return f"{node.group(1)} node '{node.group(2)}': {last}" if node else last
+
+
 def _translate(exc: Exception, model: str) -> InferdError:
-    message = str(exc).strip()
-    if isinstance(exc, ValueError | TypeError) or any(
-        h in message.lower() for h in _INPUT_ERROR_HINTS
-    ):
-        return InvalidInputError(f"inference request to model '{model}' failed: {message}")
-    return InternalError(f"openvino failed to run model '{model}': {message}")
+    return runtime_failure(
+        blame(exc), runtime="openvino", model=model, message=summary(exc), cause=exc
+    )
 
 
 # -- the protocols ------------------------------------------------------------------------------
