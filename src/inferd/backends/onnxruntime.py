@@ -212,6 +212,39 @@ def _config_type(ort_type: str, tensor_name: str) -> str:
     return found
 
 
+# What to tell the owner of a scikit-learn classifier exported with skl2onnx's defaults, whose
+# probabilities come out of a ZipMap as a sequence of maps rather than a tensor.
+NON_TENSOR_HINT = (
+    "a scikit-learn classifier exported by skl2onnx gives its probabilities as a sequence of "
+    "maps (ZipMap) unless exported with options={id(model): {'zipmap': False}} (or "
+    "{type(model): {'zipmap': False}}), which makes them a tensor"
+)
+
+
+def _is_tensor(ort_type: str) -> bool:
+    return ort_type.startswith("tensor(")
+
+
+def _tensor_outputs(outputs: Sequence[Any], where: str) -> list[Any]:
+    """The outputs that are tensors; the others (sequences, maps) are left out with a warning."""
+    served = [a for a in outputs if _is_tensor(a.type)]
+    skipped = [a for a in outputs if not _is_tensor(a.type)]
+    for arg in skipped:
+        log.warning(
+            "%s: output '%s' is a %s, not a tensor, and is not served (%s)",
+            where,
+            arg.name,
+            arg.type,
+            NON_TENSOR_HINT,
+        )
+    if not served:
+        raise ConfigError(
+            f"unable to auto-complete {where}: none of its outputs is a tensor "
+            f"({', '.join(f'{a.name}: {a.type}' for a in skipped)}); {NON_TENSOR_HINT}"
+        )
+    return served
+
+
 def _fill_tensors(target: Any, args: Sequence[Any], batching: bool) -> None:
     from tritonclient.grpc import model_config_pb2 as mc
 
@@ -457,6 +490,12 @@ def _check_io(spec: ModelSpec, session: ort.InferenceSession) -> None:
                     f"unexpected {kind} '{tensor.name}' in the model configuration; the model "
                     f"has {kind}s: {', '.join(sorted(available))}"
                 )
+            if not _is_tensor(arg.type):
+                raise ConfigError(
+                    f"{kind} '{tensor.name}' is a {arg.type} in the model, not a tensor, and "
+                    f"cannot be served; remove it from the model configuration"
+                    + (f" ({NON_TENSOR_HINT})" if kind == "output" else "")
+                )
             model_type = _ORT_TO_CONFIG.get(arg.type, arg.type)
             if model_type != tensor.datatype.config_name:
                 raise ConfigError(
@@ -489,7 +528,15 @@ class OnnxRuntimeBackend:
             raise ConfigError(
                 f"unable to auto-complete the configuration from {model_path}: {exc}"
             ) from exc
-        inputs, outputs = session.get_inputs(), session.get_outputs()
+        where = f"model '{config.name or model_path.parent.parent.name}'"
+        inputs = session.get_inputs()
+        outputs = _tensor_outputs(session.get_outputs(), where)
+        untensored = [a for a in inputs if not _is_tensor(a.type)]
+        if untensored:
+            raise ConfigError(
+                f"unable to auto-complete {where}: input '{untensored[0].name}' is a "
+                f"{untensored[0].type}, not a tensor; inferd serves tensor inputs only"
+            )
         can_batch = all(
             len(arg.shape) >= 1 and _onnx_dims(arg.shape)[0] == -1 for arg in (*inputs, *outputs)
         )
@@ -497,7 +544,7 @@ class OnnxRuntimeBackend:
             config,
             can_batch=can_batch,
             default_max_batch_size=default_max_batch_size,
-            where=f"model '{config.name or model_path.parent.parent.name}'",
+            where=where,
         )
         if len(config.input) == 0:
             _fill_tensors(config.input, inputs, batching)
