@@ -29,8 +29,10 @@ def _perf_analyzer() -> Path:
     if DEFAULT_LOCATION.exists():
         return DEFAULT_LOCATION
     pytest.skip(
-        "perf_analyzer is not installed: run ../shared/tools/get-perf-analyzer.sh "
-        "(or set INFERD_PERF_ANALYZER to its path)"
+        "perf_analyzer is not installed; from the repository root run "
+        'export INFERD_PERF_ANALYZER="$(bash ../shared/tools/get-perf-analyzer.sh | tail -n 1)" '
+        f"and run the tests again (or set INFERD_PERF_ANALYZER to a perf_analyzer binary, or "
+        f"place one at {DEFAULT_LOCATION})"
     )
 
 
