@@ -146,7 +146,8 @@ def _run_operation(
         if mode is not schemathesis.GenerationMode.NEGATIVE:
             raise
     except (Exception, schemathesis.errors.FailureGroup) as exc:
-        tally.fail(f"{operation.label} [{mode.value}]: {str(exc)[:3000]}")
+        notes = "\n".join(getattr(exc, "__notes__", ()))
+        tally.fail(f"{operation.label} [{mode.value}]: {str(exc)[:3000]}\n{notes[:2000]}")
 
 
 def test_http_api_fuzz(fuzz_server: ServerProcess) -> None:
