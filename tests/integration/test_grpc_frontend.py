@@ -20,10 +20,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpcclient
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from inferd.errors import ErrorCode
 from inferd.frontends.grpc import STATUS_BY_CODE, start_grpc_server
+from inferd.frontends.grpc.handlers import API_BY_METHOD
 from inferd.scheduling.direct import DirectScheduler
 from tests.helpers.models import add_sub_model
 from tests.integration.conftest import LoopThread, Stack, start_stack
@@ -194,12 +196,12 @@ def test_infer_errors(client: grpcclient.InferenceServerClient) -> None:
     bad = simple_inputs(np.zeros((1, 3), np.int32), np.zeros((1, 3), np.int32))
     text = expect_error("StatusCode.INVALID_ARGUMENT", lambda: client.infer("simple", bad))
     assert "unexpected shape for input 'INPUT0'" in text
-    # onnxruntime fails at run time (Cast of non-numeric text): INTERNAL, with the reason the
-    # backend gave at its boundary and no request data echoed back
+    # onnxruntime fails at run time on the request's content (Cast of non-numeric text): the
+    # client's error, with the runtime's reason and no request data echoed back
     text = expect_error(
-        "StatusCode.INTERNAL", lambda: client.infer("failing", text_input("X", "secret"))
+        "StatusCode.INVALID_ARGUMENT", lambda: client.infer("failing", text_input("X", "secret"))
     )
-    assert text.startswith("onnxruntime failed to run model 'failing'")
+    assert text.startswith("inference request to model 'failing' failed in onnxruntime")
     assert "secret" not in text
     text = expect_error(
         "StatusCode.NOT_FOUND", lambda: client.get_model_metadata("nope", as_json=True)
@@ -331,7 +333,7 @@ def test_repository_control(serving: Serving, client: grpcclient.InferenceServer
     assert client.get_model_config("toggle").config.max_batch_size == 16  # the config parameter
     result = client.infer("toggle", simple_inputs())
     assert result.as_numpy("OUTPUT0").tolist() == [list(range(4, 20))]  # the uploaded file
-    text = expect_error("StatusCode.INTERNAL", lambda: client.load_model("not_there"))
+    text = expect_error("StatusCode.NOT_FOUND", lambda: client.load_model("not_there"))
     assert text.startswith("failed to load 'not_there'")
 
 
@@ -432,3 +434,39 @@ def test_real_repository_infer_and_stream(real_url: str) -> None:
         assert got[2][0].get_response().id == "c"
         text = expect_error("StatusCode.NOT_FOUND", lambda: client.infer("nope", simple_inputs()))
         assert text.startswith("Request for unknown model")
+
+
+def test_every_rpc_belongs_to_an_api_group() -> None:
+    service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    assert sorted(API_BY_METHOD) == sorted(m.name for m in service.methods)
+
+
+def test_undecodable_messages_are_invalid_argument(serving: Serving) -> None:
+    with grpc.insecure_channel(serving.url) as channel:
+        for method in ("ModelInfer", "ModelReady", "RepositoryModelLoad"):
+            call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+            with pytest.raises(grpc.RpcError) as caught:
+                call(b"\x0a\x05ab", timeout=10)  # a length-delimited field cut short
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "the request is not a valid 'inference." in str(caught.value.details())
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        replies = list(stream(iter([b"\xff\xff"]), timeout=10))
+        reply = service_pb2.ModelStreamInferResponse.FromString(replies[0])
+        assert reply.error_message.startswith("the request is not a valid 'inference.")
+
+
+def test_model_names_are_checked_by_every_rpc(
+    serving: Serving, client: grpcclient.InferenceServerClient
+) -> None:
+    bad = "../simple"
+    for call in (
+        lambda: client.is_model_ready(bad),
+        lambda: client.get_model_metadata(bad),
+        lambda: client.get_model_config(bad),
+        lambda: client.get_inference_statistics(bad),
+        lambda: client.infer(bad, simple_inputs()),
+        lambda: client.load_model(bad),
+        lambda: client.unload_model(bad),
+    ):
+        text = expect_error("StatusCode.INVALID_ARGUMENT", call)
+        assert text == "invalid model name '../simple': must not contain '/' or '\\'"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import ml_dtypes
@@ -14,10 +15,11 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import service_pb2
 from tritonclient.grpc._utils import _get_inference_request
 
+from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS
 from inferd.codecs.v2_grpc import decode_infer_request, encode_infer_response
 from inferd.core import datatypes
-from inferd.core.inference import InferResponse
-from inferd.errors import InvalidArgumentError, UnsupportedError
+from inferd.core.inference import InferRequest, InferResponse
+from inferd.errors import InferdError, InvalidArgumentError, UnsupportedError
 
 NUMERIC = [d.name for d in datatypes.ALL if not d.is_bytes]
 TYPED = [d.name for d in datatypes.ALL if d.grpc_field is not None]
@@ -319,7 +321,9 @@ def test_typed_out_of_range(datatype: str, value: int) -> None:
 
 def test_unknown_datatype_negative_dims_and_duplicates() -> None:
     assert "invalid datatype 'INT128' for input 'X'" in _decode_error(_raw_msg("INT128", [1], b""))
-    assert "dimensions must be >= 0" in _decode_error(_raw_msg("INT32", [-1], b""))
+    assert "shape of input 'X' must be a list of non-negative integers, got [-1]" in (
+        _decode_error(_raw_msg("INT32", [-1], b""))
+    )
     msg = build_request(
         ("X", "INT32", np.zeros(1, np.int32)), ("X", "INT32", np.zeros(1, np.int32))
     )
@@ -378,3 +382,145 @@ def test_bad_classification(setter: str, value: Any) -> None:
     msg = build_request(("X", "INT32", np.zeros(1, np.int32)))
     msg.outputs.append(output)
     assert "invalid 'classification' parameter for requested output 'Y'" in _decode_error(msg)
+
+
+# -- limits shared with HTTP, model names, and arbitrary messages --------------------------------
+
+
+def test_shape_limits_match_http() -> None:
+    # the messages of inferd.codecs.limits.check_shape, which the HTTP codec applies too
+    text = _decode_error(_raw_msg("INT32", [1] * 65, b"\0" * 4))
+    assert text == f"shape of input 'X' has 65 dimensions; at most {MAX_DIMS} are allowed"
+    huge = [2**20, 2**20, 2]
+    text = _decode_error(_raw_msg("INT32", huge, b"\0" * 4))
+    assert text == f"shape {huge} of input 'X' is too large (more than {MAX_ELEMENTS} elements)"
+    assert decode_infer_request(_raw_msg("INT32", [1] * MAX_DIMS, b"\0" * 4)).inputs["X"].ndim == (
+        MAX_DIMS
+    )
+
+
+def test_zero_sized_giant_shape_is_refused_before_numpy() -> None:
+    text = _decode_error(_raw_msg("INT8", [0, 2**62, 2**62], b""))
+    assert "is too large" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("", "must not be empty"),
+        ("../etc", "must not contain '/'"),
+        ("..", "must not be '.' or '..'"),
+        ("a\x00b", "control characters"),
+        ("x" * 300, "at most 255"),
+    ],
+)
+def test_model_name_is_checked(name: str, fragment: str) -> None:
+    msg = _raw_msg("INT32", [1], b"\0" * 4)
+    msg.model_name = name
+    text = _decode_error(msg)
+    assert text.startswith("invalid model name")
+    assert fragment in text
+
+
+def test_bytes_element_lengths_are_checked() -> None:
+    text = _decode_error(_raw_msg("BYTES", [1], b"\xff\xff\xff\x7f" + b"ab"))
+    assert "element 0 claims 2147483647 bytes but only 2 remain" in text
+    text = _decode_error(_raw_msg("BYTES", [2**30], b"\0" * 8))
+    assert f"{2**30} BYTES elements need at least {2**32} bytes, got 8" in text
+
+
+_DATATYPES = [d.name for d in datatypes.ALL] + ["", "INT128", "int32", "BYTES\x00"]
+_PARAMS = st.dictionaries(
+    st.sampled_from(
+        ["sequence_id", "sequence_start", "priority", "timeout", "classification", "binary_data"]
+    )
+    | st.text(max_size=8),
+    st.one_of(
+        st.builds(service_pb2.InferParameter, bool_param=st.booleans()),
+        st.builds(service_pb2.InferParameter, int64_param=st.integers(-(2**63), 2**63 - 1)),
+        st.builds(service_pb2.InferParameter, uint64_param=st.integers(0, 2**64 - 1)),
+        st.builds(service_pb2.InferParameter, string_param=st.text(max_size=8)),
+        st.builds(service_pb2.InferParameter, double_param=st.floats()),
+        st.just(service_pb2.InferParameter()),
+    ),
+    max_size=3,
+)
+_CONTENT_FIELDS = {
+    "bool_contents": st.booleans(),
+    "int_contents": st.integers(-(2**31), 2**31 - 1),
+    "int64_contents": st.integers(-(2**63), 2**63 - 1),
+    "uint_contents": st.integers(0, 2**32 - 1),
+    "uint64_contents": st.integers(0, 2**64 - 1),
+    "fp32_contents": st.floats(width=32),
+    "fp64_contents": st.floats(),
+    "bytes_contents": st.binary(max_size=8),
+}
+
+
+@st.composite
+def infer_requests(draw: st.DrawFn) -> service_pb2.ModelInferRequest:
+    """Any ModelInferRequest, mostly wrong: names, datatypes, shapes, contents, parameters."""
+    msg = service_pb2.ModelInferRequest(
+        model_name=draw(st.sampled_from(["m", "simple"]) | st.text(max_size=10)),
+        model_version=draw(st.sampled_from(["", "1"]) | st.text(max_size=4)),
+        id=draw(st.text(max_size=6)),
+    )
+    for key, param in draw(_PARAMS).items():
+        msg.parameters[key].CopyFrom(param)
+    small = st.integers(0, 4)
+    dims = st.one_of(small, st.integers(-(2**63), 2**63 - 1), st.sampled_from([2**31, 2**62]))
+    for _ in range(draw(st.integers(0, 3))):
+        tensor = msg.inputs.add(
+            name=draw(st.sampled_from(["X", "Y"]) | st.text(max_size=4)),
+            datatype=draw(st.sampled_from(_DATATYPES)),
+            shape=draw(
+                st.lists(dims, max_size=3)
+                | st.lists(st.sampled_from([1, 1, 1, 0]), min_size=30, max_size=70)
+            ),
+        )
+        for key, param in draw(_PARAMS).items():
+            tensor.parameters[key].CopyFrom(param)
+        for field in draw(st.lists(st.sampled_from(sorted(_CONTENT_FIELDS)), max_size=2)):
+            values = draw(st.lists(_CONTENT_FIELDS[field], max_size=6))
+            getattr(tensor.contents, field).extend(values)
+    for _ in range(draw(st.integers(0, 3))):
+        msg.raw_input_contents.append(
+            draw(
+                st.binary(max_size=40)
+                | st.sampled_from([b"", b"\0" * 4, b"\0" * 8, b"\1\0\0\0a", b"\xff\xff\xff\xff"])
+            )
+        )
+    for _ in range(draw(st.integers(0, 2))):
+        out = msg.outputs.add(name=draw(st.sampled_from(["Y", "Z"]) | st.text(max_size=3)))
+        for key, param in draw(_PARAMS).items():
+            out.parameters[key].CopyFrom(param)
+    return msg
+
+
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(infer_requests())
+def test_any_request_decodes_or_raises_an_inferd_error(msg: service_pb2.ModelInferRequest) -> None:
+    try:
+        request = decode_infer_request(msg)
+    except InferdError:
+        return
+    assert isinstance(request, InferRequest)
+    for array in request.inputs.values():
+        assert array.ndim <= MAX_DIMS
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.data())
+def test_mutated_wire_bytes_decode_or_raise_an_inferd_error(data: st.DataObject) -> None:
+    wire = bytearray(data.draw(infer_requests()).SerializeToString())
+    for _ in range(data.draw(st.integers(1, 4))):
+        if not wire:
+            break
+        at = data.draw(st.integers(0, len(wire) - 1))
+        wire[at] = data.draw(st.integers(0, 255))
+    try:
+        msg = service_pb2.ModelInferRequest.FromString(bytes(wire))
+    except Exception:
+        return  # does not parse: the server answers INVALID_ARGUMENT before decoding
+    with contextlib.suppress(InferdError):
+        decode_infer_request(msg)

@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
+from inferd.codecs.limits import check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
+from inferd.core.names import check_model_name
 from inferd.errors import InvalidArgumentError, UnsupportedError
 
 __all__ = [
@@ -113,15 +115,6 @@ def _reject_shm(params: Mapping[str, Any], what: str, model: str) -> None:
 # -- requests -----------------------------------------------------------------------------------
 
 
-def _shape_of(tensor: Any, what: str) -> tuple[int, ...]:
-    shape = tuple(int(d) for d in tensor.shape)
-    if any(d < 0 for d in shape):
-        raise InvalidArgumentError(
-            f"invalid shape {list(shape)} for {what}: dimensions must be >= 0"
-        )
-    return shape
-
-
 def _from_contents(
     contents: Any, dtype: DataType, shape: tuple[int, ...], what: str
 ) -> np.ndarray[Any, Any]:
@@ -190,7 +183,7 @@ def _decode_outputs(outputs: Iterable[Any], model: str) -> list[RequestedOutput]
 
 def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
     """A ``ModelInferRequest`` -> :class:`InferRequest`; raise :class:`InvalidArgumentError`."""
-    model = msg.model_name
+    model = check_model_name(msg.model_name)
     raw_contents = msg.raw_input_contents
     raw_count = len(raw_contents)
     raw_index = 0
@@ -205,7 +198,7 @@ def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
             dtype = datatypes.from_name(tensor.datatype)
         except InvalidArgumentError:
             raise InvalidArgumentError(f"invalid datatype '{tensor.datatype}' for {what}") from None
-        shape = _shape_of(tensor, what)
+        shape = check_shape(tensor.shape, f"input '{name}'")  # the same bounds as HTTP
         if tensor.HasField("contents"):
             if raw_count:
                 raise InvalidArgumentError(

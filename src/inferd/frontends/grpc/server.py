@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 
 import grpc
-from tritonclient.grpc import service_pb2_grpc
+from tritonclient.grpc import service_pb2
 
 from inferd.engine import Engine
-from inferd.errors import UnavailableError
+from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.frontends.access import AccessPolicy
+from inferd.frontends.grpc.handlers import API_BY_METHOD, HEALTH_API_BY_METHOD, service_handler
 from inferd.frontends.grpc.servicer import GrpcInferenceServicer
 from inferd.frontends.tls import TlsSettings
 
@@ -61,7 +63,9 @@ def _address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _add_health_service(server: Any, engine: Engine, log: logging.Logger) -> bool:
+def _add_health_service(
+    server: Any, engine: Engine, log: logging.Logger, access: AccessPolicy
+) -> bool:
     """Register ``grpc.health.v1.Health`` when grpcio-health-checking is installed."""
     try:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -86,8 +90,32 @@ def _add_health_service(server: Any, engine: Engine, log: logging.Logger) -> boo
         async def Watch(self, request: Any, context: Any) -> Any:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not supported")
 
-    health_pb2_grpc.add_HealthServicer_to_server(_Health(), server)
+    server.add_generic_rpc_handlers(
+        (service_handler(health_pb2, "Health", _Health(), HEALTH_API_BY_METHOD, access),)
+    )
     return True
+
+
+def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials:
+    """TLS credentials from the configured files; unusable files are refused naming them."""
+    cert, key, root = tls.read()
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # grpc checks the files only at handshake
+    try:
+        probe.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidArgumentError(
+            f"cannot use the TLS certificate '{tls.cert_file}' with the key '{tls.key_file}': {exc}"
+        ) from exc
+    if root is not None:
+        try:
+            probe.load_verify_locations(cadata=root.decode("ascii", "replace"))
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"cannot use the TLS root certificate '{tls.root_cert_file}': {exc}"
+            ) from exc
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=tls.require_client_cert
+    )
 
 
 async def start_grpc_server(
@@ -100,18 +128,33 @@ async def start_grpc_server(
     access: AccessPolicy | None = None,
     tls: TlsSettings | None = None,
 ) -> tuple[GrpcServer, int]:
-    """Start serving on ``host:port`` (``port=0`` picks a free port); return the bound port."""
+    """Start serving on ``host:port`` (``port=0`` picks a free port); return the bound port.
+
+    ``access`` decides who may call which RPC (default: everyone); ``tls`` serves over TLS,
+    mutual when it asks for client certificates.
+    """
+    access = AccessPolicy() if access is None else access
+    credentials = None if tls is None else server_credentials(tls)
     server = grpc.aio.server(options=server_options())
     servicer = GrpcInferenceServicer(engine, log=log, max_stream_inflight=max_stream_inflight)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
-    _add_health_service(server, engine, log)
+    server.add_generic_rpc_handlers(
+        (service_handler(service_pb2, "GRPCInferenceService", servicer, API_BY_METHOD, access),)
+    )
+    _add_health_service(server, engine, log, access)
     address = _address(host, port)
     try:
-        bound = int(server.add_insecure_port(address))
+        if credentials is None:
+            bound = int(server.add_insecure_port(address))
+        else:
+            bound = int(server.add_secure_port(address, credentials))
     except RuntimeError as exc:
         raise UnavailableError(f"cannot bind the gRPC server to {address}: {exc}") from exc
     if bound == 0:
         raise UnavailableError(f"cannot bind the gRPC server to {address}")
     await server.start()
-    log.info("gRPC server listening on %s", _address(host, bound))
+    log.info(
+        "gRPC server listening on %s%s",
+        _address(host, bound),
+        "" if tls is None else (" (mutual TLS)" if tls.require_client_cert else " (TLS)"),
+    )
     return GrpcServer(server, bound), bound

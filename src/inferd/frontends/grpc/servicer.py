@@ -23,6 +23,7 @@ from inferd.codecs.v2_grpc import (
     decode_infer_request,
     encode_infer_response,
 )
+from inferd.core.names import check_model_name
 from inferd.engine import Engine
 from inferd.errors import (
     InternalError,
@@ -31,6 +32,7 @@ from inferd.errors import (
     UnsupportedError,
 )
 from inferd.frontends.grpc.errors import status_for
+from inferd.frontends.grpc.handlers import Undecodable
 
 __all__ = ["GrpcInferenceServicer"]
 
@@ -91,9 +93,11 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
         return service_pb2.ServerReadyResponse(ready=self._engine.is_ready())
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        # unknown or unloaded models answer OK with ready=false (tritonclient raises otherwise)
-        ready = self._engine.model_ready(request.name, request.version)
-        return service_pb2.ModelReadyResponse(ready=ready)
+        async with self._mapped_errors(context):
+            # unknown or unloaded models answer OK with ready=false (tritonclient raises
+            # otherwise); a name that cannot be a model's is refused
+            ready = self._engine.model_ready(check_model_name(request.name), request.version)
+            return service_pb2.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: Any, context: Any) -> Any:
         meta = self._engine.server_metadata()
@@ -103,7 +107,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            meta = self._engine.model_metadata(request.name, request.version)
+            meta = self._engine.model_metadata(check_model_name(request.name), request.version)
             tensor = service_pb2.ModelMetadataResponse.TensorMetadata
             return service_pb2.ModelMetadataResponse(
                 name=meta.name,
@@ -119,13 +123,15 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            spec = self._engine.model_config(request.name, request.version)
+            spec = self._engine.model_config(check_model_name(request.name), request.version)
             if spec.proto is None:
                 raise InternalError(f"model '{spec.name}' has no configuration message")
             return service_pb2.ModelConfigResponse(config=spec.proto)
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            if request.name:  # no name: every model
+                check_model_name(request.name)
             snapshots = self._engine.model_statistics(request.name, request.version)
             return statistics.to_proto(snapshots)
 
@@ -192,6 +198,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def _stream_one(self, msg: Any) -> _StreamResult:
         out = service_pb2.ModelStreamInferResponse()
         try:
+            if type(msg) is Undecodable:
+                raise InvalidArgumentError(msg.message)
             await self._infer(msg, into=out.infer_response)
         except Exception as exc:
             code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))
@@ -244,7 +252,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
                         "'file:<version>/<path>'"
                     )
             await self._engine.load_model(
-                request.model_name, config_json=config_json, files=files or None
+                check_model_name(request.model_name), config_json=config_json, files=files or None
             )
             return service_pb2.RepositoryModelLoadResponse()
 
@@ -264,7 +272,9 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
                         "expected bool_param"
                     )
                 unload_dependents = param.bool_param
-            await self._engine.unload_model(request.model_name, unload_dependents=unload_dependents)
+            await self._engine.unload_model(
+                check_model_name(request.model_name), unload_dependents=unload_dependents
+            )
             return service_pb2.RepositoryModelUnloadResponse()
 
     # -- shared memory, trace, logging (not supported yet) ------------------------------------
