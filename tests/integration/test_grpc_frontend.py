@@ -8,6 +8,7 @@ onnxruntime for about a millisecond per unit of its input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,6 +25,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from inferd.errors import ErrorCode
+from inferd.frontends.access import AccessPolicy, parse_restriction
 from inferd.frontends.grpc import STATUS_BY_CODE, start_grpc_server
 from inferd.frontends.grpc.handlers import API_BY_METHOD
 from inferd.scheduling.direct import DirectScheduler
@@ -470,3 +472,46 @@ def test_model_names_are_checked_by_every_rpc(
     ):
         text = expect_error("StatusCode.INVALID_ARGUMENT", call)
         assert text == "invalid model name '../simple': must not contain '/' or '\\'"
+
+
+def test_restricted_inference_covers_streams_and_health_service(serving: Serving) -> None:
+    policy = AccessPolicy((parse_restriction("inference,health:Infer-Key=v"),))
+    log = logging.getLogger("inferd.test.grpc")
+    server, port = serving.thread.call(
+        start_grpc_server(serving.stack.engine, "127.0.0.1", 0, log=log, access=policy)
+    )
+    url = f"127.0.0.1:{port}"
+    denied = "This protocol is restricted, expecting header 'Infer-Key'"
+    try:
+        with grpcclient.InferenceServerClient(url) as client:
+            error = expect_error(
+                "StatusCode.UNAVAILABLE", lambda: client.infer("simple", simple_inputs())
+            )
+            assert error == denied
+            assert client.infer("simple", simple_inputs(), headers={"infer-key": "v"})
+            assert client.get_model_metadata("simple").name == "simple"  # not restricted
+            for headers, want in ((None, denied), ({"infer-key": "v"}, None)):
+                results: queue.Queue[Any] = queue.Queue()
+                client.start_stream(
+                    lambda result, error, q=results: q.put(error or result), headers=headers
+                )
+                with contextlib.suppress(InferenceServerException):  # refused streams end at once
+                    client.async_stream_infer("simple", simple_inputs())
+                got = results.get(timeout=10)
+                client.stop_stream()
+                if want is None:
+                    assert got.as_numpy("OUTPUT0") is not None
+                else:
+                    assert isinstance(got, InferenceServerException)
+                    assert want in str(got)
+        health = pytest.importorskip("grpc_health.v1.health_pb2")
+        health_grpc = pytest.importorskip("grpc_health.v1.health_pb2_grpc")
+        with grpc.insecure_channel(url) as channel:
+            stub = health_grpc.HealthStub(channel)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.Check(health.HealthCheckRequest(), timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            ok = stub.Check(health.HealthCheckRequest(), timeout=10, metadata=(("infer-key", "v"),))
+            assert ok.status == health.HealthCheckResponse.SERVING
+    finally:
+        serving.thread.call(server.stop(1.0))
