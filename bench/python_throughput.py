@@ -101,15 +101,20 @@ def request_row() -> np.ndarray:
 
 
 def v2_body(x: np.ndarray) -> str:
-    tensor = {"name": "input", "shape": list(x.shape), "datatype": "FP32",
-              "data": x.ravel().tolist()}
+    tensor = {
+        "name": "input",
+        "shape": list(x.shape),
+        "datatype": "FP32",
+        "data": x.ravel().tolist(),
+    }
     return json.dumps({"inputs": [tensor]}, separators=(",", ":"))
 
 
 def check_answer(url: str, body: str, expected: np.ndarray) -> None:
     """One request through the server: its output must be the model's output computed here."""
-    req = urllib.request.Request(url, data=body.encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=body.encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as response:
         answer = json.load(response)
     (out,) = answer["outputs"]
@@ -158,14 +163,22 @@ def measure(
     return result
 
 
-def make_cell(server: str, variant: str, c: int, result: dict[str, Any],
-              batches: tuple[tuple[int, int], tuple[int, int]] | None = None) -> Cell:
+def make_cell(
+    server: str,
+    variant: str,
+    c: int,
+    result: dict[str, Any],
+    batches: tuple[tuple[int, int], tuple[int, int]] | None = None,
+) -> Cell:
     cell = Cell(server, variant, c, load1=round(os.getloadavg()[0], 2))
     if "error" in result:
         cell.note = "failed: " + result["error"]
     else:
         cell.throughput, cell.p50_us, cell.p99_us = (
-            result["throughput"], result["p50_us"], result["p99_us"])
+            result["throughput"],
+            result["p50_us"],
+            result["p99_us"],
+        )
         cell.cpu_us_per_req = result["cpu_us_per_req"]
         if server != "litserve":  # LitServe's root only launches; its API servers are children
             cell.front_cpu_us_per_req = result["front_cpu_us_per_req"]
@@ -174,18 +187,25 @@ def make_cell(server: str, variant: str, c: int, result: dict[str, Any],
         (inf0, exe0), (inf1, exe1) = batches
         if exe1 > exe0:
             cell.avg_batch = round((inf1 - inf0) / (exe1 - exe0), 2)
-    line = cell.note if cell.throughput is None else (
-        f"{cell.throughput:8.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms p99 {cell.p99_us / 1e3:7.2f} ms"
-        f" cpu {cell.cpu_us_per_req or 0:5.0f} us/req (front {cell.front_cpu_us_per_req or 0:4.0f})"
-        + (f" batch {cell.avg_batch}" if cell.avg_batch else "")
-        + (f" ({cell.note})" if cell.note else ""))
+    line = (
+        cell.note
+        if cell.throughput is None
+        else (
+            f"{cell.throughput:8.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms"
+            f" p99 {cell.p99_us / 1e3:7.2f} ms cpu {cell.cpu_us_per_req or 0:5.0f} us/req"
+            f" (front {cell.front_cpu_us_per_req or 0:4.0f})"
+            + (f" batch {cell.avg_batch}" if cell.avg_batch else "")
+            + (f" ({cell.note})" if cell.note else "")
+        )
+    )
     print(f"  {server:8} {variant:20} c={c:<3} {line}", flush=True)
     return cell
 
 
 @contextmanager
-def serving(cmd: list[str], ready_url: str, log: Path, cwd: Path | None = None
-            ) -> Iterator[subprocess.Popen[bytes]]:
+def serving(
+    cmd: list[str], ready_url: str, log: Path, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """bench/run.py's process(), then wait until the server's whole process group is gone.
 
     run.process() waits for the root process only; LitServe's workers outlive it for tens of
@@ -228,8 +248,13 @@ def inferd_repo(batching: bool) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     version = root / MODEL / "1"
     version.mkdir(parents=True)
-    config = INFERD_CONFIG.format(name=MODEL, max_batch=MAX_BATCH, width=py_features.WIDTH,
-                                  classes=py_features.CLASSES, workers=WORKERS)
+    config = INFERD_CONFIG.format(
+        name=MODEL,
+        max_batch=MAX_BATCH,
+        width=py_features.WIDTH,
+        classes=py_features.CLASSES,
+        workers=WORKERS,
+    )
     if batching:
         config += f"dynamic_batching {{ max_queue_delay_microseconds: {QUEUE_DELAY_US} }}\n"
     (root / MODEL / "config.pbtxt").write_text(config)
@@ -240,8 +265,18 @@ def inferd_repo(batching: bool) -> Path:
 
 def inferd_command(batching: bool) -> list[str]:
     inferd = Path(sys.executable).parent / "inferd"
-    return [str(inferd), "serve", "--model-repository", str(inferd_repo(batching)),
-            "--http-port", "18000", "--grpc-port", "18001", "--metrics-port", "18002"]
+    return [
+        str(inferd),
+        "serve",
+        "--model-repository",
+        str(inferd_repo(batching)),
+        "--http-port",
+        "18000",
+        "--grpc-port",
+        "18001",
+        "--metrics-port",
+        "18002",
+    ]
 
 
 def inferd_stats() -> tuple[int, int]:
@@ -254,8 +289,9 @@ def bench_inferd(levels: list[int], seconds: int, body: Path, expected: np.ndarr
     for batching in (True, False):
         variant = "2 workers, batching" if batching else "2 workers"
         log = WORK / f"inferd-{'on' if batching else 'off'}.log"
-        with serving(inferd_command(batching), f"http://{LOCAL}:18000/v2/models/{MODEL}/ready",
-                     log) as proc:
+        with serving(
+            inferd_command(batching), f"http://{LOCAL}:18000/v2/models/{MODEL}/ready", log
+        ) as proc:
             check_answer(url, body.read_text(), expected)
             for c in levels:
                 before = inferd_stats()
@@ -273,22 +309,33 @@ def bench_mlserver(levels: list[int], seconds: int, body: Path, expected: np.nda
         root = WORK / f"mlserver-{'on' if batching else 'off'}"
         shutil.rmtree(root, ignore_errors=True)
         (root / MODEL).mkdir(parents=True)
-        (root / "settings.json").write_text(json.dumps({
-            "http_port": 18100, "grpc_port": 18101, "metrics_port": 18102, "host": LOCAL,
-            "parallel_workers": WORKERS,
-        }))
-        settings: dict[str, Any] = {"name": MODEL,
-                                    "implementation": "mlserver_features.FeaturesModel"}
+        (root / "settings.json").write_text(
+            json.dumps(
+                {
+                    "http_port": 18100,
+                    "grpc_port": 18101,
+                    "metrics_port": 18102,
+                    "host": LOCAL,
+                    "parallel_workers": WORKERS,
+                }
+            )
+        )
+        settings: dict[str, Any] = {
+            "name": MODEL,
+            "implementation": "mlserver_features.FeaturesModel",
+        }
         if batching:
             settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": QUEUE_DELAY_US / 1e6}
         (root / MODEL / "model-settings.json").write_text(json.dumps(settings))
         cmd = [str(py.parent / "mlserver"), "start", str(root)]
-        with serving(cmd, f"http://{LOCAL}:18100/v2/models/{MODEL}/ready",
-                     root.with_suffix(".log"), cwd=root) as proc:
+        with serving(
+            cmd, f"http://{LOCAL}:18100/v2/models/{MODEL}/ready", root.with_suffix(".log"), cwd=root
+        ) as proc:
             check_answer(url, body.read_text(), expected)
             for c in levels:
-                cells.append(make_cell("mlserver", variant, c,
-                                       measure(url, body, c, seconds, proc.pid)))
+                cells.append(
+                    make_cell("mlserver", variant, c, measure(url, body, c, seconds, proc.pid))
+                )
     return cells
 
 
@@ -299,14 +346,21 @@ def bench_litserve(levels: list[int], seconds: int, body: Path, expected: np.nda
     for batching in (False, True):
         variant = "2 workers, batching" if batching else "2 workers"
         batch, delay = (MAX_BATCH, QUEUE_DELAY_US / 1e6) if batching else (1, 0.0)
-        cmd = [str(py), str(SERVERS / "litserve_features.py"), "18200", str(WORKERS), str(batch),
-               str(delay)]
+        cmd = [
+            str(py),
+            str(SERVERS / "litserve_features.py"),
+            "18200",
+            str(WORKERS),
+            str(batch),
+            str(delay),
+        ]
         log = WORK / f"litserve-{'on' if batching else 'off'}.log"
         with serving(cmd, f"http://{LOCAL}:18200/health", log, cwd=SERVERS) as proc:
             check_answer(url, body.read_text(), expected)
             for c in levels:
-                cells.append(make_cell("litserve", variant, c,
-                                       measure(url, body, c, seconds, proc.pid)))
+                cells.append(
+                    make_cell("litserve", variant, c, measure(url, body, c, seconds, proc.pid))
+                )
     return cells
 
 
@@ -319,21 +373,42 @@ def profile_inferd(c: int, seconds: int, body: Path, rate: int = 200) -> str:
     url = f"http://{LOCAL}:18000/v2/models/{MODEL}/infer"
     raw = WORK / "profile.txt"
     duration = seconds + 2  # covers measure()'s 1 s warm-up and the measured window
-    with serving(inferd_command(True), f"http://{LOCAL}:18000/v2/models/{MODEL}/ready",
-                 WORK / "inferd-profile.log") as proc:
+    with serving(
+        inferd_command(True),
+        f"http://{LOCAL}:18000/v2/models/{MODEL}/ready",
+        WORK / "inferd-profile.log",
+    ) as proc:
         spy = subprocess.Popen(
-            [str(py_spy), "record", "--pid", str(proc.pid), "--subprocesses", "--threads",
-             "--nonblocking",
-             "--rate", str(rate), "--duration", str(duration), "--format", "raw", "-o", str(raw)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                str(py_spy),
+                "record",
+                "--pid",
+                str(proc.pid),
+                "--subprocesses",
+                "--threads",
+                "--nonblocking",
+                "--rate",
+                str(rate),
+                "--duration",
+                str(duration),
+                "--format",
+                "raw",
+                "-o",
+                str(raw),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         result = measure(url, body, c, seconds, proc.pid)
         spy.wait(timeout=120)
     front, rest = result.get("front_cpu_us_per_req") or 0, result.get("cpu_us_per_req") or 0
-    text = (f"CPU per request without py-spy is in the table; under py-spy: front {front:.0f} us, "
-            f"all {rest:.0f} us\n"
-            f"wrk c={c} under py-spy: {result.get('throughput', 0):.0f}/s; py-spy {rate} Hz for "
-            f"{duration} s without --idle, so samples / {rate * duration} ~ share of one core\n"
-            + summarize_raw(raw))
+    text = (
+        f"CPU per request without py-spy is in the table; under py-spy: front {front:.0f} us, "
+        f"all {rest:.0f} us\n"
+        f"wrk c={c} under py-spy: {result.get('throughput', 0):.0f}/s; py-spy {rate} Hz for "
+        f"{duration} s without --idle, so samples / {rate * duration} ~ share of one core\n"
+        + summarize_raw(raw)
+    )
     (WORK / "profile-summary.txt").write_text(text)
     return text
 
@@ -376,8 +451,17 @@ def best(cells: list[Cell], server: str, c: int) -> Cell | None:
 def ratios(cells: list[Cell], levels: list[int]) -> tuple[list[str], bool]:
     lines, holds = [], True
     for c in levels:
-        ours = next((x for x in cells if x.server == "inferd" and x.concurrency == c
-                     and x.variant == "2 workers, batching" and x.throughput), None)
+        ours = next(
+            (
+                x
+                for x in cells
+                if x.server == "inferd"
+                and x.concurrency == c
+                and x.variant == "2 workers, batching"
+                and x.throughput
+            ),
+            None,
+        )
         for other in ("mlserver", "litserve"):
             theirs = best(cells, other, c)
             if ours is None or theirs is None or not theirs.throughput:
@@ -400,9 +484,11 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def table(cells: list[Cell]) -> str:
-    rows = ["| server | variant | conc | infer/s | p50 ms | p99 ms | server CPU us/req | "
-            "front process CPU us/req | avg batch | load1 | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| server | variant | conc | infer/s | p50 ms | p99 ms | server CPU us/req | "
+        "front process CPU us/req | avg batch | load1 | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for x in cells:
         rows.append(
             f"| {x.server} | {x.variant} | {x.concurrency} | {_fmt(x.throughput)} | "
@@ -415,8 +501,10 @@ def table(cells: list[Cell]) -> str:
 
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    code = ("import importlib.metadata as m, sys; "
-            "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))")
+    code = (
+        "import importlib.metadata as m, sys; "
+        "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))"
+    )
     for name, py, pkgs in (
         ("project", Path(sys.executable), ["inferd", "numpy", "uvicorn"]),
         ("mlserver", envs.python_of("mlserver"), ["mlserver", "numpy", "uvicorn"]),
@@ -445,8 +533,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="measured seconds per cell")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--only", choices=["inferd", "mlserver", "litserve"], action="append")
-    parser.add_argument("--profile", type=int, metavar="C",
-                        help="afterwards, py-spy inferd under wrk at concurrency C")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="C",
+        help="afterwards, py-spy inferd under wrk at concurrency C",
+    )
     args = parser.parse_args()
     servers = args.only or ["inferd", "mlserver", "litserve"]
     if shutil.which("wrk") is None:
@@ -459,8 +551,11 @@ def main() -> None:
     body.write_text(v2_body(x))
     started = dt.datetime.now()
     model_cost = {rows: single_call_us(x, rows) for rows in (1, 32)}
-    print(f"model in-process: {model_cost[1]:.0f} us per row at batch 1, "
-          f"{model_cost[32]:.0f} us per row at batch 32", flush=True)
+    print(
+        f"model in-process: {model_cost[1]:.0f} us per row at batch 1, "
+        f"{model_cost[32]:.0f} us per row at batch 32",
+        flush=True,
+    )
 
     cells: list[Cell] = []
     runners = {"inferd": bench_inferd, "mlserver": bench_mlserver, "litserve": bench_litserve}
@@ -471,8 +566,10 @@ def main() -> None:
 
     text = table(cells)
     ratio_lines, holds = ratios(cells, args.concurrency)
-    verdict = ("holds" if holds else "fails") + ": inferd (2 workers, dynamic batching) >= 2x " \
+    verdict = (
+        ("holds" if holds else "fails") + ": inferd (2 workers, dynamic batching) >= 2x "
         "the better MLServer and LitServe variant at every concurrency"
+    )
     print("\n" + text + "\n\n" + "\n".join(ratio_lines) + f"\n\ngoal {verdict}")
 
     command = " ".join([".venv/bin/python bench/python_throughput.py", *sys.argv[1:]])
@@ -484,9 +581,15 @@ def main() -> None:
         f"Model (bench/servers/py_features.py) in-process: {model_cost[1]:.0f} us per row at "
         f"batch 1, {model_cost[32]:.0f} us per row at batch 32. wrk, 1 thread, JSON body "
         f"[1, 256] FP32, 1 s warm-up + {args.seconds} s per cell.\n",
-        text, "", "Ratios (same run):", "", *[f"- {line}" for line in ratio_lines], "",
+        text,
+        "",
+        "Ratios (same run):",
+        "",
+        *[f"- {line}" for line in ratio_lines],
+        "",
         f"Goal (Python models: throughput >= 2x MLServer's parallel workers and LitServe's worker "
-        f"queues): **{verdict}**.", "",
+        f"queues): **{verdict}**.",
+        "",
     ]
     if args.profile:
         print(f"\n== py-spy, inferd batching, c={args.profile}", flush=True)
@@ -496,9 +599,17 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{started.strftime('%Y-%m-%d-%H%M')}-python.md"
     out.write_text("\n".join(report))
-    (out.with_suffix(".json")).write_text(json.dumps(
-        {"command": command, "versions": meta, "model_us_per_row": model_cost,
-         "cells": [c.__dict__ for c in cells]}, indent=1))
+    (out.with_suffix(".json")).write_text(
+        json.dumps(
+            {
+                "command": command,
+                "versions": meta,
+                "model_us_per_row": model_cost,
+                "cells": [c.__dict__ for c in cells],
+            },
+            indent=1,
+        )
+    )
     print(f"written {out} and .json")
 
 

@@ -180,9 +180,17 @@ def raw_onnxruntime(model: str, prof: Profile) -> list[Cell]:
             samples.append((time.perf_counter_ns() - t0) / 1e3)
         q = np.percentile(samples, [50, 99])
         cells.append(
-            Cell(model, "onnxruntime", f"1 session x {threads} thread", "in-process", 1,
-                 1e6 / statistics.fmean(samples), float(q[0]), float(q[1]),
-                 extra={"kind": "latency", "samples": len(samples)})
+            Cell(
+                model,
+                "onnxruntime",
+                f"1 session x {threads} thread",
+                "in-process",
+                1,
+                1e6 / statistics.fmean(samples),
+                float(q[0]),
+                float(q[1]),
+                extra={"kind": "latency", "samples": len(samples)},
+            )
         )
     # throughput grid
     layouts = {"1x1": (1, 1), "1x2": (1, 2), "2x1": (2, 1)}
@@ -205,9 +213,15 @@ def raw_onnxruntime(model: str, prof: Profile) -> list[Cell]:
                 w.join()
             elapsed = time.perf_counter() - t0
             cells.append(
-                Cell(model, "onnxruntime", f"{sessions} session x {threads} thread", "in-process",
-                     sessions, batch * sum(counts) / elapsed,
-                     extra={"kind": "throughput", "batch": batch, "layout": name})
+                Cell(
+                    model,
+                    "onnxruntime",
+                    f"{sessions} session x {threads} thread",
+                    "in-process",
+                    sessions,
+                    batch * sum(counts) / elapsed,
+                    extra={"kind": "throughput", "batch": batch, "layout": name},
+                )
             )
         del pool
     return cells
@@ -225,12 +239,19 @@ def _get(url: str, timeout: float = 2.0) -> int:
 
 
 @contextmanager
-def process(cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | None = None,
-            cwd: Path | None = None, timeout_s: float = 180) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    cmd: list[str],
+    ready_url: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout_s: float = 180,
+) -> Iterator[subprocess.Popen[bytes]]:
     """Start a server in its own process group, wait until ready_url answers 200, stop it after."""
     with log.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + timeout_s
             while _get(ready_url) != 200:
@@ -253,13 +274,37 @@ def process(cmd: list[str], ready_url: str, log: Path, env: dict[str, str] | Non
 # -- load generators ----------------------------------------------------------------------------
 
 
-def perf_analyzer(model: str, url: str, protocol: str, fmt: str, concurrency: int,
-                  data: Path, prof: Profile, scratch: Path) -> dict[str, Any]:
+def perf_analyzer(
+    model: str,
+    url: str,
+    protocol: str,
+    fmt: str,
+    concurrency: int,
+    data: Path,
+    prof: Profile,
+    scratch: Path,
+) -> dict[str, Any]:
     csv = scratch / f"pa-{model}-{protocol}-{fmt}-{concurrency}.csv"
     csv.unlink(missing_ok=True)
-    cmd = [str(PERF_ANALYZER), "-m", model, "-u", url, "-i", protocol, "-b", "1",
-           "--concurrency-range", str(concurrency), "--input-data", str(data),
-           "-p", str(prof.pa_window_ms), "-r", str(prof.pa_trials)]
+    cmd = [
+        str(PERF_ANALYZER),
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
+        "-b",
+        "1",
+        "--concurrency-range",
+        str(concurrency),
+        "--input-data",
+        str(data),
+        "-p",
+        str(prof.pa_window_ms),
+        "-r",
+        str(prof.pa_trials),
+    ]
     if protocol == "http":
         cmd += ["--input-tensor-format", fmt, "--output-tensor-format", fmt]
     cmd += ["-f", str(csv)]
@@ -268,8 +313,12 @@ def perf_analyzer(model: str, url: str, protocol: str, fmt: str, concurrency: in
     if run.returncode != 0 and "stable" in run.stdout + run.stderr:
         # no 3 windows within 50% of each other: take 3 windows as they come, and say so
         note = "unstable: windows differ by more than 50%"
-        run = subprocess.run([*cmd[:-2], "-r", "3", "-s", "10000", *cmd[-2:]],
-                             capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [*cmd[:-2], "-r", "3", "-s", "10000", *cmd[-2:]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     if run.returncode != 0 or not csv.exists():
         tail = (run.stdout + run.stderr).strip().splitlines()[-3:]
         return {"error": " / ".join(tail)[:300]}
@@ -315,8 +364,9 @@ def wrk(
     base = ["wrk", "-t", "1", "-c", str(concurrency), "--timeout", "10s", "-s", str(script)]
     subprocess.run([*base, "-d", "1s", url], capture_output=True, timeout=60)  # warm-up
     before = around() if around is not None else None
-    run = subprocess.run([*base, "-d", f"{seconds}s", url], capture_output=True, text=True,
-                         timeout=seconds + 60)
+    run = subprocess.run(
+        [*base, "-d", f"{seconds}s", url], capture_output=True, text=True, timeout=seconds + 60
+    )
     after = around() if around is not None else None
     found = re.search(r"BENCHJSON (\{.*\})", run.stdout)
     if not found:
@@ -354,8 +404,18 @@ def bench_inferd(model: str, prof: Profile, scratch: Path, data: Path, body: Pat
         ready_file = scratch / "inferd-ready.json"
         ready_file.unlink(missing_ok=True)
         repo = bench_models.repo_dir(model, variant)
-        cmd = [str(inferd), "serve", "--model-repository", str(repo), "--http-port", "18000",
-               "--grpc-port", "18001", "--metrics-port", "18002"]
+        cmd = [
+            str(inferd),
+            "serve",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            "18000",
+            "--grpc-port",
+            "18001",
+            "--metrics-port",
+            "18002",
+        ]
         log = scratch / f"inferd-{model}-{variant}.log"
         with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log):
             http, grpc = f"{LOCAL}:18000", f"{LOCAL}:18001"
@@ -371,25 +431,39 @@ def bench_inferd(model: str, prof: Profile, scratch: Path, data: Path, body: Pat
                     cells.append(_cell(model, "inferd", variant, client, c, result, before, after))
             for c in prof.concurrency:
                 before = _stats(http, model)
-                result = wrk(f"http://{http}/v2/models/{model}/infer", body, c,
-                             prof.wrk_seconds, scratch)
+                result = wrk(
+                    f"http://{http}/v2/models/{model}/infer", body, c, prof.wrk_seconds, scratch
+                )
                 after = _stats(http, model)
-                cells.append(_cell(model, "inferd", variant, "wrk/http-json", c, result,
-                                   before, after))
+                cells.append(
+                    _cell(model, "inferd", variant, "wrk/http-json", c, result, before, after)
+                )
     return cells
 
 
-def _cell(model: str, server: str, batching: str, client: str, c: int, result: dict[str, Any],
-          before: tuple[int, int] = (0, 0), after: tuple[int, int] = (0, 0)) -> Cell:
+def _cell(
+    model: str,
+    server: str,
+    batching: str,
+    client: str,
+    c: int,
+    result: dict[str, Any],
+    before: tuple[int, int] = (0, 0),
+    after: tuple[int, int] = (0, 0),
+) -> Cell:
     cell = Cell(model, server, batching, client, c)
     if "error" in result:
         cell.note = "failed: " + result["error"]
     else:
         cell.throughput, cell.p50_us, cell.p99_us = (
-            result["throughput"], result["p50_us"], result["p99_us"])
+            result["throughput"],
+            result["p50_us"],
+            result["p99_us"],
+        )
         cell.note = result.get("note", "")
-        cell.extra = {k: v for k, v in result.items()
-                      if k not in {"throughput", "p50_us", "p99_us", "note"}}
+        cell.extra = {
+            k: v for k, v in result.items() if k not in {"throughput", "p50_us", "p99_us", "note"}
+        }
     # other work on the machine skews every figure: keep the 1-minute load average with each cell
     cell.extra["load1"] = round(os.getloadavg()[0], 2)
     executions = after[1] - before[1]
@@ -402,8 +476,9 @@ def _cell(model: str, server: str, batching: str, client: str, c: int, result: d
 def _fmt_result(cell: Cell) -> str:
     if cell.throughput is None:
         return cell.note
-    text = (f"{cell.throughput:9.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms "
-            f"p99 {cell.p99_us / 1e3:7.2f} ms")
+    text = (
+        f"{cell.throughput:9.1f}/s p50 {cell.p50_us / 1e3:7.2f} ms p99 {cell.p99_us / 1e3:7.2f} ms"
+    )
     if "avg_batch" in cell.extra:
         text += f" batch {cell.extra['avg_batch']}"
     return text + (f" ({cell.note})" if cell.note else "")
@@ -415,9 +490,16 @@ def bench_mlserver(model: str, prof: Profile, scratch: Path, data: Path, body: P
     for variant in ("off", "on"):
         root = scratch / f"mlserver-{model}-{variant}"
         (root / model).mkdir(parents=True, exist_ok=True)
-        (root / "settings.json").write_text(json.dumps({
-            "http_port": 18100, "grpc_port": 18101, "metrics_port": 18102, "host": LOCAL,
-        }))
+        (root / "settings.json").write_text(
+            json.dumps(
+                {
+                    "http_port": 18100,
+                    "grpc_port": 18101,
+                    "metrics_port": 18102,
+                    "host": LOCAL,
+                }
+            )
+        )
         settings: dict[str, Any] = {
             "name": model,
             "implementation": "mlserver_onnx.OnnxModel",
@@ -433,8 +515,13 @@ def bench_mlserver(model: str, prof: Profile, scratch: Path, data: Path, body: P
             # perf_analyzer cannot drive MLServer: it first reads the model configuration
             # (Triton's /v2/models/<m>/config and gRPC ModelConfig), which MLServer lacks.
             for c in prof.concurrency:
-                result = wrk(f"http://{LOCAL}:18100/v2/models/{model}/infer", body, c,
-                             prof.wrk_seconds, scratch)
+                result = wrk(
+                    f"http://{LOCAL}:18100/v2/models/{model}/infer",
+                    body,
+                    c,
+                    prof.wrk_seconds,
+                    scratch,
+                )
                 cells.append(_cell(model, "mlserver", variant, "wrk/http-json", c, result))
     return cells
 
@@ -444,8 +531,14 @@ def bench_litserve(model: str, prof: Profile, scratch: Path, body: Path) -> list
     cells: list[Cell] = []
     for variant in ("off", "on"):
         batch, delay = (MAX_BATCH, DELAY_S) if variant == "on" else (1, 0.0)
-        cmd = [str(py), str(BENCH / "servers" / "litserve_onnx.py"),
-               str(bench_models.model_path(model)), "18200", str(batch), str(delay)]
+        cmd = [
+            str(py),
+            str(BENCH / "servers" / "litserve_onnx.py"),
+            str(bench_models.model_path(model)),
+            "18200",
+            str(batch),
+            str(delay),
+        ]
         log = scratch / f"litserve-{model}-{variant}.log"
         with process(cmd, f"http://{LOCAL}:18200/health", log):
             for c in prof.concurrency:
@@ -468,9 +561,13 @@ def limits(cells: list[Cell], model: str) -> dict[str, Any]:
         b = c.extra["batch"]
         by_batch[b] = max(by_batch.get(b, 0.0), c.throughput or 0.0)
     return {
-        "p50_us": best_lat.p50_us, "p99_us": best_lat.p99_us, "latency_layout": best_lat.batching,
-        "throughput": best_thr.throughput, "throughput_layout": best_thr.batching,
-        "throughput_batch": best_thr.extra["batch"], "throughput_by_batch": by_batch,
+        "p50_us": best_lat.p50_us,
+        "p99_us": best_lat.p99_us,
+        "latency_layout": best_lat.batching,
+        "throughput": best_thr.throughput,
+        "throughput_layout": best_thr.batching,
+        "throughput_batch": best_thr.extra["batch"],
+        "throughput_by_batch": by_batch,
     }
 
 
@@ -494,16 +591,22 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
         grid = [c for c in cells if c.model == model and c.extra.get("kind") == "throughput"]
         layouts = sorted({c.batching for c in grid})
         batches = sorted({c.extra["batch"] for c in grid})
-        out.append("| raw ORT throughput (inferences/s) | " + " | ".join(
-            f"batch {b}" for b in batches) + " |")
+        out.append(
+            "| raw ORT throughput (inferences/s) | "
+            + " | ".join(f"batch {b}" for b in batches)
+            + " |"
+        )
         out.append("|---|" + "---|" * len(batches))
         for layout in layouts:
             row = {c.extra["batch"]: c.throughput for c in grid if c.batching == layout}
-            out.append(f"| {layout} | " + " | ".join(
-                f"{row.get(b, 0):.0f}" for b in batches) + " |")
+            out.append(
+                f"| {layout} | " + " | ".join(f"{row.get(b, 0):.0f}" for b in batches) + " |"
+            )
         out.append("")
-        out.append("| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
-                   "thr / ORT best | p50 / ORT b1 | avg batch | load1 | note |")
+        out.append(
+            "| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
+            "thr / ORT best | p50 / ORT b1 | avg batch | load1 | note |"
+        )
         out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c in cells:
             if c.model != model or c.server == "onnxruntime":
@@ -532,8 +635,10 @@ def versions() -> dict[str, str]:
     ):
         if not py.exists():
             continue
-        code = ("import importlib.metadata as m, sys; "
-                "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))")
+        code = (
+            "import importlib.metadata as m, sys; "
+            "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))"
+        )
         run = subprocess.run([str(py), "-c", code, *pkgs], capture_output=True, text=True)
         found[name] = run.stdout.strip()
     run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
@@ -546,8 +651,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="inferd benchmarks (see the module docstring)")
     parser.add_argument("--quick", action="store_true", help="about 5 minutes instead of 30")
     parser.add_argument("--only", action="append", choices=["mlp", "wide", "minilm"])
-    parser.add_argument("--skip-others", action="store_true",
-                        help="raw ORT and inferd only (no MLServer / LitServe)")
+    parser.add_argument(
+        "--skip-others",
+        action="store_true",
+        help="raw ORT and inferd only (no MLServer / LitServe)",
+    )
     args = parser.parse_args()
     prof = QUICK if args.quick else FULL
     model_names = args.only or ["mlp", "wide", "minilm"]
@@ -571,9 +679,12 @@ def main() -> None:
             raw = raw_onnxruntime(model, prof)
             cells += raw
             lim = limits(raw, model)
-            print(f"  onnxruntime batch-1 p50 {_ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
-                  f"best {lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
-                  f"{lim['throughput_batch']})", flush=True)
+            print(
+                f"  onnxruntime batch-1 p50 {_ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
+                f"best {lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
+                f"{lim['throughput_batch']})",
+                flush=True,
+            )
             cells += bench_inferd(model, prof, scratch, data, body)
             # the issue's comparison models; the wide MLP only measures inferd's batching
             if not args.skip_others and model != "wide":
@@ -583,15 +694,29 @@ def main() -> None:
     stamp = started.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
     RESULTS.mkdir(exist_ok=True)
     text = tables(cells, model_names)
-    meta = {"started": started.isoformat(timespec="seconds"), "minutes": round(minutes, 1),
-            "profile": asdict(prof), "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
-            "versions": versions(), "machine": f"{os.cpu_count()} CPUs, {platform.machine()}"}
-    header = (f"# inferd benchmark {meta['started']}\n\nCommand: `{meta['command']}` "
-              f"({meta['minutes']} min). Versions: {json.dumps(meta['versions'])}\n\n")
+    meta = {
+        "started": started.isoformat(timespec="seconds"),
+        "minutes": round(minutes, 1),
+        "profile": asdict(prof),
+        "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
+        "versions": versions(),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}",
+    }
+    header = (
+        f"# inferd benchmark {meta['started']}\n\nCommand: `{meta['command']}` "
+        f"({meta['minutes']} min). Versions: {json.dumps(meta['versions'])}\n\n"
+    )
     (RESULTS / f"{stamp}.md").write_text(header + text + "\n")
-    (RESULTS / f"{stamp}.json").write_text(json.dumps(
-        {"meta": meta, "limits": {m: limits(cells, m) for m in model_names},
-         "cells": [asdict(c) for c in cells]}, indent=1))
+    (RESULTS / f"{stamp}.json").write_text(
+        json.dumps(
+            {
+                "meta": meta,
+                "limits": {m: limits(cells, m) for m in model_names},
+                "cells": [asdict(c) for c in cells],
+            },
+            indent=1,
+        )
+    )
     print("\n" + text)
     print(f"written {RESULTS / (stamp + '.md')} and .json ({minutes:.1f} min)")
 

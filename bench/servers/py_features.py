@@ -47,8 +47,15 @@ def row_features(row: list[float]) -> list[float]:
         b = int((v + 4.0) * 2.0)
         hist[0 if b < 0 else (_BINS - 1 if b >= _BINS else b)] += 1
     mean = total / n
-    return [mean, squares / n - mean * mean, lo, hi, positive / n, crossings / n,
-            *(h / n for h in hist)]
+    return [
+        mean,
+        squares / n - mean * mean,
+        lo,
+        hi,
+        positive / n,
+        crossings / n,
+        *(h / n for h in hist),
+    ]
 
 
 def score(x: Any) -> np.ndarray:

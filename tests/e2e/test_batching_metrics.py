@@ -116,9 +116,9 @@ def test_full_queue_is_refused_and_counted_by_reason(server: ServerProcess) -> N
     assert _metric(
         text, "inferd_rejected_requests_total", model="bounded", reason="queue_full"
     ) == len(refused)
-    assert _metric(
-        text, "nv_inference_request_failure", model="bounded", reason="REJECTED"
-    ) == len(refused)
+    assert _metric(text, "nv_inference_request_failure", model="bounded", reason="REJECTED") == len(
+        refused
+    )
     assert _metric(text, "nv_inference_request_success", model="bounded") == outcomes.count("ok")
     assert "# TYPE nv_inference_request_success counter" in text
     assert _metric(text, "nv_inference_count", model="batched") == 64

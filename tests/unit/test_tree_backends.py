@@ -27,7 +27,7 @@ from inferd.backends.registry import BackendRegistry, default_registry  # noqa: 
 from inferd.backends.sklearn import SklearnBackend  # noqa: E402
 from inferd.backends.trees import TreeModel  # noqa: E402
 from inferd.core.inference import InferRequest  # noqa: E402
-from inferd.errors import InferdError, InvalidInputError, ModelLoadError  # noqa: E402
+from inferd.errors import InferdError, InvalidArgumentError, InvalidInputError, ModelLoadError  # noqa: E402
 from inferd.repository.loader import LoadOptions, prepare  # noqa: E402
 
 Array = np.ndarray[Any, Any]
@@ -299,7 +299,9 @@ def _save_binary(version: Path) -> None:
 
 
 def test_unknown_parameter_is_refused(serve: Any) -> None:
-    with pytest.raises(ModelLoadError, match="unknown parameter 'predict_probability'") as info:
+    with pytest.raises(
+        InvalidArgumentError, match="unknown parameter 'predict_probability'"
+    ) as info:
         serve(fil_config({"model_type": "xgboost_json", "predict_probability": "1"}), _save_binary)
     assert "predict_proba" in str(info.value)
     assert "model_type" in str(info.value)
@@ -316,7 +318,7 @@ def test_unknown_parameter_is_refused(serve: Any) -> None:
     ],
 )
 def test_bad_parameter_values(serve: Any, params: dict[str, str], message: str) -> None:
-    with pytest.raises(ModelLoadError, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         serve(fil_config(params, features=30, columns=1), _save_binary)
 
 
@@ -420,7 +422,7 @@ def test_skops_pipeline_predict_and_proba(serve: Any) -> None:
 def test_skops_untrusted_types_are_refused_unless_listed(serve: Any) -> None:
     model = iris_pipeline(("double", Doubler()))
     save = lambda v: sio.dump(model, v / "model.skops")  # noqa: E731
-    with pytest.raises(ModelLoadError, match=r"not trusted: .*test_tree_backends\.Doubler"):
+    with pytest.raises(InvalidArgumentError, match=r"not trusted: .*test_tree_backends\.Doubler"):
         serve(sk_config(), save)
     trusted = f"{Doubler.__module__}.Doubler"
     served = serve(sk_config({"skops_trusted_types": trusted}), save)
@@ -430,7 +432,7 @@ def test_skops_untrusted_types_are_refused_unless_listed(serve: Any) -> None:
 
 def test_sklearn_unknown_parameter(serve: Any) -> None:
     model = iris_pipeline()
-    with pytest.raises(ModelLoadError, match="unknown parameter 'threshold'"):
+    with pytest.raises(InvalidArgumentError, match="unknown parameter 'threshold'"):
         serve(sk_config({"threshold": "0.3"}), lambda v: sio.dump(model, v / "model.skops"))
 
 
