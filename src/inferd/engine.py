@@ -123,9 +123,6 @@ class Engine:
 
     # -- inference ----------------------------------------------------------------------------
 
-    def resolve(self, name: str, version: str = "") -> ServingModel:
-        return self._manager.get(name, parse_version(version))
-
     async def infer(self, request: InferRequest) -> InferResponse:
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")

@@ -379,7 +379,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
-        log_verbose=args.log_verbose,
         ready_file=args.ready_file,
         allow_pickle_models=args.allow_pickle_models,
         allow_model_upload=args.allow_model_upload,

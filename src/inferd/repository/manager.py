@@ -16,7 +16,7 @@ from pathlib import Path
 
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import parse_json_config
-from inferd.core.lifecycle import ModelState
+from inferd.core.lifecycle import ModelState, check_transition
 from inferd.core.metadata import IndexEntry
 from inferd.core.names import check_model_name
 from inferd.errors import (
@@ -26,7 +26,7 @@ from inferd.errors import (
     NotFoundError,
     UnavailableError,
 )
-from inferd.repository.layout import find_models
+from inferd.repository.layout import duplicated, find_models
 from inferd.repository.loader import (
     LoadedVersion,
     LoadOptions,
@@ -59,6 +59,7 @@ class VersionStatus:
 @dataclass(slots=True)
 class ModelRecord:
     name: str
+    # read freely; changed only through move() and forget_model_level()
     status: dict[int, VersionStatus] = field(default_factory=dict)
     loaded: dict[int, LoadedVersion] = field(default_factory=dict)
     fingerprint: str = ""
@@ -66,6 +67,25 @@ class ModelRecord:
     # statistics per version number, kept across reloads so counters never go backwards
     stats: dict[int, ModelStats] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def move(self, version: int, state: ModelState, reason: str = "") -> None:
+        """The one place a version's state changes: the lifecycle table checks the transition.
+
+        Staying in the same state only updates the reason (a reload of a READY version keeps
+        it READY; a second failure replaces the first failure's reason).
+        """
+        current = self.status.get(version)
+        old = current.state if current is not None else ModelState.UNKNOWN
+        if old is not state:
+            check_transition(old, state)
+            _log.debug(
+                "model '%s' version %d: %s -> %s", self.name, version, old.value, state.value
+            )
+        self.status[version] = VersionStatus(state, reason)
+
+    def forget_model_level(self) -> None:
+        """Drop the model-level entry once the model's versions are known."""
+        self.status.pop(_MODEL_LEVEL, None)
 
 
 class RepositoryManager:
@@ -131,12 +151,8 @@ class RepositoryManager:
     def _scan(self) -> tuple[dict[str, Path], dict[str, str]]:
         """Model directories by name, and names that are broken (e.g. in two roots)."""
         found = find_models(self._roots)
-        dirs: dict[str, Path] = {}
-        problems: dict[str, str] = {}
-        for name, paths in found.items():
-            if len(paths) > 1:
-                problems[name] = "model appears in two or more repositories"
-            dirs[name] = paths[0]
+        dirs = {name: paths[0] for name, paths in found.items()}
+        problems = dict.fromkeys(duplicated(found), "model appears in two or more repositories")
         return dirs, problems
 
     def index(self, *, ready_only: bool) -> list[IndexEntry]:
@@ -161,7 +177,7 @@ class RepositoryManager:
 
     async def startup(self, load_models: Iterable[str] = ()) -> dict[str, str]:
         """Load the models the control mode asks for; return failures by model name."""
-        dirs, problems = self._scan()
+        dirs, problems = await asyncio.to_thread(self._scan)
         wanted = list(load_models)
         if self._mode is ControlMode.EXPLICIT:
             names = sorted(dirs) if "*" in wanted else wanted
@@ -189,7 +205,7 @@ class RepositoryManager:
 
     def _mark_unavailable(self, name: str, reason: str) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
-        record.status[_MODEL_LEVEL] = VersionStatus(ModelState.UNAVAILABLE, reason)
+        record.move(_MODEL_LEVEL, ModelState.UNAVAILABLE, reason)
 
     async def load(
         self, name: str, *, config_json: str | None = None, files: dict[str, bytes] | None = None
@@ -202,7 +218,7 @@ class RepositoryManager:
         if files:
             await self._load_upload(name, config_json, files)
         else:
-            dirs, problems = self._scan()
+            dirs, problems = await asyncio.to_thread(self._scan)
             if name in problems:
                 raise ModelLoadError(f"failed to load '{name}', {problems[name]}")
             await self._load(name, dirs.get(name), override_json=config_json)
@@ -282,17 +298,18 @@ class RepositoryManager:
         if record.loaded:
             return
         versions = [v for v in record.status if v != _MODEL_LEVEL] or [_MODEL_LEVEL]
-        record.status = {v: VersionStatus(ModelState.UNAVAILABLE, reason) for v in versions}
+        for version in versions:
+            record.move(version, ModelState.UNAVAILABLE, reason)
 
     async def _swap_in(self, record: ModelRecord, prepared: PreparedModel) -> None:
         name = record.name
         new: dict[int, LoadedVersion] = {}
         errors: list[str] = []
         loop = asyncio.get_running_loop()
-        record.status.pop(_MODEL_LEVEL, None)
+        record.forget_model_level()
         for version in prepared.versions:
             if version not in record.loaded:
-                record.status[version] = VersionStatus(ModelState.LOADING)
+                record.move(version, ModelState.LOADING)
         for version in prepared.versions:
             if version not in record.stats:
                 record.stats[version] = ModelStats(name, version)
@@ -308,7 +325,7 @@ class RepositoryManager:
                 reason = str(result)
                 errors.append(reason)
                 if version not in record.loaded:
-                    record.status[version] = VersionStatus(ModelState.UNAVAILABLE, reason)
+                    record.move(version, ModelState.UNAVAILABLE, reason)
                 _log.error("%s", reason)
             else:
                 new[version] = result
@@ -320,17 +337,14 @@ class RepositoryManager:
         retired = [lv for v, lv in old.items() if v in new or v not in prepared.versions]
         record.loaded = {**keep_old, **new}
         for version in record.loaded:
-            record.status[version] = VersionStatus(ModelState.READY)
+            record.move(version, ModelState.READY)
         self._publish(record)
-        for lv in retired:
-            version = lv.serving.version
-            if version not in record.loaded:
-                record.status[version] = VersionStatus(ModelState.UNLOADING)
+        leaving = [lv for lv in retired if lv.serving.version not in record.loaded]
+        for lv in leaving:
+            record.move(lv.serving.version, ModelState.UNLOADING)
         await self._retire(record, retired)
-        for lv in retired:
-            version = lv.serving.version
-            if version not in record.loaded:
-                record.status[version] = VersionStatus(ModelState.UNAVAILABLE, "unloaded")
+        for lv in leaving:
+            record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
         for version, lv in new.items():
             _log.info("model '%s' version %d is READY (%s)", name, version, lv.serving.spec.backend)
 
@@ -356,25 +370,36 @@ class RepositoryManager:
             )
         await self._unload(name)
         self._expected.discard(name)
+        if unload_dependents:
+            # Triton's meaning: the models an ensemble is composed of are unloaded with it
+            dependents = self._composing_models(name)
+            if not dependents:
+                _log.info("unload of '%s': it is composed of no other model", name)
+            for dependent in dependents:
+                await self._unload(dependent)
+                self._expected.discard(dependent)
+
+    def _composing_models(self, name: str) -> tuple[str, ...]:
+        """The models that ``name`` calls as steps. Ensembles are refused at load
+        (``repository/features.py``), so a loaded model is never composed of others."""
+        return ()
 
     async def _unload(self, name: str) -> None:
         record = self._records.get(name)
         if record is None:
-            dirs, _ = self._scan()
+            dirs, _ = await asyncio.to_thread(self._scan)
             if name not in dirs:
                 raise NotFoundError(f"failed to unload '{name}', no model named '{name}' is known")
             return
         async with record.lock:
             retired = list(record.loaded.values())
             for lv in retired:
-                record.status[lv.serving.version] = VersionStatus(ModelState.UNLOADING)
+                record.move(lv.serving.version, ModelState.UNLOADING)
             record.loaded = {}
             self._publish(record)
             await self._retire(record, retired)
             for lv in retired:
-                record.status[lv.serving.version] = VersionStatus(
-                    ModelState.UNAVAILABLE, "unloaded"
-                )
+                record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
             if record.override_dir is not None:
                 self._uploads.remove(record.override_dir)
                 record.override_dir = None
@@ -403,7 +428,7 @@ class RepositoryManager:
 
     async def poll_once(self) -> None:
         """Load new models, reload changed ones, unload removed ones (poll mode)."""
-        dirs, problems = self._scan()
+        dirs, problems = await asyncio.to_thread(self._scan)
         for name in sorted(set(self._records) - set(dirs)):
             if self._records[name].loaded:
                 _log.info("model '%s' left the repository: unloading", name)
@@ -451,14 +476,14 @@ class RepositoryManager:
         for name in list(self._records):
             record = self._records[name]
             retired = list(record.loaded.values())
+            for lv in retired:
+                record.move(lv.serving.version, ModelState.UNLOADING)
             record.loaded = {}
             self._publish(record)
             for lv in retired:
                 lv.scheduler.shutdown()
                 await asyncio.to_thread(lv.close)
-                record.status[lv.serving.version] = VersionStatus(
-                    ModelState.UNAVAILABLE, "unloaded"
-                )
+                record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
             if record.override_dir is not None:
                 self._uploads.remove(record.override_dir)
                 record.override_dir = None

@@ -43,13 +43,11 @@ class ServerConfig:
     allow_metrics: bool = True
     metrics_address: str | None = None  # None: the HTTP address
     metrics_port: int = 8002
-    log_verbose: int = 0
     ready_file: Path | None = None
     allow_pickle_models: bool = False  # unpickling runs code: sklearn model.pkl/.joblib only
     allow_model_upload: bool = False  # `file:` parameters of load requests (explicit mode)
     allow_code_upload: bool = False  # uploads that run code (Python models, pickles)
     admin_token: str | None = field(default=None, repr=False)  # Bearer token for admin APIs
-    extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:

@@ -138,10 +138,6 @@ class HttpApp:
             Endpoint.REPOSITORY_UNLOAD: self._repository_unload,
         }
 
-    @property
-    def max_body_bytes(self) -> int:
-        return self._max_body_bytes
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
