@@ -82,3 +82,28 @@ def test_missing_repository_is_reported(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert str(missing) in done.stderr
+
+
+@pytest.mark.parametrize("taken", ["http", "grpc", "metrics"])
+def test_a_taken_port_is_one_line_without_a_traceback(tmp_path: Path, taken: str) -> None:
+    import socket
+
+    (tmp_path / "empty").mkdir()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        ports = {name: "0" for name in ("http", "grpc", "metrics")}
+        ports[taken] = str(port)
+        done = _run(
+            "--model-repository",
+            str(tmp_path / "empty"),
+            *(arg for name, value in ports.items() for arg in (f"--{name}-port", value)),
+            "--http-address",
+            "127.0.0.1",
+            "--grpc-address",
+            "127.0.0.1",
+        )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert str(port) in done.stderr

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,8 @@ class Server:
         try:
             await self._start_listeners()
         except BaseException:
-            await self._stop_listeners(0.0)
+            # nothing was served yet: a short grace lets the started listeners close quietly
+            await self._stop_listeners(1.0)
             await self.manager.close()
             raise
         if cfg.model_control_mode is ControlMode.POLL:
@@ -116,42 +118,45 @@ class Server:
                 access=cfg.http_access(),
                 log=logging.getLogger("inferd.http"),
             )
-            handle, port = await start_http_server(
-                app,
-                cfg.http_address,
-                cfg.http_port,
-                timeout_keep_alive_s=cfg.http_idle_timeout_s,
-                header_timeout_s=cfg.http_header_timeout_s,
-                body_timeout_s=cfg.http_body_timeout_s,
-                max_connections=cfg.http_max_connections,
-                tls=cfg.http_tls,
-            )
+            async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
+                handle, port = await start_http_server(
+                    app,
+                    cfg.http_address,
+                    cfg.http_port,
+                    timeout_keep_alive_s=cfg.http_idle_timeout_s,
+                    header_timeout_s=cfg.http_header_timeout_s,
+                    body_timeout_s=cfg.http_body_timeout_s,
+                    max_connections=cfg.http_max_connections,
+                    tls=cfg.http_tls,
+                )
             self._add("HTTP", port, handle.stop)
         if cfg.allow_grpc:
             from inferd.frontends.grpc.server import start_grpc_server
 
-            grpc_server, port = await start_grpc_server(
-                self.engine,
-                cfg.grpc_address,
-                cfg.grpc_port,
-                log=logging.getLogger("inferd.grpc"),
-                access=cfg.grpc_access(),
-                tls=cfg.grpc_tls,
-            )
+            async with _starting("GRPC", cfg.grpc_address, cfg.grpc_port, "--grpc-port"):
+                grpc_server, port = await start_grpc_server(
+                    self.engine,
+                    cfg.grpc_address,
+                    cfg.grpc_port,
+                    log=logging.getLogger("inferd.grpc"),
+                    access=cfg.grpc_access(),
+                    tls=cfg.grpc_tls,
+                )
             self._add("GRPC", port, grpc_server.stop)
         if cfg.allow_metrics:
             from inferd.metrics.server import start_metrics_server
 
             address = cfg.metrics_address or cfg.http_address
-            handle, port = await start_metrics_server(
-                self.engine,
-                address,
-                cfg.metrics_port,
-                header_timeout_s=cfg.http_header_timeout_s,
-                body_timeout_s=cfg.http_body_timeout_s,
-                idle_timeout_s=cfg.http_idle_timeout_s,
-                max_connections=cfg.http_max_connections,
-            )
+            async with _starting("Metrics", address, cfg.metrics_port, "--metrics-port"):
+                handle, port = await start_metrics_server(
+                    self.engine,
+                    address,
+                    cfg.metrics_port,
+                    header_timeout_s=cfg.http_header_timeout_s,
+                    body_timeout_s=cfg.http_body_timeout_s,
+                    idle_timeout_s=cfg.http_idle_timeout_s,
+                    max_connections=cfg.http_max_connections,
+                )
             self._add("Metrics", port, handle.stop)
 
     def _add(self, name: str, port: int, stop: Any) -> None:
@@ -193,6 +198,19 @@ class Server:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+@contextlib.asynccontextmanager
+async def _starting(service: str, address: str, port: int, flag: str) -> AsyncIterator[None]:
+    """A listener that cannot start is one line naming the service, address and flag."""
+    try:
+        yield
+    except (InferdError, OSError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StartupError(
+            f"cannot start the {service} service on {address}:{port}: {reason} "
+            f"(is another server using the port? choose another with {flag})"
+        ) from None
 
 
 def _write_ready_file(path: Path, ports: dict[str, int]) -> None:
