@@ -63,8 +63,11 @@ class LoadedVersion:
     scheduler: DirectScheduler | DynamicBatcher
 
     def close(self) -> None:
-        """Stop the instance threads and release the model (blocking; call off the loop)."""
-        self.pool.close()
+        """Stop the instance threads, then release the model once no instance is running
+        (blocking for a bounded time; call off the loop)."""
+        self.pool.close(then=self._release)
+
+    def _release(self) -> None:
         try:
             self.loaded.close()
         except Exception:

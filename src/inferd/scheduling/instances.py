@@ -9,6 +9,7 @@ batch goes to whichever instance is free first; results come back to the event l
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import queue
 import threading
@@ -60,6 +61,10 @@ class InstancePool:
         self._queue: queue.SimpleQueue[WorkItem | None] = queue.SimpleQueue()
         self._assigned = 0
         self.on_free: Callable[[], None] | None = None
+        # threads still running, and what to run once the last one has closed its instance
+        self._alive = len(self._instances)
+        self._exit_lock = threading.Lock()
+        self._after_close: Callable[[], None] | None = None
         self._threads = [
             threading.Thread(target=self._run, args=(inst,), name=f"inferd-{name}-{i}", daemon=True)
             for i, inst in enumerate(self._instances)
@@ -83,13 +88,28 @@ class InstancePool:
     # -- worker threads ------------------------------------------------------------------------
 
     def _run(self, instance: ModelInstance) -> None:
+        """Run batches until told to stop; the thread closes its own instance when it ends, so
+        an instance is never closed while it is executing."""
         timed = getattr(instance, "execute_timed", None)
-        while True:
-            item = self._queue.get()
-            if item is None or not self._run_one(instance, timed, item):
-                return
-            # the batch's locals died with _run_one: outputs may pin runtime or shared memory
-            del item
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None or not self._run_one(instance, timed, item):
+                    return
+                # the batch's locals died with _run_one: outputs may pin runtime or shared memory
+                del item
+        finally:
+            try:
+                instance.close()
+            except Exception:
+                _log.exception("closing an instance of model '%s' failed", self._name)
+            with self._exit_lock:
+                self._alive -= 1
+                after = self._after_close if self._alive == 0 else None
+                if after is not None:
+                    self._after_close = None
+            if after is not None:
+                after()
 
     def _run_one(self, instance: ModelInstance, timed: Any, item: WorkItem) -> bool:
         """Execute one batch and hand the results to the loop; False once the loop is gone."""
@@ -97,8 +117,8 @@ class InstancePool:
         live = [i for i, w in enumerate(item.waiters) if not w.done()]
         times = ExecutionTimes()
         results: list[Result | BaseException] = [
-            RequestCancelledError("the request was cancelled")
-        ] * len(item.requests)
+            RequestCancelledError("the request was cancelled") for _ in item.requests
+        ]
         if live:
             requests = (
                 item.requests
@@ -136,10 +156,10 @@ class InstancePool:
                 )
             return list(out)
         except InferdError as exc:
-            return [exc] * len(requests)
+            return list(each_request(exc, len(requests)))
         except Exception:
             _log.exception("model '%s' failed while executing a batch", self._name)
-            return [InternalError(f"model '{self._name}' failed while executing")] * len(requests)
+            return [InternalError(f"model '{self._name}' failed while executing") for _ in requests]
 
     # -- back on the event loop ----------------------------------------------------------------
 
@@ -174,14 +194,37 @@ class InstancePool:
         if self.on_free is not None:
             self.on_free()
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the threads after the queued work and close the instances (blocking)."""
+    def close(self, timeout_s: float = 5.0, then: Callable[[], None] | None = None) -> None:
+        """Stop the threads after the queued work; each closes its instance as it ends, and
+        ``then`` runs once every instance is closed (e.g. to release the model they share).
+
+        Blocks up to ``timeout_s`` per thread. A thread still executing a batch after that is
+        left to finish it and close its instance on its own (then the last one runs ``then``):
+        closing an instance, or its model, under a running batch would crash the runtime.
+        """
+        with self._exit_lock:
+            run_now = then is not None and self._alive == 0
+            self._after_close = None if run_now else then
+        if then is not None and run_now:
+            then()
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:
             thread.join(timeout_s)
-        for instance in self._instances:
-            try:
-                instance.close()
-            except Exception:
-                _log.exception("closing an instance of model '%s' failed", self._name)
+        busy = [t.name for t in self._threads if t.is_alive()]
+        if busy:
+            _log.warning(
+                "model '%s': %d instance(s) still executing after %.0f s; each is closed when "
+                "its batch ends (%s)",
+                self._name,
+                len(busy),
+                timeout_s,
+                ", ".join(busy),
+            )
+
+
+def each_request(exc: InferdError, count: int) -> list[BaseException]:
+    """One error object per request of a failed batch: the first is ``exc`` itself, the others
+    copies. Futures attach tracebacks to the exception they raise, so sharing one object would
+    tie every request's failure (and frames) together."""
+    return [exc, *(copy.copy(exc) for _ in range(count - 1))] if count else []
