@@ -173,3 +173,53 @@ async def test_large_load_bodies_must_hold_base64_files(client: httpx.AsyncClien
     )
     assert r.status_code == 200, r.text
     assert r.json()["outputs"][0]["data"] == [i + 1 + 7 for i in range(16)]
+
+
+@in_process
+async def test_large_replies_are_compressed_off_the_event_loop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import struct
+    import threading
+
+    import inferd.frontends.http.app as app_module
+
+    threads: list[threading.Thread] = []
+    real = app_module.compress_response
+
+    def spy(body: bytes, coding: str) -> bytes:
+        threads.append(threading.current_thread())
+        return real(body, coding)
+
+    monkeypatch.setattr(app_module, "compress_response", spy)
+    app = HttpApp(stack.engine, max_body_bytes=4 << 20, log=logging.getLogger("test.http"))
+    text = bytes(range(32, 127)) * 5600  # 520 KB: far above the inline threshold
+    element = struct.pack("<I", len(text)) + text
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "BYTES",
+                    "shape": [1, 1],
+                    "parameters": {"binary_data_size": len(element)},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        reply = await c.post(
+            "/v2/models/identity/infer",
+            content=header + element,
+            headers={
+                "Inference-Header-Content-Length": str(len(header)),
+                "Accept-Encoding": "deflate",
+            },
+        )
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-encoding"] == "deflate"
+    assert reply.content.endswith(element)  # httpx inflated it
+    assert threads
+    assert threading.main_thread() not in threads

@@ -315,7 +315,8 @@ class HttpApp:
             reply_headers = [(b"content-type", JSON)]
         coding = choose_response_coding(headers.accept_encoding)
         if coding != "identity":
-            payload = compress_response(payload, coding)
+            # zlib releases the GIL: a large reply is compressed on a worker thread
+            payload = await self._off_loop.run(len(payload), compress_response, payload, coding)
             reply_headers.append((b"content-encoding", coding.encode()))
         return Reply(200, payload, reply_headers)
 
