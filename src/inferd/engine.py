@@ -15,10 +15,10 @@ from inferd.core.classification import classify
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, TensorMetadata
 from inferd.core.model_spec import ModelSpec
+from inferd.core.statistics import StatsSnapshot
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
 from inferd.repository.manager_types import ModelManager, ServingModel
-from inferd.scheduling.stats import StatsSnapshot
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from inferd.scheduling.stats import Duration, StatsSnapshot
+from inferd.core.statistics import Duration, StatsSnapshot
 
 _PHASES = (
     "success",

@@ -12,7 +12,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from inferd.scheduling.stats import Histogram, StatsSnapshot
+from inferd.core.statistics import Histogram, StatsSnapshot
 
 _LABELS = ["model", "version"]
 

@@ -19,6 +19,7 @@ from inferd.codecs.model_config import parse_json_config
 from inferd.core.lifecycle import ModelState, check_transition
 from inferd.core.metadata import IndexEntry
 from inferd.core.names import check_model_name
+from inferd.core.statistics import StatsSnapshot
 from inferd.errors import (
     InferdError,
     InvalidArgumentError,
@@ -37,7 +38,7 @@ from inferd.repository.loader import (
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
-from inferd.scheduling.stats import ModelStats, StatsSnapshot
+from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
 

@@ -10,7 +10,8 @@ import numpy as np
 from inferd.core.inference import InferRequest
 from inferd.core.metadata import IndexEntry
 from inferd.core.model_spec import ModelSpec
-from inferd.scheduling.stats import ModelStats, StatsSnapshot
+from inferd.core.statistics import StatsSnapshot
+from inferd.scheduling.stats import ModelStats
 
 
 class Scheduler(Protocol):

@@ -6,93 +6,19 @@ collectors read :meth:`ModelStats.snapshot` when asked, so no metric call sits o
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-# request latency buckets in microseconds, for the latency histogram
-LATENCY_BUCKETS_US: tuple[float, ...] = (
-    100,
-    250,
-    500,
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    500_000,
-    1_000_000,
-    2_500_000,
-    5_000_000,
+from inferd.core.statistics import (
+    BATCH_BUCKETS,
+    FAILURE_REASONS,
+    LATENCY_BUCKETS_US,
+    BatchStat,
+    Duration,
+    Histogram,
+    StatsSnapshot,
 )
-# batch-size histogram buckets (rows per execution)
-BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
-
-
-@dataclass(slots=True)
-class Duration:
-    count: int = 0
-    ns: int = 0
-
-    def add(self, ns: int) -> None:
-        self.count += 1
-        self.ns += ns
-
-
-@dataclass(slots=True)
-class BatchStat:
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-
-
-@dataclass(slots=True)
-class Histogram:
-    bounds: tuple[float, ...]
-    counts: list[int]
-    total: float = 0.0
-
-    @classmethod
-    def with_bounds(cls, bounds: tuple[float, ...]) -> Histogram:
-        return cls(bounds, [0] * (len(bounds) + 1))
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def copy(self) -> Histogram:
-        return Histogram(self.bounds, list(self.counts), self.total)
-
-
-@dataclass(slots=True)
-class StatsSnapshot:
-    name: str
-    version: str
-    last_inference_ms: int
-    inference_count: int
-    execution_count: int
-    success: Duration
-    fail: Duration
-    queue: Duration
-    compute_input: Duration
-    compute_infer: Duration
-    compute_output: Duration
-    cache_hit: Duration
-    cache_miss: Duration
-    batch_stats: dict[int, BatchStat]
-    failures: dict[str, int]  # by Triton reason
-    rejections: dict[str, int]  # admission refusals by inferd reason
-    batch_close_reasons: dict[str, int]  # why each batch was sent when it was
-    pending: int
-    latency_us: Histogram
-    batch_rows: Histogram
 
 
 class ModelStats:

@@ -144,17 +144,19 @@ class Server:
                 )
             self._add("GRPC", port, grpc_server.stop)
         if cfg.allow_metrics:
-            from inferd.metrics.server import start_metrics_server
+            from inferd.frontends.http.server import start_http_server
+            from inferd.metrics.endpoint import MetricsApp, build_registry
 
             address = cfg.metrics_address or cfg.http_address
             async with _starting("Metrics", address, cfg.metrics_port, "--metrics-port"):
-                handle, port = await start_metrics_server(
-                    self.engine,
+                # the HTTP front end's server, connection limits and timeouts
+                handle, port = await start_http_server(
+                    MetricsApp(build_registry(self.engine)),
                     address,
                     cfg.metrics_port,
+                    timeout_keep_alive_s=cfg.http_idle_timeout_s,
                     header_timeout_s=cfg.http_header_timeout_s,
                     body_timeout_s=cfg.http_body_timeout_s,
-                    idle_timeout_s=cfg.http_idle_timeout_s,
                     max_connections=cfg.http_max_connections,
                 )
             self._add("Metrics", port, handle.stop)

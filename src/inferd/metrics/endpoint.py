@@ -1,4 +1,8 @@
-"""The metrics endpoint (``/metrics`` on its own port, 8002 by default)."""
+"""The metrics endpoint: ``/metrics`` as an ASGI app over a fresh Prometheus registry.
+
+The composition root serves it on its own port (8002 by default) with the HTTP front end's
+server, limits and timeouts; this module knows nothing of sockets.
+"""
 
 from __future__ import annotations
 
@@ -57,25 +61,4 @@ class MetricsApp:
         await send({"type": "http.response.body", "body": body})
 
 
-async def start_metrics_server(
-    engine: Engine,
-    host: str,
-    port: int,
-    *,
-    header_timeout_s: float = 10.0,
-    body_timeout_s: float = 30.0,
-    idle_timeout_s: float = 75.0,
-    max_connections: int | None = 1024,
-) -> tuple[Any, int]:
-    """Serve ``/metrics`` with the same connection limits and timeouts as the HTTP front end."""
-    from inferd.frontends.http.server import start_http_server
-
-    return await start_http_server(
-        MetricsApp(build_registry(engine)),
-        host,
-        port,
-        timeout_keep_alive_s=idle_timeout_s,
-        header_timeout_s=header_timeout_s,
-        body_timeout_s=body_timeout_s,
-        max_connections=max_connections,
-    )
+__all__ = ["MetricsApp", "build_registry", "render"]
