@@ -1,6 +1,6 @@
 """Profile `inferd serve` under load with py-spy and say where the time goes.
 
-    .venv/bin/python bench/profile.py mlp-on [--client wrk|grpc|http-binary] [-c 32] [-s 10]
+    .venv/bin/python bench/profile_server.py mlp-on [--client wrk|grpc|http-binary] [-c 32] [-s 10]
 
 Starts inferd on bench/.work/repos/<repo>, drives it (wrk with the v2 JSON body, or perf_analyzer
 over gRPC or HTTP binary) and records every thread with `py-spy record --format raw` (needs
