@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from inferd.backends.registry import BackendRegistry
+from inferd.codecs.model_config import ModelConfig
 from inferd.errors import ConfigError
 
 ENSEMBLE_PLATFORM = "ensemble"
@@ -62,7 +62,9 @@ def _detect(version_dir: Path) -> _Detected | None:
     return None
 
 
-def _fill_backend_fields(config: Any, version_dir: Path | None, registry: BackendRegistry) -> None:
+def _fill_backend_fields(
+    config: ModelConfig, version_dir: Path | None, registry: BackendRegistry
+) -> None:
     if config.platform == ENSEMBLE_PLATFORM:
         return
     if not config.backend and not config.platform and version_dir is not None:
@@ -94,7 +96,7 @@ def _model_path(version_dir: Path, filename: str) -> Path:
 
 
 def complete_config(
-    config: Any,
+    config: ModelConfig,
     model_dir: Path,
     versions: list[int],
     registry: BackendRegistry,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from inferd.codecs.model_config import ModelConfig
 from inferd.errors import UnsupportedError
 
 
-def check_supported(config: Any) -> None:
+def check_supported(config: ModelConfig) -> None:
     """Raise :class:`UnsupportedError` naming the first config feature that cannot be honoured."""
     problems: list[str] = []
     scheduling = config.WhichOneof("scheduling_choice")

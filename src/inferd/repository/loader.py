@@ -6,11 +6,10 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from inferd.backends.base import LoadContext, LoadedModel, ModelInstance
 from inferd.backends.registry import BackendRegistry
-from inferd.codecs.model_config import spec_from_proto
+from inferd.codecs.model_config import ModelConfig, spec_from_proto
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import (
     ConfigError,
@@ -74,7 +73,7 @@ class LoadedVersion:
             _log.exception("closing model '%s' failed", self.serving.spec.name)
 
 
-def select_versions(proto: Any, available: list[int]) -> list[int]:
+def select_versions(proto: ModelConfig, available: list[int]) -> list[int]:
     """Apply the config's version policy to the version directories present."""
     policy = proto.version_policy
     which = policy.WhichOneof("policy_choice")

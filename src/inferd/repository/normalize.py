@@ -13,6 +13,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from inferd.codecs.model_config import ModelConfig
 from inferd.core.datatypes import BY_CONFIG_NAME
 from inferd.errors import ConfigError
 from inferd.repository.paths import resolve_inside
@@ -25,7 +26,7 @@ _KIND_GPU = mc.ModelInstanceGroup.Kind.Value("KIND_GPU")
 _KIND_CPU = mc.ModelInstanceGroup.Kind.Value("KIND_CPU")
 
 
-def normalize_and_validate(config: Any, model_dir: Path, *, gpu_count: int = 0) -> None:
+def normalize_and_validate(config: ModelConfig, model_dir: Path, *, gpu_count: int = 0) -> None:
     """Apply Triton's defaults to ``config`` in place, then validate it.
 
     ``gpu_count`` is the number of usable GPUs (0 on this build: GPU groups are refused).
@@ -38,7 +39,7 @@ def normalize_and_validate(config: Any, model_dir: Path, *, gpu_count: int = 0) 
 # -- normalisation ------------------------------------------------------------------------------
 
 
-def _normalize(config: Any, model_dir: Path, gpu_count: int) -> None:
+def _normalize(config: ModelConfig, model_dir: Path, gpu_count: int) -> None:
     dir_name = model_dir.name
     if not config.name:
         config.name = dir_name
@@ -83,7 +84,7 @@ _PARALLEL_BACKENDS = frozenset({"onnxruntime", "openvino", "pytorch", "fil"})
 DEFAULT_CPU_INSTANCES = 2
 
 
-def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
+def _normalize_instance_groups(config: ModelConfig, gpu_count: int) -> None:
     groups = config.instance_group
     if not groups:
         group = groups.add()
@@ -105,7 +106,7 @@ def _normalize_instance_groups(config: Any, gpu_count: int) -> None:
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _validate(config: Any, model_dir: Path) -> None:
+def _validate(config: ModelConfig, model_dir: Path) -> None:
     name = config.name
     mbs = config.max_batch_size
     if mbs < 0:
@@ -138,7 +139,7 @@ def _validate(config: Any, model_dir: Path) -> None:
         raise ConfigError(f"ensemble model '{name}' must not have an instance_group")
 
 
-def _validate_tensors(config: Any, kind: str, tensors: Iterable[Any]) -> None:
+def _validate_tensors(config: ModelConfig, kind: str, tensors: Iterable[Any]) -> None:
     name = config.name
     seen: set[str] = set()
     for index, tensor in enumerate(tensors):
@@ -200,7 +201,7 @@ def _product(values: list[int]) -> int:
     return result
 
 
-def _validate_labels(config: Any, model_dir: Path) -> None:
+def _validate_labels(config: ModelConfig, model_dir: Path) -> None:
     for output in config.output:
         if not output.label_filename:
             continue
@@ -219,7 +220,7 @@ def _check_preferred(name: str, field: str, sizes: Iterable[int], mbs: int) -> N
             )
 
 
-def _validate_dynamic_batching(config: Any) -> None:
+def _validate_dynamic_batching(config: ModelConfig) -> None:
     name = config.name
     mbs = config.max_batch_size
     db = config.dynamic_batching

@@ -8,8 +8,8 @@ name it holds is a relative path that must stay inside the model directory: no a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from inferd.codecs.model_config import ModelConfig
 from inferd.errors import ConfigError
 
 MAX_RELATIVE_PATH_BYTES = 1024
@@ -62,7 +62,7 @@ def resolve_inside(base: Path, rel: str, what: str) -> Path:
     return path
 
 
-def check_config_paths(config: Any) -> None:
+def check_config_paths(config: ModelConfig) -> None:
     """Refuse a configuration whose file names could leave the model directory.
 
     Covers ``default_model_filename``, ``cc_model_filenames``, outputs' ``label_filename``,

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from inferd.codecs.model_config import ModelConfig
 from inferd.core.names import check_model_name
 from inferd.errors import (
     ConfigError,
@@ -81,7 +82,7 @@ def upload_parts(name: str, files: Mapping[str, bytes]) -> dict[tuple[str, ...],
 def check_upload_allowed(
     name: str,
     files: Mapping[tuple[str, ...], bytes],
-    config: Any,
+    config: ModelConfig,
     backend_for_platform: Any,
     *,
     allow_model_upload: bool,
@@ -110,7 +111,7 @@ def check_upload_allowed(
     check_no_code(name, config, backend_for_platform)
 
 
-def check_no_code(name: str, config: Any, backend_for_platform: Any) -> None:
+def check_no_code(name: str, config: ModelConfig, backend_for_platform: Any) -> None:
     """Refuse an uploaded model whose configuration selects Python code."""
     backend = config.backend or (backend_for_platform(config.platform) if config.platform else None)
     python_params = sorted(PYTHON_PARAMETERS.intersection(config.parameters))
