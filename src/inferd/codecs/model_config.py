@@ -100,19 +100,11 @@ def to_json_dict(config: ModelConfig) -> dict[str, Any]:
     Map keys stay strings (JSON object keys always are), also for the uint64-keyed
     ``priority_queue_policy``; every other 64-bit integer becomes a number.
     """
-    try:
-        rendered = json_format.MessageToDict(
-            config,
-            preserving_proto_field_name=True,
-            always_print_fields_with_no_presence=True,
-        )
-    except TypeError:  # protobuf < 5.26 spells the option differently
-        rendered = json_format.MessageToDict(
-            config,
-            preserving_proto_field_name=True,
-            including_default_value_fields=True,
-        )
-    result: dict[str, Any] = rendered
+    result: dict[str, Any] = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,  # protobuf >= 5.26, as pyproject requires
+    )
     _ints_back(result, config.DESCRIPTOR)
     return result
 

@@ -6,14 +6,13 @@ Only inference replies are compressed (PROTOCOL.md §2.3); errors are ``{"error"
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.codecs import statistics, v2_http
+from inferd.codecs.repository import decode_load_parameters, decode_unload_parameters
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy
@@ -334,42 +333,13 @@ class HttpApp:
         params = _parameters(
             await self._read_json_body(scope, receive, "model load request", load=True)
         )
-        config_json: str | None = None
-        files: dict[str, bytes] = {}
-        for key, value in params.items():
-            if key == "config":
-                if not isinstance(value, str):
-                    raise InvalidArgumentError(
-                        "load parameter 'config' must be a string holding the model "
-                        "configuration as JSON"
-                    )
-                config_json = value
-            elif key.startswith("file:"):
-                if not isinstance(value, str):
-                    raise InvalidArgumentError(f"load parameter '{key}' must be a base64 string")
-                try:
-                    files[key[len("file:") :]] = base64.b64decode(value, validate=True)
-                except (binascii.Error, ValueError) as exc:
-                    raise InvalidArgumentError(
-                        f"load parameter '{key}' is not valid base64: {exc}"
-                    ) from None
-            else:
-                raise InvalidArgumentError(
-                    f"unknown load parameter '{key}': expected 'config' or 'file:<path>'"
-                )
-        await self._engine.load_model(route.model, config_json=config_json, files=files or None)
+        load = decode_load_parameters(params, files_as="base64")
+        await self._engine.load_model(route.model, config_json=load.config_json, files=load.files)
         return Reply(200)
 
     async def _repository_unload(self, route: Route, scope: Scope, receive: Receive) -> Reply:
         params = _parameters(await self._read_json_body(scope, receive, "model unload request"))
-        dependents = params.get("unload_dependents", False)
-        if not isinstance(dependents, bool):
-            raise InvalidArgumentError("unload parameter 'unload_dependents' must be a boolean")
-        unknown = set(params) - {"unload_dependents"}
-        if unknown:
-            raise InvalidArgumentError(
-                f"unknown unload parameter(s) {sorted(unknown)}: expected 'unload_dependents'"
-            )
+        dependents = decode_unload_parameters(params)
         await self._engine.unload_model(route.model, unload_dependents=dependents)
         return Reply(200)
 
