@@ -20,6 +20,17 @@ from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import InferdError
 
+__all__ = [
+    "Backend",
+    "ExecutionTimes",
+    "LoadContext",
+    "LoadedModel",
+    "ModelInstance",
+    "Outputs",
+    "Result",
+    "TimedInstance",
+]
+
 Outputs = dict[str, np.ndarray[Any, Any]]
 Result = Outputs | InferdError
 

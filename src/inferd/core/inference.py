@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["InferRequest", "InferResponse", "ParamValue", "RequestedOutput"]
+
 ParamValue = bool | int | float | str
 
 

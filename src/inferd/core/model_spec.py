@@ -12,6 +12,14 @@ from typing import Any
 
 from inferd.core.datatypes import DataType
 
+__all__ = [
+    "DynamicBatchingSpec",
+    "InstanceGroupSpec",
+    "ModelSpec",
+    "QueuePolicySpec",
+    "TensorSpec",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:

@@ -19,6 +19,8 @@ from inferd.errors import UnavailableError
 from inferd.server.config import ServerConfig
 from inferd.server.server import Server
 
+__all__ = ["InferenceServer"]
+
 T = TypeVar("T")
 
 
