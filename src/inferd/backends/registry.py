@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.backends.base import Backend
@@ -33,10 +34,16 @@ class _Entry:
     backend: Backend | None = None
     platforms_known: bool = True  # False for entry points until they are imported
     install_hint: str | None = None  # overrides the ``inferd[extra]`` hint (plugins)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one materialisation
 
 
 class BackendRegistry:
-    """Backends by config ``backend`` name, and by ``platform`` as a fallback."""
+    """Backends by config ``backend`` name, and by ``platform`` as a fallback.
+
+    Models load on several threads at once; each backend is built once, under its own lock
+    (a slow import of one runtime does not hold up the others). Registering is done by the
+    composition root before any load.
+    """
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
@@ -112,8 +119,15 @@ class BackendRegistry:
         return ", ".join(self.names()) or "(none)"
 
     def _materialise(self, entry: _Entry) -> Backend:
-        if entry.backend is not None:
-            return entry.backend
+        backend = entry.backend
+        if backend is not None:
+            return backend
+        with entry.lock:
+            if entry.backend is not None:
+                return entry.backend
+            return self._build(entry)
+
+    def _build(self, entry: _Entry) -> Backend:
         try:
             backend = entry.factory()
         except ImportError as exc:
@@ -124,9 +138,9 @@ class BackendRegistry:
                 f"backend '{entry.name}' needs a runtime that is not installed ({exc}); "
                 f"to use it run: {hint}"
             ) from exc
-        entry.backend = backend
         entry.platforms = tuple(backend.platforms)
         entry.platforms_known = True
+        entry.backend = backend  # last: a reader that sees it sees the platforms too
         return backend
 
 
