@@ -155,6 +155,20 @@ def test_config_reshape_applies_both_ways(tmp_path: Path) -> None:
     np.testing.assert_array_equal(out, x.reshape(2, 6))
 
 
+def test_a_request_that_cannot_take_the_config_reshape_fails_alone(tmp_path: Path) -> None:
+    config = (
+        "max_batch_size: 4 "
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 2, 3 ] reshape { shape: [ 6 ] } } ] '
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 6 ] reshape { shape: [ 2, 3 ] } } ]'
+    )
+    instance = _instance(flatten_2x3(), tmp_path, config)
+    good = np.ones((1, 2, 3), dtype=np.float32)
+    ok, bad = instance.execute([_request(X=good), _request(X=np.ones((1, 1, 3), np.float32))])
+    np.testing.assert_array_equal(_ok(ok)["Y"], np.ones((1, 6)))
+    assert isinstance(bad, InvalidInputError), bad
+    assert "input 'X' with shape [1, 1, 3] cannot be reshaped to [6]" in bad.message
+
+
 def test_runtime_rejections_become_invalid_input(tmp_path: Path) -> None:
     instance = _instance(add_sub(), tmp_path)
     good = np.zeros((1, 16), dtype=np.int32)

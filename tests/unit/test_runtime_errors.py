@@ -168,21 +168,47 @@ def test_onnxruntime_blame_follows_the_status_class() -> None:
         assert ort_backend.blame(getattr(ORT_STATE, status)("boom")) is Blame.MODEL
 
 
-def test_internal_failure_is_logged_once_and_answered_as_internal(
-    caplog: pytest.LogCaptureFixture,
+class _FailingSession:
+    """Stands in for a session whose execution provider fails on every run."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, *args: Any) -> Any:
+        self.runs += 1
+        raise ORT_STATE.EPFail("[ONNXRuntimeError] : 11 : EP_FAIL : device lost")
+
+
+def test_model_fault_fails_the_batch_once_logged_with_the_request_ids(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cause = ORT_STATE.EPFail("[ONNXRuntimeError] : 11 : EP_FAIL : device lost")
-    with caplog.at_level(logging.ERROR, logger="inferd.backends.runtime_errors"):
-        error = ort_backend._translate(cause, "m")
-    assert isinstance(error, InternalError)
-    assert "device lost" in error.message
-    [record] = caplog.records
-    assert "model 'm'" in record.getMessage()
-    assert record.exc_info is not None
-    with caplog.at_level(logging.ERROR, logger="inferd.backends.runtime_errors"):
-        caplog.clear()
-        assert isinstance(ort_backend._translate(ValueError("bad feed"), "m"), InvalidInputError)
-    assert caplog.records == []  # the client's mistakes do not fill the server log
+    instance = _instance(_write(tmp_path, "cast", cast_text_to_float(), CAST_CONFIG, "model.onnx"))
+    session = instance._session = _FailingSession()
+    requests = [_text("1"), _text("2"), _text("3")]
+    for i, request in enumerate(requests):
+        request.id = f"r{i}"
+    with caplog.at_level(logging.DEBUG, logger="inferd.backends"):
+        results = instance.execute(requests)
+    assert session.runs == 1  # a fault is not run again request by request
+    assert all(isinstance(r, InternalError) and "device lost" in r.message for r in results)
+    assert len({id(r) for r in results}) == 3  # one error object per request
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "model 'cast'" in record.getMessage()
+    assert "'r0', 'r1', 'r2'" in record.getMessage()
+    assert record.exc_info is not None  # with the runtime's own failure as the cause
+
+
+def test_request_content_errors_are_not_logged_as_faults(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    instance = _instance(_write(tmp_path, "cast", cast_text_to_float(), CAST_CONFIG, "model.onnx"))
+    assert isinstance(ort_backend.FAMILY.translate(ValueError("bad feed"), "m"), InvalidInputError)
+    with caplog.at_level(logging.DEBUG, logger="inferd.backends"):
+        good, bad = instance.execute([_text("1"), _text("abc")])
+    assert isinstance(bad, InvalidInputError)
+    assert not isinstance(good, BaseException)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []  # not the server's
+    assert any("running each request alone" in r.getMessage() for r in caplog.records)
 
 
 def add_dynamic() -> onnx.ModelProto:

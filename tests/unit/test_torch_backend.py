@@ -22,7 +22,7 @@ from inferd.repository.normalize import normalize_and_validate
 torch = pytest.importorskip("torch")
 
 from inferd.backends.torch import TorchBackend, TorchInstance, TorchModel  # noqa: E402
-from inferd.backends.torch.backend import translate  # noqa: E402
+from inferd.backends.torch.backend import FAMILY  # noqa: E402
 from inferd.backends.torch.settings import DEFAULT_INTRA_OP_THREADS, parse_settings  # noqa: E402
 
 CPU = InstanceGroupSpec(name="g", kind="KIND_CPU", count=1)
@@ -453,11 +453,11 @@ def test_translate_keeps_the_useful_line() -> None:
     scripted = torch.jit.script(AddMul())
     with pytest.raises(RuntimeError) as caught:
         scripted(torch.ones(2, 3), torch.ones(2, 4))
-    error = translate(caught.value, "m")
+    error = FAMILY.translate(caught.value, "m")
     assert isinstance(error, InvalidInputError)
     assert "must match" in str(error)
     assert "\n" not in str(error)
-    assert isinstance(translate(RuntimeError("out of memory"), "m"), InternalError)
+    assert isinstance(FAMILY.translate(RuntimeError("out of memory"), "m"), InternalError)
 
 
 # -- torch.export -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from inferd.errors import ConfigError
@@ -28,3 +29,27 @@ def apply_batching(
             f"max_batch_size is specified{hint}"
         )
     return bool(config.max_batch_size > 0)
+
+
+def add_tensors(
+    target: Any, tensors: Iterable[tuple[str, str, Sequence[int]]], batching: bool
+) -> None:
+    """Append ``(name, config data type, model dims)`` to a config's input or output list.
+
+    ``dims`` are the model's (-1 for a dynamic dimension); with ``batching`` the first is the
+    batch dimension and is left out. A tensor left with no dimension gets dims ``[1]``, and,
+    when batching, an empty ``reshape`` (the model sees ``[batch]``).
+    """
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    for name, config_type, model_dims in tensors:
+        tensor = target.add()
+        tensor.name = name
+        tensor.data_type = mc.DataType.Value(config_type)
+        dims = list(model_dims[1:] if batching else model_dims)
+        if dims:
+            tensor.dims.extend(dims)
+        else:
+            tensor.dims.append(1)
+            if batching:
+                tensor.reshape.SetInParent()

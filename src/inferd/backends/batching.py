@@ -1,18 +1,25 @@
-"""Helpers for runtimes that execute several requests as one batch along the first dimension."""
+"""Stacking requests along the first dimension, and the ``execute`` of tensor runtimes.
+
+What a failed batch answers (split on a request's content, fail on a fault) is decided in one
+place, :mod:`inferd.backends.execution`; this module only stacks and cuts tensors.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from inferd.backends.base import ExecutionTimes, Result
+from inferd.backends.execution import run_batch
 from inferd.core.inference import InferRequest
-from inferd.errors import InferdError, InvalidInputError
+from inferd.core.model_spec import ModelSpec
+from inferd.errors import InferdError, InternalError
 
 Array = np.ndarray[Any, Any]
+F = TypeVar("F")  # a runtime's feeds for one run
 
 
 def can_concatenate(requests: Sequence[InferRequest]) -> bool:
@@ -37,8 +44,22 @@ def concatenate_inputs(requests: Sequence[InferRequest]) -> tuple[dict[str, Arra
     return feeds, rows
 
 
-def split_outputs(outputs: dict[str, Array], rows: Sequence[int]) -> list[dict[str, Array]]:
+def check_rows(outputs: dict[str, Array], rows: int, model: str) -> None:
+    """Every output of a batch of ``rows`` rows must have ``rows`` rows: one that lost the batch
+    dimension cannot be cut back per request, and the model is at fault."""
+    for name, array in outputs.items():
+        if array.ndim == 0 or array.shape[0] != rows:
+            raise InternalError(
+                f"model '{model}' returned output '{name}' with shape {list(array.shape)} for a "
+                f"batch of {rows} rows; batched outputs must keep the batch dimension"
+            )
+
+
+def split_outputs(
+    outputs: dict[str, Array], rows: Sequence[int], model: str
+) -> list[dict[str, Array]]:
     """Cut batched outputs back into one dict per request (views, no copies)."""
+    check_rows(outputs, sum(rows), model)
     bounds = np.cumsum(rows)[:-1]
     per_request: list[dict[str, Array]] = [{} for _ in rows]
     for name, array in outputs.items():
@@ -65,70 +86,80 @@ def requested_names(request: InferRequest, all_names: Sequence[str]) -> list[str
     return [n for n in all_names if n in wanted]
 
 
+def as_error(exc: BaseException) -> InferdError:
+    """A caught failure as a request's result (runtimes raise only inferd's errors)."""
+    if isinstance(exc, InferdError):
+        return exc
+    return InternalError(f"{type(exc).__name__}: {exc}")
+
+
 def execute_requests(
     requests: Sequence[InferRequest],
     times: ExecutionTimes,
     *,
+    model: str,
     stackable: bool,
     output_names: Sequence[str],
-    prepare: Callable[[dict[str, Array]], dict[str, Array]],
-    run: Callable[[dict[str, Array], list[str]], dict[str, Array]],
+    prepare: Callable[[dict[str, Array]], F],
+    run: Callable[[F, list[str]], dict[str, Array]],
 ) -> list[Result]:
-    """The batching half of ``execute_timed`` shared by tensor runtimes.
+    """The ``execute_timed`` of tensor runtimes: :func:`run_batch` over stacked requests.
 
-    Requests that stack (same inputs, same non-batch dims) run as one call of ``run``; if that
-    call fails on its inputs, each request runs alone so that only the bad one gets the error.
-    ``prepare`` turns request tensors into the runtime's feeds; both may raise ``InferdError``.
+    Requests that stack (same inputs, same non-batch dims) are concatenated, turned into the
+    runtime's feeds by ``prepare`` and run by one call of ``run``; otherwise each runs alone.
+    Both may raise ``InferdError``; what follows a failure is :mod:`inferd.backends.execution`'s.
     """
-    if len(requests) > 1 and stackable and can_concatenate(requests):
+
+    def one(request: InferRequest) -> dict[str, Array]:
         t0 = time.perf_counter_ns()
-        try:
-            stacked, rows = concatenate_inputs(requests)
-            feeds = prepare(stacked)
-            wanted = union_outputs(requests, output_names)
-            t1 = time.perf_counter_ns()
-            outputs = run(feeds, wanted)
-            t2 = time.perf_counter_ns()
-            parts = split_outputs(outputs, rows)
-        except InvalidInputError:
-            pass  # find the culprit by running each request alone
-        except InferdError as exc:
-            return [exc for _ in requests]
-        else:
-            times.input_ns += t1 - t0
-            times.infer_ns += t2 - t1
-            times.output_ns += time.perf_counter_ns() - t2
-            return list(parts)
-    results: list[Result] = []
-    for request in requests:
-        t0 = time.perf_counter_ns()
-        try:
-            feeds = prepare(request.inputs)
-            t1 = time.perf_counter_ns()
-            results.append(run(feeds, requested_names(request, output_names)))
-        except InferdError as exc:
-            results.append(exc)
-            continue
-        t2 = time.perf_counter_ns()
+        feeds = prepare(request.inputs)
+        t1 = time.perf_counter_ns()
         times.input_ns += t1 - t0
+        outputs = run(feeds, requested_names(request, output_names))
+        times.infer_ns += time.perf_counter_ns() - t1
+        return outputs
+
+    def stacked(batch: Sequence[InferRequest]) -> list[dict[str, Array]]:
+        t0 = time.perf_counter_ns()
+        inputs, rows = concatenate_inputs(batch)
+        feeds = prepare(inputs)
+        t1 = time.perf_counter_ns()
+        times.input_ns += t1 - t0
+        outputs = run(feeds, union_outputs(batch, output_names))
+        t2 = time.perf_counter_ns()
         times.infer_ns += t2 - t1
-    return results
+        parts = split_outputs(outputs, rows, model)
+        times.output_ns += time.perf_counter_ns() - t2
+        return parts
+
+    stacks = stackable and len(requests) > 1 and can_concatenate(requests)
+    return run_batch(
+        requests,
+        stacked=stacked if stacks else None,
+        alone=one,
+        answer=as_error,
+        ids=[request.id for request in requests],
+        model=model,
+    )
 
 
-class StackingInstance:
-    """Base of instances that run stackable requests as one call (ONNX Runtime, OpenVINO).
+class StackingInstance(Generic[F]):
+    """Base of instances that run stackable requests as one call (ONNX Runtime, OpenVINO,
+    PyTorch).
 
-    Subclasses set ``_batched`` (the model has a batch dimension) and ``_outputs`` (output names
-    in model order), and implement ``_feeds`` (request tensors -> runtime feeds) and ``run``.
+    Subclasses set ``_spec``, ``_batched`` (the model has a batch dimension) and
+    ``_output_names`` (in model order), and implement ``_feeds`` (request tensors -> the
+    runtime's feeds) and ``run``.
     """
 
+    _spec: ModelSpec
     _batched: bool
-    _outputs: dict[str, Any]
+    _output_names: list[str]
 
-    def _feeds(self, inputs: dict[str, Array]) -> dict[str, Array]:
+    def _feeds(self, inputs: dict[str, Array]) -> F:
         raise NotImplementedError
 
-    def run(self, feeds: dict[str, Array], output_names: list[str]) -> dict[str, Array]:
+    def run(self, feeds: F, output_names: list[str]) -> dict[str, Array]:
         raise NotImplementedError
 
     def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
@@ -141,8 +172,9 @@ class StackingInstance:
         return execute_requests(
             requests,
             times,
+            model=self._spec.name,
             stackable=self._batched,
-            output_names=list(self._outputs),
+            output_names=self._output_names,
             prepare=self._feeds,
             run=self.run,
         )

@@ -17,16 +17,16 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inferd.backends.autofill import apply_batching
+from inferd.backends import shapes
+from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
 from inferd.backends.parameters import bool_param, int_param
-from inferd.backends.runtime_errors import Blame, runtime_failure
+from inferd.backends.runtime_errors import Blame, RuntimeFamily
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
     ConfigError,
-    InferdError,
     InternalError,
     InvalidInputError,
     ModelLoadError,
@@ -245,48 +245,11 @@ def _tensor_outputs(outputs: Sequence[Any], where: str) -> list[Any]:
     return served
 
 
-def _fill_tensors(target: Any, args: Sequence[Any], batching: bool) -> None:
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    for arg in args:
-        tensor = target.add()
-        tensor.name = arg.name
-        tensor.data_type = mc.DataType.Value(_config_type(arg.type, arg.name))
-        dims = _onnx_dims(arg.shape)
-        if batching:
-            dims = dims[1:]
-        if not dims:
-            tensor.dims.append(1)
-            if batching:
-                tensor.reshape.SetInParent()
-        else:
-            tensor.dims.extend(dims)
+def _model_tensors(args: Sequence[Any]) -> list[tuple[str, str, list[int]]]:
+    return [(a.name, _config_type(a.type, a.name), _onnx_dims(a.shape)) for a in args]
 
 
 # -- tensor adaptation --------------------------------------------------------------------------
-
-
-def _fill_variable(pattern: Sequence[int], donors: list[int]) -> tuple[int, ...] | None:
-    """``pattern`` with its -1 entries taken in order from ``donors`` (None if they disagree)."""
-    if pattern.count(-1) != len(donors):
-        return None
-    it = iter(donors)
-    return tuple(next(it) if d == -1 else d for d in pattern)
-
-
-def _refit(
-    array: np.ndarray[Any, Any], batched: bool, source: Sequence[int], target: Sequence[int]
-) -> np.ndarray[Any, Any]:
-    """Reshape ``[batch] + source`` into ``[batch] + target`` (config dims <-> reshape)."""
-    lead = array.shape[:1] if batched else ()
-    inner = array.shape[1:] if batched else array.shape
-    donors = (
-        [inner[i] for i, d in enumerate(source) if d == -1] if len(inner) == len(source) else []
-    )
-    shape = _fill_variable(target, donors)
-    if shape is None:
-        return array.reshape(*lead, *target) if target.count(-1) <= 1 else array
-    return array.reshape(*lead, *shape)
 
 
 def _to_ort_strings(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -322,25 +285,20 @@ class _Plan:
     model_rank: int | None  # ONNX rank, None if unknown
 
     def request_to_model(self, array: np.ndarray[Any, Any], batched: bool) -> np.ndarray[Any, Any]:
-        if self.tensor.reshape is not None:
-            array = _refit(array, batched, self.tensor.dims, self.tensor.reshape)
-        elif self.model_rank == 0 and array.size == 1 and array.ndim == 1:
-            array = array.reshape(())
+        array = shapes.to_model(array, self.tensor, batched, self.model_rank)
         if self.tensor.datatype.is_bytes:
             array = _to_ort_strings(self.tensor.name, array)
         return array
 
-    def model_to_response(self, array: np.ndarray[Any, Any], batched: bool) -> np.ndarray[Any, Any]:
+    def model_to_response(
+        self, array: np.ndarray[Any, Any], batched: bool, model: str
+    ) -> np.ndarray[Any, Any]:
         if self.tensor.datatype.is_bytes:
             array = _from_ort_strings(array)
-        if self.tensor.reshape is not None:
-            array = _refit(array, batched, self.tensor.reshape, self.tensor.dims)
-        elif array.ndim == 0:
-            array = array.reshape(self.tensor.dims if -1 not in self.tensor.dims else (1,))
-        return array
+        return shapes.to_config(array, self.tensor, batched, model)
 
 
-def blame(exc: Exception) -> Blame:
+def blame(exc: BaseException) -> Blame:
     """Whether a failure of ``InferenceSession.run`` is the request's or the model's."""
     if isinstance(exc, _REQUEST_STATUSES):
         return Blame.REQUEST
@@ -349,17 +307,13 @@ def blame(exc: Exception) -> Blame:
     return Blame.MODEL
 
 
-def _translate(exc: Exception, model: str) -> InferdError:
-    message = str(exc).strip()
-    return runtime_failure(
-        blame(exc), runtime="onnxruntime", model=model, message=message, cause=exc
-    )
+FAMILY = RuntimeFamily("onnxruntime", blame, summary=lambda exc: str(exc).strip())
 
 
 # -- the protocols ------------------------------------------------------------------------------
 
 
-class OnnxRuntimeInstance(StackingInstance):
+class OnnxRuntimeInstance(StackingInstance[dict[str, np.ndarray[Any, Any]]]):
     """One session; ``execute`` runs on the instance's worker thread."""
 
     def __init__(
@@ -375,6 +329,7 @@ class OnnxRuntimeInstance(StackingInstance):
         out_ranks = {a.name: len(a.shape) for a in session.get_outputs()}
         self._inputs = {t.name: _Plan(t, ranks.get(t.name)) for t in spec.inputs}
         self._outputs = {t.name: _Plan(t, out_ranks.get(t.name)) for t in spec.outputs}
+        self._output_names = list(self._outputs)
         self._batched = spec.max_batch_size > 0
 
     @property
@@ -402,9 +357,11 @@ class OnnxRuntimeInstance(StackingInstance):
         try:
             produced = session.run(output_names, feeds, self._run_options)
         except Exception as exc:  # translated once, here, at the runtime boundary
-            raise _translate(exc, self._spec.name) from exc
+            raise FAMILY.translate(exc, self._spec.name) from exc
         return {
-            name: self._outputs[name].model_to_response(np.asarray(array), self._batched)
+            name: self._outputs[name].model_to_response(
+                np.asarray(array), self._batched, self._spec.name
+            )
             for name, array in zip(output_names, produced, strict=True)
         }
 
@@ -547,9 +504,9 @@ class OnnxRuntimeBackend:
             where=where,
         )
         if len(config.input) == 0:
-            _fill_tensors(config.input, inputs, batching)
+            add_tensors(config.input, _model_tensors(inputs), batching)
         if len(config.output) == 0:
-            _fill_tensors(config.output, outputs, batching)
+            add_tensors(config.output, _model_tensors(outputs), batching)
 
     def load(self, ctx: LoadContext) -> OnnxRuntimeModel:
         spec = ctx.spec

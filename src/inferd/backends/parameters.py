@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from inferd.errors import ConfigError
 
 TRUE_WORDS = frozenset({"1", "true", "on", "yes"})
@@ -35,6 +37,7 @@ def int_param(
     *,
     minimum: int = 0,
     label: str | None = None,
+    expected: str = "an integer",
 ) -> int | None:
     """``params[key]`` as an integer ``>= minimum``; ``default`` when absent."""
     raw = params.get(key)
@@ -46,6 +49,16 @@ def int_param(
         value = minimum - 1
     if value < minimum:
         raise ConfigError(
-            f"parameter '{label or key}' must be an integer >= {minimum}, got '{raw}'"
+            f"parameter '{label or key}' must be {expected} >= {minimum}, got '{raw}'"
         )
     return value
+
+
+def check_keys(params: dict[str, str], accepted: Sequence[str], backend: str) -> None:
+    """Refuse any parameter key the backend does not know (a typo must not be ignored)."""
+    unknown = sorted(k for k in params if k not in accepted)
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter '{unknown[0]}' for backend '{backend}'; accepted parameters: "
+            f"{', '.join(sorted(accepted))}"
+        )

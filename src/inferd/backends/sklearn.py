@@ -31,13 +31,14 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import LoadContext
-from inferd.backends.parameters import bool_param
-from inferd.backends.trees.tabular import (
+from inferd.backends.parameters import bool_param, check_keys
+from inferd.backends.tabular import (
     Array,
     TabularInstance,
     TabularIO,
     cast_output,
-    check_parameter_keys,
+    complete_io,
+    is_complete,
 )
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import ConfigError, InferdError, ModelLoadError, UnavailableError
@@ -134,7 +135,9 @@ class SklearnModel:
                 result = result.reshape(-1, 1)
             return cast_output(result, output)
 
-        return TabularInstance(self._spec.name, self._io, predict, num_features=self._features)
+        return TabularInstance(
+            self._spec.name, self._io, predict, num_features=self._features, runtime="scikit-learn"
+        )
 
     def close(self) -> None:
         self._estimator = None
@@ -198,15 +201,10 @@ class SklearnBackend:
 
     def auto_complete(self, config: Any, model_path: Path, *, default_max_batch_size: int) -> None:
         """Fill input/output dims (and batching) from the estimator when they are missing."""
-        complete = (
-            len(config.input) > 0
-            and len(config.output) > 0
-            and all(len(t.dims) > 0 for t in (*config.input, *config.output))
-        )
-        if complete:
+        if is_complete(config):
             return
         params = {key: value.string_value for key, value in config.parameters.items()}
-        check_parameter_keys(params, ACCEPTED_PARAMETERS, self.name)
+        check_keys(params, ACCEPTED_PARAMETERS, self.name)
         version_dir = model_path if model_path.is_dir() else model_path.parent
         try:
             path = self._resolve(version_dir, config.default_model_filename)
@@ -221,36 +219,25 @@ class SklearnBackend:
                 "unable to auto-complete the configuration: the estimator does not tell its "
                 "number of features or outputs; list input and output dims in config.pbtxt"
             )
-        from tritonclient.grpc import model_config_pb2 as mc
-
-        output_type = mc.TYPE_FP32
+        output_type = "TYPE_FP32"
         if method == "predict":
             classes = getattr(estimator, "classes_", None)
             if classes is not None:
                 kind = np.asarray(classes).dtype.kind
-                output_type = mc.TYPE_INT64 if kind in "iub" else mc.TYPE_STRING
-        if config.max_batch_size == 0 and len(config.input) == 0:
-            config.max_batch_size = default_max_batch_size
-            if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-                config.dynamic_batching.SetInParent()
-        lead = [] if config.max_batch_size > 0 else [-1]
-        for tensors, name, dtype, width in (
-            (config.input, "input__0", mc.TYPE_FP32, int(features)),
-            (config.output, "output__0", output_type, columns),
-        ):
-            tensor = tensors[0] if len(tensors) else tensors.add()
-            if not tensor.name:
-                tensor.name = name
-            if tensor.data_type == mc.TYPE_INVALID:
-                tensor.data_type = dtype
-            if len(tensor.dims) == 0:
-                tensor.dims.extend([*lead, width])
+                output_type = "TYPE_INT64" if kind in "iub" else "TYPE_STRING"
+        complete_io(
+            config,
+            features=int(features),
+            columns=columns,
+            output_type=output_type,
+            default_max_batch_size=default_max_batch_size,
+        )
 
     def load(self, ctx: LoadContext) -> SklearnModel:
         spec = ctx.spec
         where = f"failed to load '{spec.name}' version {ctx.version}"
         try:
-            check_parameter_keys(spec.parameters, ACCEPTED_PARAMETERS, self.name)
+            check_keys(spec.parameters, ACCEPTED_PARAMETERS, self.name)
             io = TabularIO.from_spec(spec, self.name)
             proba = bool_param(spec.parameters, "predict_proba", False)
             path = self._resolve(ctx.version_dir, spec.default_model_filename)

@@ -28,15 +28,15 @@ import numpy as np
 import openvino as ov
 from openvino import exceptions as ov_exceptions
 
-from inferd.backends.autofill import apply_batching
+from inferd.backends import shapes
+from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
 from inferd.backends.openvino.settings import CompileSettings, parse_settings
-from inferd.backends.runtime_errors import Blame, runtime_failure
+from inferd.backends.runtime_errors import Blame, RuntimeFamily
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
     ConfigError,
-    InferdError,
     InternalError,
     InvalidInputError,
     ModelLoadError,
@@ -120,9 +120,8 @@ def _read_model(core: ov.Core, path: Path) -> ov.Model:
     return core.read_model(str(path))
 
 
-def _fill_tensors(target: Any, ports: Sequence[Any], batching: bool) -> None:
-    from tritonclient.grpc import model_config_pb2 as mc
-
+def _model_tensors(ports: Sequence[Any]) -> list[tuple[str, str, list[int]]]:
+    tensors = []
     for port in ports:
         config_type = _config_type(port)
         if config_type is None:
@@ -130,34 +129,11 @@ def _fill_tensors(target: Any, ports: Sequence[Any], batching: bool) -> None:
                 f"unable to auto-complete tensor '{port.get_any_name()}': OpenVINO element type "
                 f"{_type_name(port)} is not supported by the openvino backend"
             )
-        tensor = target.add()
-        tensor.name = port.get_any_name()
-        tensor.data_type = mc.DataType.Value(config_type)
-        dims = _dims(port.get_partial_shape())
-        if batching:
-            dims = dims[1:]
-        if not dims:
-            tensor.dims.append(1)
-            if batching:
-                tensor.reshape.SetInParent()
-        else:
-            tensor.dims.extend(dims)
+        tensors.append((port.get_any_name(), config_type, _dims(port.get_partial_shape())))
+    return tensors
 
 
 # -- tensor adaptation --------------------------------------------------------------------------
-
-
-def _refit(array: Array, batched: bool, target: Sequence[int]) -> Array:
-    """Reshape the non-batch part of ``array`` to ``target`` (a config ``dims``/``reshape``)."""
-    lead = array.shape[:1] if batched else ()
-    if list(target).count(-1) > 1:
-        return array  # ambiguous: leave it to the shape check
-    try:
-        return array.reshape(*lead, *target)
-    except ValueError as exc:
-        raise InvalidInputError(
-            f"a tensor of shape {list(array.shape)} cannot be reshaped to {[*lead, *target]}: {exc}"
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +152,7 @@ class _InputPlan:
                 f"input '{self.tensor.name}' of model '{model}' has data type {array.dtype}, "
                 f"expected {self.dtype}"
             )
-        if self.tensor.reshape is not None:
-            array = _refit(array, batched, self.tensor.reshape)
-        elif self.model_rank == 0 and array.shape == (1,):
-            array = array.reshape(())
+        array = shapes.to_model(array, self.tensor, batched, self.model_rank)
         shape = self.port.get_partial_shape()
         given = list(array.shape)
         if fixed_rows and given:
@@ -197,15 +170,11 @@ class _OutputPlan:
     tensor: TensorSpec
     port: Any
 
-    def to_response(self, array: Array, batched: bool) -> Array:
-        if self.tensor.reshape is not None:
-            return _refit(array, batched, self.tensor.dims)
-        if array.ndim == 0:
-            return array.reshape(self.tensor.dims if -1 not in self.tensor.dims else (1,))
-        return array
+    def to_response(self, array: Array, batched: bool, model: str) -> Array:
+        return shapes.to_config(array, self.tensor, batched, model)
 
 
-def blame(exc: Exception) -> Blame:
+def blame(exc: BaseException) -> Blame:
     """Whether a failure of ``InferRequest.infer`` is the request's or the model's."""
     if isinstance(exc, _REQUEST_EXCEPTIONS):
         return Blame.REQUEST
@@ -214,7 +183,7 @@ def blame(exc: Exception) -> Blame:
     return Blame.MODEL
 
 
-def summary(exc: Exception) -> str:
+def summary(exc: BaseException) -> str:
     """OpenVINO's message without its chain of source locations: the node and the last line."""
     text = str(exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -223,16 +192,13 @@ def summary(exc: Exception) -> str:
     return f"{node.group(1)} node '{node.group(2)}': {last}" if node else last
 
 
-def _translate(exc: Exception, model: str) -> InferdError:
-    return runtime_failure(
-        blame(exc), runtime="openvino", model=model, message=summary(exc), cause=exc
-    )
+FAMILY = RuntimeFamily("openvino", blame, summary)
 
 
 # -- the protocols ------------------------------------------------------------------------------
 
 
-class OpenVinoInstance(StackingInstance):
+class OpenVinoInstance(StackingInstance[dict[str, Array]]):
     """One compiled model and its single infer request; ``execute`` runs on a worker thread."""
 
     def __init__(self, spec: ModelSpec, compiled: ov.CompiledModel, settings: CompileSettings):
@@ -257,6 +223,7 @@ class OpenVinoInstance(StackingInstance):
             if t.name in in_ports
         }
         self._outputs = {t.name: _OutputPlan(t, out_ports[t.name]) for t in spec.outputs}
+        self._output_names = list(self._outputs)
         self._required = [name for name in in_ports if name in self._inputs]
 
     def _feeds(self, inputs: dict[str, Array]) -> dict[str, Array]:
@@ -306,11 +273,11 @@ class OpenVinoInstance(StackingInstance):
             produced = request.infer(feeds, share_inputs=True, share_outputs=False)
             arrays = {name: produced[self._outputs[name].port] for name in output_names}
         except Exception as exc:  # translated once, here, at the runtime boundary
-            raise _translate(exc, self._spec.name) from exc
+            raise FAMILY.translate(exc, self._spec.name) from exc
         if rows >= 0:
             arrays = {name: a[:rows] for name, a in arrays.items()}
         return {
-            name: self._outputs[name].to_response(np.asarray(a), self._batched)
+            name: self._outputs[name].to_response(np.asarray(a), self._batched, self._spec.name)
             for name, a in arrays.items()
         }
 
@@ -491,9 +458,9 @@ class OpenVinoBackend:
             where=f"model '{config.name or model_path.parent.parent.name}'",
         )
         if len(config.input) == 0:
-            _fill_tensors(config.input, model.inputs, batching)
+            add_tensors(config.input, _model_tensors(model.inputs), batching)
         if len(config.output) == 0:
-            _fill_tensors(config.output, model.outputs, batching)
+            add_tensors(config.output, _model_tensors(model.outputs), batching)
 
     def load(self, ctx: LoadContext) -> OpenVinoModel:
         spec = ctx.spec

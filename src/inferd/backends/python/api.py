@@ -15,9 +15,10 @@ Write a ``model.py`` with one subclass of :class:`Model`::
 ``predict`` receives a whole batch: when the model batches (``max_batch_size > 0``) the server
 stacks the requests of a batch along the first dimension (zero-copy: the worker sees one view of
 shared memory) and cuts the outputs back per request. Batching is the server's job, never the
-model's. A ``predict`` that raises on a stacked batch is retried request by request, so only the
-bad request gets the error; raise :class:`inferd.errors.InvalidArgumentError` to answer 400.
-Each instance runs in its own worker process.
+model's. To refuse a request for its content, raise :class:`inferd.errors.InvalidArgumentError`
+(answered 400): if it was raised on a stacked batch, ``predict`` runs again on each request alone,
+so only the bad one gets the error. Any other exception fails every request of the batch (500)
+and ``predict`` is not called again for them. Each instance runs in its own worker process.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from inferd.backends.base import LoadContext
+from inferd.backends.parameters import int_param
 from inferd.backends.python import shm
 from inferd.backends.python.instance import PythonInstance
 from inferd.backends.python.launcher import (
@@ -56,16 +57,9 @@ class PythonSettings:
 
 
 def _size_param(params: dict[str, str], key: str, default: int, minimum: int) -> int:
-    raw = params.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"parameter '{key}' must be a number of bytes, got '{raw}'") from None
-    if value < minimum:
-        raise ConfigError(f"parameter '{key}' must be at least {minimum} bytes, got '{raw}'")
-    return value
+    size = int_param(params, key, default, minimum=minimum, expected="a number of bytes")
+    assert size is not None
+    return size
 
 
 def parse_settings(spec: ModelSpec) -> PythonSettings:

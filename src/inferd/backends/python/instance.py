@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from inferd.backends.base import ExecutionTimes, Result
+from inferd.backends.execution import describe, each_request
 from inferd.backends.python import shm, transfer
 from inferd.backends.python.launcher import describe_exit
 from inferd.backends.python.protocol import Message, encode
@@ -91,7 +92,7 @@ class PythonInstance:
             self._await_ready(w, loading=False)
         return w
 
-    def _died(self, w: WorkerHandle) -> InternalError:
+    def _died(self, w: WorkerHandle, requests: Sequence[InferRequest]) -> InternalError:
         """Fail the in-flight batch; restart now unless the model is unloading."""
         exitcode = w.reap()
         w.release()
@@ -102,7 +103,12 @@ class PythonInstance:
                 f"the Python model worker for {self._label} stopped ({what}) while the model "
                 "was unloading"
             )
-        log.error("the Python model worker for %s died (%s); restarting it", self._label, what)
+        log.error(
+            "the Python model worker for %s died (%s) while running %s; restarting it",
+            self._label,
+            what,
+            describe([r.id for r in requests]),
+        )
         try:
             self.restarts += 1
             self._worker = self._model.launch(self._group, self._index)  # initialises meanwhile
@@ -132,14 +138,15 @@ class PythonInstance:
                 good.append(i)
         if good:
             with self._lock:
+                answers: list[Result]
                 if self._closing:
-                    answers: list[Result] = [UnavailableError(f"model {self._label} is unloading")]
-                    answers *= len(good)
+                    unloading = UnavailableError(f"model {self._label} is unloading")
+                    answers = list(each_request(unloading, len(good)))
                 else:
                     try:
                         answers = self._round_trip([requests[i] for i in good], times)
                     except InferdError as exc:
-                        answers = [exc] * len(good)
+                        answers = list(each_request(exc, len(good)))
             for i, answer in zip(good, answers, strict=True):
                 results[i] = answer
         return [r for r in results if r is not None]
@@ -167,7 +174,7 @@ class PythonInstance:
         while True:
             reply = w.receive()
             if reply is None:
-                return [self._died(w)] * len(requests)
+                return list(each_request(self._died(w, requests), len(requests)))
             w.forget_name()  # any reply means the worker has mapped the current arena
             op = reply["op"]
             if op != "grow":
@@ -176,12 +183,13 @@ class PythonInstance:
                 self._grow(w, int(reply["needed"]), int(reply["minimum"]))
             except OverloadedError as exc:
                 w.send({"op": "abort", "message": exc.message})
-                return [exc] * len(requests)
+                return list(each_request(exc, len(requests)))
             w.send({"op": "arena", "path": str(w.arena.path), "size": w.arena.size})
         t2 = time.perf_counter_ns()
         if op == "failed":
             error = InternalError(f"Python model '{self._spec.name}' failed: {reply['message']}")
-            results: list[Result] = [error] * len(requests)
+            log.error("%s failed %s: %s", self._label, describe([r.id for r in requests]), error)
+            results: list[Result] = list(each_request(error, len(requests)))
         elif op == "result":
             assert w.space is not None
             results = transfer.read_outputs(w.space, reply["responses"], self._spec)

@@ -24,14 +24,23 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.batching import check_rows, split_outputs
+from inferd.backends.execution import RetryPolicy, run_batch
 from inferd.backends.python import api, shm
 from inferd.backends.python import triton_python_backend_utils as pb_utils
 from inferd.backends.python.protocol import Message, decode, encode
 from inferd.backends.python.user_model import find_model_class, load_module
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InvalidArgumentError
 
 Array = np.ndarray[Any, Any]
 WireError = tuple[str, str]  # (code, message)
+Outcome = dict[str, Array] | WireError  # one request's answer
+
+#: When the model's code runs again. A batch runs request by request only when the model raised
+#: ``InvalidArgumentError`` (``inferd.errors``): the request's content is at fault, and running
+#: each request alone finds which. Any other exception fails every request of the batch, and the
+#: model's code is not run again (a fault would repeat, and so would its side effects).
+USER_CODE_POLICY = RetryPolicy(per_request=(InvalidArgumentError,), caught=(Exception,))
 
 _log = logging.getLogger("inferd.python_worker")
 
@@ -135,9 +144,13 @@ class Worker:
         assert arena is not None
         requests: list[dict[str, Any]] = message["requests"]
         refs = [[shm.TensorRef.from_wire(r) for r in req["inputs"]] for req in requests]
+        ids = [str(req.get("id", "")) for req in requests]
         try:
-            results = self._predict(refs) if self.typed else self._execute_triton(requests, refs)
-        except Exception as exc:
+            if self.typed:
+                results = self._predict(refs, ids)
+            else:
+                results = self._execute_triton(requests, refs, ids)
+        except Exception as exc:  # inferd's own failure around the model's code
             traceback.print_exc()
             self.send({"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
             return
@@ -147,8 +160,24 @@ class Worker:
             return
 
     def _execute_triton(
-        self, requests: list[dict[str, Any]], refs: list[list[shm.TensorRef]]
-    ) -> list[dict[str, Array] | WireError]:
+        self, requests: list[dict[str, Any]], refs: list[list[shm.TensorRef]], ids: list[str]
+    ) -> list[Outcome]:
+        """``execute`` gets the whole batch; it runs again per request only under the rule of
+        :data:`USER_CODE_POLICY`."""
+        items = list(zip(requests, refs, strict=True))
+        return run_batch(
+            items,
+            stacked=self._triton_batch,
+            alone=lambda item: self._triton_batch([item])[0],
+            answer=_error,
+            ids=ids,
+            model=self.name,
+            policy=USER_CODE_POLICY,
+        )
+
+    def _triton_batch(
+        self, items: Sequence[tuple[dict[str, Any], list[shm.TensorRef]]]
+    ) -> list[Outcome]:
         arena = self.arena
         assert arena is not None
         batch = [
@@ -159,7 +188,7 @@ class Worker:
                 model_name=self.name,
                 parameters=req.get("parameters_json", "{}"),
             )
-            for req, rs in zip(requests, refs, strict=True)
+            for req, rs in items
         ]
         responses = self.model.execute(batch)
         if not isinstance(responses, list | tuple) or len(responses) != len(batch):
@@ -167,7 +196,7 @@ class Worker:
             raise TypeError(
                 f"execute() must return a list of {len(batch)} InferenceResponse, got {got}"
             )
-        results: list[dict[str, Array] | WireError] = []
+        results: list[Outcome] = []
         for response in responses:
             if not isinstance(response, pb_utils.InferenceResponse):
                 kind = type(response).__name__
@@ -186,34 +215,32 @@ class Worker:
             results.append(outputs)
         return results
 
-    def _predict(self, refs: list[list[shm.TensorRef]]) -> list[dict[str, Array] | WireError]:
-        if len(refs) > 1 and self.batching:
-            stacked = self._stack(refs)
-            if stacked is not None:
-                inputs, rows = stacked
-                try:
-                    outputs = self._call_predict(inputs, sum(rows))
-                except Exception:
-                    pass  # retried one by one below, so only the bad request fails
-                else:
-                    bounds = np.cumsum(rows)[:-1]
-                    per_request: list[dict[str, Array] | WireError] = [{} for _ in rows]
-                    for name, array in outputs.items():
-                        for target, part in zip(per_request, np.split(array, bounds), strict=True):
-                            assert isinstance(target, dict)
-                            target[name] = part
-                    return per_request
-        results: list[dict[str, Array] | WireError] = []
-        for rs in refs:
-            try:
-                inputs = {r.name: self._view(r) for r in rs}
-                count = next(iter(inputs.values())).shape[0] if inputs and self.batching else -1
-                results.append(self._call_predict(inputs, count))
-            except Exception as exc:
-                if not isinstance(exc, InferdError):
-                    traceback.print_exc()
-                results.append(_error(exc))
-        return results
+    def _predict(self, refs: list[list[shm.TensorRef]], ids: list[str]) -> list[Outcome]:
+        """A batching model's ``predict`` sees the batch stacked (a zero-copy view); it runs
+        again per request only under the rule of :data:`USER_CODE_POLICY`."""
+        stack = self._stack(refs) if len(refs) > 1 and self.batching else None
+
+        def stacked(_: Sequence[list[shm.TensorRef]]) -> list[dict[str, Array]]:
+            assert stack is not None
+            inputs, rows = stack
+            return split_outputs(self._call_predict(inputs), rows, self.name)
+
+        def alone(rs: list[shm.TensorRef]) -> dict[str, Array]:
+            inputs = {r.name: self._view(r) for r in rs}
+            outputs = self._call_predict(inputs)
+            if self.batching and inputs:
+                check_rows(outputs, next(iter(inputs.values())).shape[0], self.name)
+            return outputs
+
+        return run_batch(
+            refs,
+            stacked=stacked if stack is not None else None,
+            alone=alone,
+            answer=_error,
+            ids=ids,
+            model=self.name,
+            policy=USER_CODE_POLICY,
+        )
 
     def _view(self, ref: shm.TensorRef) -> Array:
         assert self.arena is not None
@@ -256,20 +283,14 @@ class Worker:
                 inputs[name] = np.concatenate([self._view(r) for r in column])
         return inputs, rows
 
-    def _call_predict(self, inputs: dict[str, Array], rows: int) -> dict[str, Array]:
+    def _call_predict(self, inputs: dict[str, Array]) -> dict[str, Array]:
         outputs = self.model.predict(inputs)
         if not isinstance(outputs, dict):
             raise TypeError(f"predict() must return a dict of arrays, got {type(outputs).__name__}")
-        checked: dict[str, Array] = {}
-        for name, value in outputs.items():
-            array = value if isinstance(value, np.ndarray) else np.asarray(value)
-            if rows >= 0 and (array.ndim == 0 or array.shape[0] != rows):
-                raise ValueError(
-                    f"predict() returned output '{name}' with shape {list(array.shape)} for a "
-                    f"batch of {rows} rows; the first dimension must be the batch"
-                )
-            checked[str(name)] = array
-        return checked
+        return {
+            str(name): value if isinstance(value, np.ndarray) else np.asarray(value)
+            for name, value in outputs.items()
+        }
 
     # -- outputs -----------------------------------------------------------------------------
 
@@ -282,9 +303,7 @@ class Worker:
         ref = shm.locate(self.arena, name, array, *window)
         return ref if ref is not None else shm.stage(name, array)
 
-    def _write_outputs(
-        self, results: Sequence[dict[str, Array] | WireError], message: Message
-    ) -> list[dict[str, Any]]:
+    def _write_outputs(self, results: Sequence[Outcome], message: Message) -> list[dict[str, Any]]:
         start, inputs_end = int(message.get("start", 0)), int(message.get("inputs_end", 0))
         placed: list[list[shm.TensorRef | shm.Staged] | WireError] = []
         for result in results:

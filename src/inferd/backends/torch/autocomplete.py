@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from inferd.backends.autofill import apply_batching
+from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.torch.tensors import CONFIG_TYPES
 from inferd.errors import ConfigError
 
@@ -24,23 +24,14 @@ def _dims(value: Any) -> list[int]:
     return [d if isinstance(d, int) else -1 for d in value.shape]
 
 
-def _fill(target: Any, named: list[tuple[str, Any]], batching: bool, where: str) -> None:
-    from tritonclient.grpc import model_config_pb2 as mc
-
+def _model_tensors(named: list[tuple[str, Any]], where: str) -> list[tuple[str, str, list[int]]]:
+    tensors = []
     for name, value in named:
         config_type = CONFIG_TYPES.get(value.dtype)
         if config_type is None:
             raise ConfigError(f"unable to auto-complete {where}: {name} has dtype {value.dtype}")
-        tensor = target.add()
-        tensor.name = name
-        tensor.data_type = mc.DataType.Value(config_type)
-        dims = _dims(value)[1:] if batching else _dims(value)
-        if dims:
-            tensor.dims.extend(dims)
-        else:
-            tensor.dims.append(1)
-            if batching:
-                tensor.reshape.SetInParent()
+        tensors.append((name, config_type, _dims(value)))
+    return tensors
 
 
 def _program_io(program: Any, where: str) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
@@ -109,6 +100,6 @@ def complete_exported(config: Any, model_path: Path, *, default_max_batch_size: 
         hint=" (export it with a dynamic first dimension)",
     )
     if len(config.input) == 0:
-        _fill(config.input, inputs, batching, where)
+        add_tensors(config.input, _model_tensors(inputs, where), batching)
     if len(config.output) == 0:
-        _fill(config.output, outputs, batching, where)
+        add_tensors(config.output, _model_tensors(outputs, where), batching)

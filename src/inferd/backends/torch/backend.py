@@ -4,8 +4,8 @@
 Each instance owns a module (one per instance unless ``ENABLE_WEIGHT_SHARING``) and runs on its
 own worker thread; torch releases the GIL inside its operators, so instances compute in
 parallel. Inputs enter torch without copies (``torch.from_numpy``) and outputs leave the same
-way (``Tensor.numpy()``). Requests that stack are run as one batch; if that run fails, each
-request is retried alone so only the bad one gets the error. Thread settings: see
+way (``Tensor.numpy()``). Requests that stack are run as one batch; what a failed batch answers
+is decided by :mod:`inferd.backends.execution`, as for every runtime. Thread settings: see
 :mod:`inferd.backends.torch.settings`.
 """
 
@@ -15,7 +15,6 @@ import contextlib
 import inspect
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,8 @@ import numpy as np
 import torch
 
 from inferd.backends.base import ExecutionTimes, LoadContext, Outputs, Result
-from inferd.backends.batching import (
-    can_concatenate,
-    concatenate_inputs,
-    split_outputs,
-    union_outputs,
-)
+from inferd.backends.batching import StackingInstance
+from inferd.backends.runtime_errors import Blame, RuntimeFamily, last_line
 from inferd.backends.torch.autocomplete import complete_exported
 from inferd.backends.torch.settings import TorchSettings, parse_settings
 from inferd.backends.torch.tensors import (
@@ -45,13 +40,7 @@ from inferd.backends.torch.tensors import (
 )
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
-from inferd.errors import (
-    ConfigError,
-    InferdError,
-    InternalError,
-    InvalidInputError,
-    ModelLoadError,
-)
+from inferd.errors import ConfigError, InternalError, InvalidInputError, ModelLoadError
 
 log = logging.getLogger(__name__)
 
@@ -82,29 +71,24 @@ _SCRIPTED_INPUT_ERRORS = tuple(
 Module = Callable[..., Any]
 
 
-def _summary(exc: BaseException) -> str:
-    """The useful line of a torch error (TorchScript prefixes its own traceback)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
+def blame(exc: BaseException) -> Blame:
+    """Whether a failure of ``forward`` is the request's or the model's.
+
+    Python's own argument errors are the request's, also when TorchScript code raised them (they
+    reach Python as ``torch.jit.Error`` "builtins.<Class>: ..."); so are torch's RuntimeErrors
+    that speak of the tensors' shapes, sizes or types. Anything else is the model's."""
+    if isinstance(exc, TypeError | ValueError | IndexError | AssertionError):
+        return Blame.REQUEST
+    if last_line(exc).startswith(_SCRIPTED_INPUT_ERRORS):
+        return Blame.REQUEST
+    if isinstance(exc, RuntimeError | torch.jit.Error):
+        text = str(exc).lower()
+        if any(hint in text for hint in _INPUT_HINTS):
+            return Blame.REQUEST
+    return Blame.MODEL
 
 
-def translate(exc: Exception, model: str) -> InferdError:
-    """Map an exception raised while running a model to the inferd error tree."""
-    if isinstance(exc, InferdError):
-        return exc
-    message = _summary(exc)
-    blames_input = (
-        isinstance(exc, TypeError | ValueError | IndexError | AssertionError)
-        # what TorchScript code raises reaches Python as torch.jit.Error "builtins.<Class>: ..."
-        or message.startswith(_SCRIPTED_INPUT_ERRORS)
-        or (
-            isinstance(exc, RuntimeError | torch.jit.Error)
-            and any(h in str(exc).lower() for h in _INPUT_HINTS)
-        )
-    )
-    if blames_input:
-        return InvalidInputError(f"inference request to model '{model}' was rejected: {message}")
-    return InternalError(f"torch failed to run model '{model}': {message}")
+FAMILY = RuntimeFamily("torch", blame)
 
 
 def _format(spec: ModelSpec, path: Path) -> str:
@@ -196,11 +180,11 @@ def load_module(ctx: LoadContext, path: Path, fmt: str, device: torch.device) ->
         )
         raise ModelLoadError(
             f"failed to load '{ctx.spec.name}' version {ctx.version}: torch could not load "
-            f"{what} from {path}: {_summary(exc)}{hint}"
+            f"{what} from {path}: {last_line(exc)}{hint}"
         ) from exc
 
 
-class TorchInstance:
+class TorchInstance(StackingInstance[list[torch.Tensor | None]]):
     """One module on one device; ``execute`` runs on the instance's worker thread."""
 
     def __init__(
@@ -228,45 +212,12 @@ class TorchInstance:
     def device(self) -> torch.device:
         return self._device
 
-    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
-        return self.execute_timed(requests, ExecutionTimes())
-
     def execute_timed(
         self, requests: Sequence[InferRequest], times: ExecutionTimes
     ) -> list[Result]:
-        """Run the requests as one batch when they stack; each alone otherwise (or if the
-        stacked run fails, so that only a bad request gets an error)."""
+        """Run the requests as one batch when they stack; each alone otherwise."""
         self._prepare_thread()
-        if len(requests) > 1 and self._batched and can_concatenate(requests):
-            t0 = time.perf_counter_ns()
-            attempt = ExecutionTimes()
-            try:
-                stacked, rows = concatenate_inputs(requests)
-                wanted = union_outputs(requests, self._output_names)
-                attempt.input_ns = time.perf_counter_ns() - t0
-                outputs = self.run(stacked, wanted, attempt, sum(rows))
-                t1 = time.perf_counter_ns()
-                parts = split_outputs(outputs, rows)
-                attempt.output_ns = time.perf_counter_ns() - t1
-            except InferdError as exc:
-                log.debug("batched run of '%s' failed, retrying alone: %s", self._spec.name, exc)
-            else:
-                times.input_ns += attempt.input_ns
-                times.infer_ns += attempt.infer_ns
-                times.output_ns += attempt.output_ns
-                return list(parts)
-        return [self._execute_one(request, times) for request in requests]
-
-    def _execute_one(self, request: InferRequest, times: ExecutionTimes) -> Result:
-        wanted = (
-            self._output_names
-            if request.outputs is None
-            else [o.name for o in request.outputs if o.name in self._output_specs]
-        )
-        try:
-            return self.run(request.inputs, wanted, times, None)
-        except InferdError as exc:
-            return exc
+        return super().execute_timed(requests, times)
 
     def _prepare_thread(self) -> None:
         """Apply the model's thread settings in the calling thread (once per thread)."""
@@ -286,55 +237,42 @@ class TorchInstance:
             stack.enter_context(torch.no_grad())
         return stack
 
-    def run(
-        self,
-        inputs: dict[str, np.ndarray[Any, Any]],
-        wanted: Sequence[str],
-        times: ExecutionTimes,
-        rows: int | None,
-    ) -> Outputs:
-        """Run one (possibly stacked) batch; ``rows`` checks outputs keep the batch size."""
-        module = self._module
-        if module is None:
-            raise InternalError(f"an instance of model '{self._spec.name}' was used after close")
-        name = self._spec.name
-        t0 = time.perf_counter_ns()
+    def _feeds(self, inputs: dict[str, np.ndarray[Any, Any]]) -> list[torch.Tensor | None]:
+        """``forward``'s positional arguments (absent optional ones at the end left out)."""
         args: list[torch.Tensor | None] = [None] * self._arity
         for input_name, array in inputs.items():
             binding = self._inputs.get(input_name)
             if binding is None:
-                raise InvalidInputError(f"unexpected inference input '{input_name}' for '{name}'")
+                raise InvalidInputError(
+                    f"unexpected inference input '{input_name}' for '{self._spec.name}'"
+                )
             tensor = to_torch(array, binding.tensor, self._batched)
             if self._device.type != "cpu":
                 tensor = tensor.to(self._device)
             args[binding.position] = tensor
         while args and args[-1] is None:  # absent optional inputs at the end: use defaults
             args.pop()
-        t1 = time.perf_counter_ns()
+        return args
+
+    def run(self, feeds: list[torch.Tensor | None], output_names: list[str]) -> Outputs:
+        """Run one (possibly stacked) batch and return the outputs the configuration gives."""
+        module = self._module
+        if module is None:
+            raise InternalError(f"an instance of model '{self._spec.name}' was used after close")
+        name = self._spec.name
         try:
             with self._modes():
-                result = module(*args)
-            chosen = select_outputs(result, self._outputs, wanted, name)
-            outputs = {
+                result = module(*feeds)
+            chosen = select_outputs(result, self._outputs, output_names, name)
+            return {
                 out: to_numpy(value, self._output_specs[out], self._batched, name)
                 for out, value in chosen.items()
             }
         except Exception as exc:  # translated once, here, at the runtime boundary
-            raise translate(exc, name) from exc
+            raise FAMILY.translate(exc, name) from exc
         finally:
             if self._settings.cache_cleaning and self._device.type == "cuda":
                 torch.cuda.empty_cache()
-        t2 = time.perf_counter_ns()
-        if rows is not None:
-            for out, array in outputs.items():
-                if array.ndim == 0 or array.shape[0] != rows:
-                    raise InternalError(
-                        f"model '{name}' returned output '{out}' with shape {list(array.shape)} "
-                        f"for a batch of {rows}; batched outputs must keep the batch dimension"
-                    )
-        times.input_ns += t1 - t0
-        times.infer_ns += t2 - t1
-        return outputs
 
     def close(self) -> None:
         self._module = None

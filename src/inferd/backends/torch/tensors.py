@@ -18,8 +18,9 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from inferd.backends import shapes
 from inferd.core.model_spec import ModelSpec, TensorSpec
-from inferd.errors import ConfigError, InternalError, InvalidInputError
+from inferd.errors import ConfigError, InternalError
 
 Array = np.ndarray[Any, Any]
 
@@ -137,20 +138,9 @@ def bind_outputs(spec: ModelSpec) -> tuple[OutputBinding, ...]:
 # -- numpy <-> torch ----------------------------------------------------------------------------
 
 
-def _refit(array: Array, batched: bool, shape: Sequence[int]) -> Array:
-    lead = array.shape[:1] if batched else ()
-    return array.reshape(*lead, *shape)
-
-
 def to_torch(array: Array, tensor: TensorSpec, batched: bool) -> torch.Tensor:
     """Share the array's memory with a tensor (a copy only for read-only request buffers)."""
-    if tensor.reshape is not None:
-        try:
-            array = _refit(array, batched, tensor.reshape)
-        except ValueError as exc:
-            raise InvalidInputError(
-                f"input '{tensor.name}' cannot be reshaped to {list(tensor.reshape)}: {exc}"
-            ) from None
+    array = shapes.to_model(array, tensor, batched)
     if not array.flags.writeable:
         # torch.from_numpy cannot mark a tensor read-only and warns; a copy is the safe way
         array = array.copy()
@@ -175,15 +165,7 @@ def to_numpy(value: torch.Tensor, tensor: TensorSpec, batched: bool, model: str)
         array: Array = value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     else:
         array = value.numpy()
-    if (tensor.reshape is not None or array.ndim == 0) and tensor.dims.count(-1) <= 1:
-        try:
-            array = _refit(array, batched and array.ndim > 0, tensor.dims)
-        except ValueError as exc:
-            raise InternalError(
-                f"model '{model}' returned output '{tensor.name}' with shape "
-                f"{list(array.shape)}, which does not fit dims {list(tensor.dims)}: {exc}"
-            ) from None
-    return array
+    return shapes.to_config(array, tensor, batched, model)
 
 
 def select_outputs(

@@ -27,15 +27,17 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import LoadContext
-from inferd.backends.trees.libraries import Scorer, TreeFile, load_tree_file, onnx_scorer
-from inferd.backends.trees.settings import DEFAULT_FILES, TreeSettings, parse_settings
-from inferd.backends.trees.tabular import (
+from inferd.backends.tabular import (
     Array,
     TabularInstance,
     TabularIO,
     cast_output,
+    complete_io,
     instance_threads,
+    is_complete,
 )
+from inferd.backends.trees.libraries import Scorer, TreeFile, load_tree_file, onnx_scorer
+from inferd.backends.trees.settings import DEFAULT_FILES, TreeSettings, parse_settings
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import ConfigError, InferdError, ModelLoadError
 
@@ -156,7 +158,10 @@ class TreeModel:
         def predict(rows: Array) -> Array:
             return cast_output(post(scorer(rows)), output)
 
-        return TabularInstance(self._spec.name, self._io, predict, num_features=self._tree.features)
+        runtime = "onnxruntime" if self._onnx is not None else self._tree.model_type.split("_")[0]
+        return TabularInstance(
+            self._spec.name, self._io, predict, num_features=self._tree.features, runtime=runtime
+        )
 
     def close(self) -> None:
         self._onnx = None
@@ -177,12 +182,7 @@ class TreeBackend:
         settings = parse_settings(_params(config), config.default_model_filename)
         if not config.default_model_filename:
             config.default_model_filename = settings.filename
-        complete = (
-            len(config.input) > 0
-            and len(config.output) > 0
-            and all(len(t.dims) > 0 for t in (*config.input, *config.output))
-        )
-        if complete:
+        if is_complete(config):
             return
         path = model_path if model_path.is_file() else model_path / settings.filename
         if not path.is_file():
@@ -197,24 +197,12 @@ class TreeBackend:
             ) from exc
         declared = config.output[0].dims[-1] if len(config.output) and config.output[0].dims else 0
         _, columns = _postprocess(tree, settings, declared)
-        if config.max_batch_size == 0 and len(config.input) == 0:
-            config.max_batch_size = default_max_batch_size
-            if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-                config.dynamic_batching.SetInParent()
-        lead = [] if config.max_batch_size > 0 else [-1]
-        from tritonclient.grpc import model_config_pb2 as mc
-
-        for tensors, name, width in (
-            (config.input, "input__0", tree.features),
-            (config.output, "output__0", columns),
-        ):
-            tensor = tensors[0] if len(tensors) else tensors.add()
-            if not tensor.name:
-                tensor.name = name
-            if tensor.data_type == mc.TYPE_INVALID:
-                tensor.data_type = mc.TYPE_FP32
-            if len(tensor.dims) == 0:
-                tensor.dims.extend([*lead, width])
+        complete_io(
+            config,
+            features=tree.features,
+            columns=columns,
+            default_max_batch_size=default_max_batch_size,
+        )
 
     def load(self, ctx: LoadContext) -> TreeModel:
         spec = ctx.spec

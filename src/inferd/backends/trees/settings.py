@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferd.backends.parameters import bool_param, int_param
+from inferd.backends.parameters import bool_param, check_keys, int_param
 from inferd.backends.trees.libraries import MODEL_TYPES
-from inferd.backends.trees.tabular import check_parameter_keys
 from inferd.errors import ConfigError
 
 #: Triton FIL's default file name for each ``model_type`` (PROTOCOL.md §6.1).
@@ -104,7 +103,7 @@ def model_type_for(params: dict[str, str], filename: str) -> str:
 
 def parse_settings(params: dict[str, str], default_model_filename: str) -> TreeSettings:
     """Read the FIL parameters; raise :class:`ConfigError` on an unknown key or a bad value."""
-    check_parameter_keys(params, ACCEPTED, "fil")
+    check_keys(params, ACCEPTED, "fil")
     model_type = model_type_for(params, default_model_filename)
     threshold = 0.5
     raw_threshold = params.get("threshold")

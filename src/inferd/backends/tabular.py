@@ -8,7 +8,6 @@ with a single library call; the result is cut back into one output per request.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from inferd.backends.autofill import apply_batching
 from inferd.backends.base import ExecutionTimes, Result
+from inferd.backends.batching import as_error, split_outputs
+from inferd.backends.execution import run_batch
+from inferd.backends.runtime_errors import Blame, RuntimeFamily
+from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec, TensorSpec
 from inferd.errors import ConfigError, InferdError, InternalError, InvalidInputError
@@ -26,32 +30,16 @@ Array = np.ndarray[Any, Any]
 PredictFn = Callable[[Array], Array]
 
 
-# -- parameters ---------------------------------------------------------------------------------
-
-
-def check_parameter_keys(params: dict[str, str], accepted: Sequence[str], backend: str) -> None:
-    """Refuse any parameter key the backend does not know (a typo must not be ignored)."""
-    unknown = sorted(k for k in params if k not in accepted)
-    if unknown:
-        raise ConfigError(
-            f"unknown parameter '{unknown[0]}' for backend '{backend}'; accepted parameters: "
-            f"{', '.join(sorted(accepted))}"
-        )
+def blame(exc: BaseException) -> Blame:
+    """The tabular libraries raise ``ValueError`` / ``TypeError`` on data they cannot take."""
+    return Blame.REQUEST if isinstance(exc, ValueError | TypeError) else Blame.MODEL
 
 
 def instance_threads(spec: ModelSpec, configured: int | None, cores: int | None = None) -> int:
     """The configured thread count, else the cores shared evenly among the model's instances."""
     if configured is not None and configured > 0:
         return configured
-    available = cores
-    if available is None:
-        available = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
-    instances = sum(g.count for g in spec.instance_groups) or 1
-    return max(1, available // instances)
+    return default_intra_op_threads(spec, cores)
 
 
 # -- the I/O shape of a tabular model -----------------------------------------------------------
@@ -97,6 +85,42 @@ class TabularIO:
         return self.output.dims[-1]
 
 
+def is_complete(config: Any) -> bool:
+    """A ``ModelConfig`` that lists its input and output, each with dims."""
+    tensors = (*config.input, *config.output)
+    return len(config.input) > 0 and len(config.output) > 0 and all(len(t.dims) for t in tensors)
+
+
+def complete_io(
+    config: Any,
+    *,
+    features: int,
+    columns: int,
+    output_type: str = "TYPE_FP32",
+    default_max_batch_size: int,
+) -> None:
+    """Fill what a tabular ``ModelConfig`` leaves out: ``input__0`` (FP32 ``[features]``),
+    ``output__0`` (``[columns]``) and, when it lists no input, batching."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    if len(config.input) == 0:
+        apply_batching(
+            config, can_batch=True, default_max_batch_size=default_max_batch_size, where=""
+        )
+    lead = [] if config.max_batch_size > 0 else [-1]
+    for tensors, name, data_type, width in (
+        (config.input, "input__0", "TYPE_FP32", features),
+        (config.output, "output__0", output_type, columns),
+    ):
+        tensor = tensors[0] if len(tensors) else tensors.add()
+        if not tensor.name:
+            tensor.name = name
+        if tensor.data_type == mc.TYPE_INVALID:
+            tensor.data_type = mc.DataType.Value(data_type)
+        if len(tensor.dims) == 0:
+            tensor.dims.extend([*lead, width])
+
+
 def cast_output(array: Array, tensor: TensorSpec) -> Array:
     """Convert a predicted matrix to the output's configured data type."""
     if tensor.datatype.is_bytes:
@@ -118,9 +142,11 @@ class TabularInstance:
         predict: PredictFn,
         *,
         num_features: int,  # -1: not known, any width is passed to the model
+        runtime: str,  # the library that predicts, as named in error messages
         close: Callable[[], None] | None = None,
     ) -> None:
         self._model = model_name
+        self._family = RuntimeFamily(runtime, blame, summary=str)
         self._io = io
         self._predict: PredictFn | None = predict
         self._features = num_features
@@ -133,6 +159,7 @@ class TabularInstance:
     def execute_timed(
         self, requests: Sequence[InferRequest], times: ExecutionTimes
     ) -> list[Result]:
+        """Check each request alone, then run those that pass as one matrix."""
         t0 = time.perf_counter_ns()
         results: list[Result | None] = [None] * len(requests)
         good: list[int] = []
@@ -144,33 +171,37 @@ class TabularInstance:
                 results[index] = exc
             else:
                 good.append(index)
-        if not good:
-            return [r for r in results if r is not None]
-        stacked = matrices[0] if len(matrices) == 1 else np.concatenate(matrices, axis=0)
-        t1 = time.perf_counter_ns()
-        try:
-            predicted = self._run(stacked)
-        except InferdError as exc:
-            if len(good) == 1:
-                results[good[0]] = exc
-                return [r for r in results if r is not None]
-            for index, matrix in zip(good, matrices, strict=True):  # find the culprit alone
-                try:
-                    results[index] = {self._io.output.name: self._run(matrix)}
-                except InferdError as single:
-                    results[index] = single
+        times.input_ns += time.perf_counter_ns() - t0
+        output = self._io.output.name
+
+        def alone(rows: Array) -> dict[str, Array]:
+            t1 = time.perf_counter_ns()
+            predicted = self._run(rows)
             times.infer_ns += time.perf_counter_ns() - t1
-            return [r for r in results if r is not None]
-        t2 = time.perf_counter_ns()
-        start = 0
-        for index, matrix in zip(good, matrices, strict=True):
-            stop = start + matrix.shape[0]
-            results[index] = {self._io.output.name: predicted[start:stop]}
-            start = stop
-        t3 = time.perf_counter_ns()
-        times.input_ns += t1 - t0
-        times.infer_ns += t2 - t1
-        times.output_ns += t3 - t2
+            return {output: predicted}
+
+        def stacked(batch: Sequence[Array]) -> list[dict[str, Array]]:
+            t1 = time.perf_counter_ns()
+            stacked_rows = np.concatenate(batch, axis=0)
+            t2 = time.perf_counter_ns()
+            predicted = self._run(stacked_rows)
+            t3 = time.perf_counter_ns()
+            parts = split_outputs({output: predicted}, [m.shape[0] for m in batch], self._model)
+            times.input_ns += t2 - t1
+            times.infer_ns += t3 - t2
+            times.output_ns += time.perf_counter_ns() - t3
+            return parts
+
+        answers = run_batch(
+            matrices,
+            stacked=stacked,
+            alone=alone,
+            answer=as_error,
+            ids=[requests[i].id for i in good],
+            model=self._model,
+        )
+        for index, answer in zip(good, answers, strict=True):
+            results[index] = answer
         return [r for r in results if r is not None]
 
     def _rows(self, request: InferRequest) -> Array:
@@ -200,14 +231,8 @@ class TabularInstance:
             raise InternalError(f"an instance of model '{self._model}' was used after close")
         try:
             return predict(rows)
-        except InferdError:
-            raise
-        except (ValueError, TypeError) as exc:
-            raise InvalidInputError(
-                f"inference request to model '{self._model}' was rejected: {exc}"
-            ) from exc
-        except Exception as exc:  # the library's own failure, translated once here
-            raise InternalError(f"model '{self._model}' failed to predict: {exc}") from exc
+        except Exception as exc:  # the library's failure, translated once, here
+            raise self._family.translate(exc, self._model) from exc
 
     def close(self) -> None:
         self._predict = None
