@@ -312,3 +312,23 @@ def test_config_that_disagrees_with_the_model_fails_to_load(tmp_path: Path) -> N
     )
     with pytest.raises(ModelLoadError, match="expects data type TYPE_FP32"):
         _load(_spec(model_dir, config), model_dir)
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_both_runtimes_word_a_rank_mismatch_alike(tmp_path: Path, backend: str) -> None:
+    model_dir = _model_dir(add_sub(TensorProto.FLOAT), tmp_path)
+    tensors = (
+        'input [{name: "INPUT0", data_type: TYPE_FP32, dims: [4, 4]},'
+        '{name: "INPUT1", data_type: TYPE_FP32, dims: [16]}]\n'
+        'output [{name: "OUTPUT0", data_type: TYPE_FP32, dims: [16]}]\n'
+    )
+    config = f'backend: "{backend}"\ndefault_model_filename: "model.onnx"\nmax_batch_size: 4\n'
+    spec = _spec(model_dir, config + tensors)
+    ctx = LoadContext(spec=spec, version=1, model_dir=model_dir, version_dir=model_dir / "1")
+    with pytest.raises(ModelLoadError) as info:
+        default_registry(load_entry_points=False).get(backend).load(ctx)
+    assert info.value.message.endswith(
+        "input 'INPUT0': the model has rank 2 (shape [-1, 16]) but the model configuration gives "
+        "dims [4, 4], i.e. rank 3 (max_batch_size > 0 adds a leading batch dimension to the "
+        "config's dims)"
+    )

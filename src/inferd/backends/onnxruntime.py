@@ -21,6 +21,7 @@ from inferd.backends import shapes
 from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
+from inferd.backends.model_io import ModelTensor, check_io
 from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.runtime_errors import Blame, RuntimeFamily
 from inferd.backends.threads import default_intra_op_threads
@@ -410,60 +411,24 @@ class OnnxRuntimeModel:
         self._spare = None
 
 
-def _check_rank(spec: ModelSpec, kind: str, tensor: TensorSpec, model_shape: Any) -> None:
-    """The config's dims (plus the batch dim) must have the model's rank, unless reshaped."""
-    if tensor.reshape is not None or model_shape is None:
-        return
-    batching = spec.max_batch_size > 0
-    expected = len(tensor.dims) + (1 if batching else 0)
-    rank = len(model_shape)
-    if rank == expected or (rank == 0 and tensor.dims == (1,) and not batching):
-        return
-    hint = (
-        " (max_batch_size > 0 adds a leading batch dimension to the config's dims)"
-        if batching
-        else ""
-    )
-    raise ConfigError(
-        f"{kind} '{tensor.name}': the model has rank {rank} (shape {list(model_shape)}) but the "
-        f"model configuration gives dims {list(tensor.dims)}, i.e. rank {expected}{hint}"
-    )
+def _model_tensor(arg: Any, kind: str) -> ModelTensor:
+    refusal = ""
+    if not _is_tensor(arg.type):
+        refusal = (
+            f"is a {arg.type} in the model, not a tensor, and cannot be served; remove it from "
+            "the model configuration" + (f" ({NON_TENSOR_HINT})" if kind == "output" else "")
+        )
+    shape = None if arg.shape is None else tuple(_onnx_dims(arg.shape))
+    return ModelTensor(_ORT_TO_CONFIG.get(arg.type, arg.type), shape, refusal)
 
 
 def _check_io(spec: ModelSpec, session: ort.InferenceSession) -> None:
-    """Config inputs/outputs must exist in the model with the same data types."""
-    model_inputs = {a.name: a for a in session.get_inputs()}
-    model_outputs = {a.name: a for a in session.get_outputs()}
-    for kind, tensors, available in (
-        ("input", spec.inputs, model_inputs),
-        ("output", spec.outputs, model_outputs),
-    ):
-        for tensor in tensors:
-            arg = available.get(tensor.name)
-            if arg is None:
-                if kind == "input" and tensor.optional:
-                    continue
-                raise ConfigError(
-                    f"unexpected {kind} '{tensor.name}' in the model configuration; the model "
-                    f"has {kind}s: {', '.join(sorted(available))}"
-                )
-            if not _is_tensor(arg.type):
-                raise ConfigError(
-                    f"{kind} '{tensor.name}' is a {arg.type} in the model, not a tensor, and "
-                    f"cannot be served; remove it from the model configuration"
-                    + (f" ({NON_TENSOR_HINT})" if kind == "output" else "")
-                )
-            model_type = _ORT_TO_CONFIG.get(arg.type, arg.type)
-            if model_type != tensor.datatype.config_name:
-                raise ConfigError(
-                    f"{kind} '{tensor.name}': the model expects data type {model_type} but the "
-                    f"model configuration specifies {tensor.datatype.config_name}"
-                )
-            _check_rank(spec, kind, tensor, arg.shape)
-    configured = {t.name for t in spec.inputs}
-    missing = [name for name in model_inputs if name not in configured]
-    if missing and not spec.has_sequence_batching:
-        raise ConfigError(f"the model configuration is missing model input(s) {', '.join(missing)}")
+    """Config inputs/outputs must exist in the model with the same data types and ranks."""
+    check_io(
+        spec,
+        {a.name: _model_tensor(a, "input") for a in session.get_inputs()},
+        {a.name: _model_tensor(a, "output") for a in session.get_outputs()},
+    )
 
 
 class OnnxRuntimeBackend:

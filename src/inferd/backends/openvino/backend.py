@@ -32,6 +32,7 @@ from inferd.backends import shapes
 from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
+from inferd.backends.model_io import ModelTensor, check_io
 from inferd.backends.openvino.settings import CompileSettings, parse_settings
 from inferd.backends.runtime_errors import Blame, RuntimeFamily
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
@@ -346,52 +347,31 @@ class OpenVinoModel:
         self._model = None
 
 
+def _declared(ports: Sequence[Any], wanted: set[str]) -> dict[str, ModelTensor]:
+    tensors = {}
+    for port in ports:
+        config_type = _config_type(port)
+        refusal = ""
+        if config_type is None:
+            refusal = (
+                f"has OpenVINO element type {_type_name(port)}, which the openvino backend does "
+                "not serve (use the onnxruntime backend for string and bfloat16 tensors)"
+            )
+        shape = port.get_partial_shape()
+        dims = None if shape.rank.is_dynamic else tuple(_dims(shape))
+        tensors[_port_name(port, wanted)] = ModelTensor(
+            config_type or _type_name(port), dims, refusal
+        )
+    return tensors
+
+
 def _check_io(spec: ModelSpec, model: ov.Model) -> None:
     """Config inputs/outputs must exist in the model with the same data types and ranks."""
-    batching = spec.max_batch_size > 0
-    for kind, tensors, ports in (
-        ("input", spec.inputs, model.inputs),
-        ("output", spec.outputs, model.outputs),
-    ):
-        wanted = {t.name for t in tensors}
-        by_name = {_port_name(p, wanted): p for p in ports}
-        for tensor in tensors:
-            port = by_name.get(tensor.name)
-            if port is None:
-                if kind == "input" and tensor.optional:
-                    continue
-                raise ConfigError(
-                    f"unexpected {kind} '{tensor.name}' in the model configuration; the model "
-                    f"has {kind}s: {', '.join(sorted(by_name))}"
-                )
-            model_type = _config_type(port)
-            if model_type is None:
-                raise ConfigError(
-                    f"{kind} '{tensor.name}' has OpenVINO element type {_type_name(port)}, which "
-                    "the openvino backend does not serve (use the onnxruntime backend for "
-                    "string and bfloat16 tensors)"
-                )
-            if model_type != tensor.datatype.config_name:
-                raise ConfigError(
-                    f"{kind} '{tensor.name}': the model expects data type {model_type} but the "
-                    f"model configuration specifies {tensor.datatype.config_name}"
-                )
-            shape = port.get_partial_shape()
-            if tensor.reshape is not None or shape.rank.is_dynamic:
-                continue
-            rank = len(shape)
-            expected = len(tensor.dims) + (1 if batching else 0)
-            if rank != expected and not (rank == 0 and tensor.dims == (1,) and not batching):
-                raise ConfigError(
-                    f"{kind} '{tensor.name}': the model has rank {rank} (shape {shape}) but the "
-                    f"model configuration gives dims {list(tensor.dims)}, i.e. rank {expected}"
-                )
-        if kind == "input":
-            missing = sorted(set(by_name) - wanted)
-            if missing:
-                raise ConfigError(
-                    f"the model configuration is missing model input(s) {', '.join(missing)}"
-                )
+    check_io(
+        spec,
+        _declared(model.inputs, {t.name for t in spec.inputs}),
+        _declared(model.outputs, {t.name for t in spec.outputs}),
+    )
 
 
 def _target_shapes(
