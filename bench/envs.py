@@ -42,11 +42,15 @@ def python_of(name: str) -> Path:
     return VENVS / name / "bin" / "python"
 
 
+def ready(name: str) -> bool:
+    """Whether the environment `name` was built completely (its marker file exists)."""
+    return (VENVS / name / ".bench-ready").exists()
+
+
 def ensure(name: str) -> Path:
     """Create the environment `name` if its marker file is missing; return its python."""
     py = python_of(name)
-    marker = VENVS / name / ".bench-ready"
-    if marker.exists():
+    if ready(name):
         return py
     VENVS.mkdir(parents=True, exist_ok=True)
     venv.EnvBuilder(with_pip=True, clear=True).create(VENVS / name)
@@ -55,7 +59,7 @@ def ensure(name: str) -> Path:
     cmd = [str(py), "-m", "pip", "install", "-q", "-c", str(constraints), *REQUIREMENTS[name]]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
-    marker.write_text("ok\n")
+    (VENVS / name / ".bench-ready").write_text("ok\n")
     return py
 
 

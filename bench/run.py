@@ -1,6 +1,6 @@
 """inferd benchmarks: raw ONNX Runtime vs inferd vs MLServer vs LitServe, in one run.
 
-    .venv/bin/python bench/run.py [--quick] [--only mlp|wide|minilm ...] [--skip-others]
+    .venv/bin/python bench/run.py [--quick | --smoke] [--only mlp|wide|minilm ...] [--skip-others]
 
 Run it from the repository root with the project's venv (inferd installed). It builds the models
 (bench/models.py) and the MLServer / LitServe virtualenvs (bench/envs.py) if they are missing,
@@ -20,6 +20,16 @@ at concurrency 1, 8 and 32. It prints the tables and writes bench/results/<date>
 The full run takes about 25-30 minutes; --quick about 5 (shorter windows, concurrency 1 and 32,
 fewer batch sizes). Figures are only comparable within one run: the load generator shares the
 two cores with the server, as it would on any one-box deployment.
+
+--smoke is the check that CI runs: it builds the models like any run, then measures every cell at
+concurrency 1 for about a second, MLServer and LitServe only if their virtualenvs were built
+before (`python bench/envs.py mlserver litserve`), and a load generator that is not installed
+only gets a note. It writes nothing to bench/results/ (its tables go to bench/.work/run/) and
+exits non-zero if a cell failed. Its figures prove that the benchmark runs, not how fast.
+
+Load generators: perf_analyzer ($PERF_ANALYZER or $INFERD_PERF_ANALYZER, else
+~/.cache/perf_analyzer/perf_analyzer; shared/tools/get-perf-analyzer.sh installs it there) and
+wrk (`apt-get install wrk`).
 """
 
 from __future__ import annotations
@@ -55,7 +65,9 @@ import models as bench_models  # noqa: E402
 WORK = BENCH / ".work"
 RESULTS = BENCH / "results"
 PERF_ANALYZER = Path(
-    os.environ.get("PERF_ANALYZER", Path.home() / ".cache/perf_analyzer/perf_analyzer")
+    os.environ.get("PERF_ANALYZER")
+    or os.environ.get("INFERD_PERF_ANALYZER")
+    or Path.home() / ".cache/perf_analyzer/perf_analyzer"
 )
 LOCAL = "127.0.0.1"
 
@@ -77,6 +89,26 @@ class Profile:
 
 FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.2, 2000, 2000, 6, 5)
 QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 500, 1000, 4, 2)
+SMOKE = Profile([1], [1, 8], 0.2, 100, 500, 3, 1)
+
+PA_CLIENTS = {  # client name -> (perf_analyzer protocol, tensor format, which port)
+    "perf_analyzer/http-json": ("http", "json", "http"),
+    "perf_analyzer/http-binary": ("http", "binary", "http"),
+    "perf_analyzer/grpc": ("grpc", "binary", "grpc"),
+}
+
+
+def missing_generators() -> dict[str, str]:
+    """The load generators that are not installed, each with how to install it."""
+    missing = {}
+    if not os.access(PERF_ANALYZER, os.X_OK):
+        missing["perf_analyzer"] = (
+            f"no executable {PERF_ANALYZER}: run shared/tools/get-perf-analyzer.sh "
+            "or set PERF_ANALYZER"
+        )
+    if shutil.which("wrk") is None:
+        missing["wrk"] = "not on PATH: apt-get install wrk"
+    return missing
 
 
 @dataclass
@@ -373,6 +405,11 @@ def wrk(
         return {"error": (run.stdout + run.stderr).strip()[-300:]}
     stats = json.loads(found.group(1))
     ok = stats["requests"] - stats["errors"]
+    if ok <= 0:  # a window too short for the server's latency measures nothing: say so
+        return {
+            "error": f"no request answered in {seconds} s ({stats['errors']} errors of "
+            f"{stats['requests']})"
+        }
     result: dict[str, Any] = {
         "throughput": ok / (stats["duration_us"] / 1e6),
         "p50_us": float(stats["p50_us"]),
@@ -380,7 +417,7 @@ def wrk(
         "ok": ok,
         "around": (before, after),
     }
-    if stats["errors"] or ok <= 0:
+    if stats["errors"]:
         result["note"] = f"{stats['errors']} errors of {stats['requests']}"
     return result
 
@@ -397,7 +434,16 @@ def _stats(http: str, model: str) -> tuple[int, int]:
         return 0, 0
 
 
-def bench_inferd(model: str, prof: Profile, scratch: Path, data: Path, body: Path) -> list[Cell]:
+def bench_inferd(
+    model: str,
+    prof: Profile,
+    scratch: Path,
+    data: Path,
+    body: Path,
+    skip: frozenset[str] = frozenset(),
+) -> list[Cell]:
+    """inferd with batching off, on and its defaults; ``skip`` names load generators to leave out
+    (``perf_analyzer``, ``wrk``)."""
     cells: list[Cell] = []
     inferd = Path(sys.executable).parent / "inferd"
     for variant in ("off", "on", "defaults"):
@@ -419,16 +465,16 @@ def bench_inferd(model: str, prof: Profile, scratch: Path, data: Path, body: Pat
         log = scratch / f"inferd-{model}-{variant}.log"
         with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log):
             http, grpc = f"{LOCAL}:18000", f"{LOCAL}:18001"
-            for client, (protocol, fmt, url) in {
-                "perf_analyzer/http-json": ("http", "json", http),
-                "perf_analyzer/http-binary": ("http", "binary", http),
-                "perf_analyzer/grpc": ("grpc", "binary", grpc),
-            }.items():
+            pa_clients = {} if "perf_analyzer" in skip else PA_CLIENTS
+            for client, (protocol, fmt, port) in pa_clients.items():
+                url = http if port == "http" else grpc
                 for c in prof.concurrency:
                     before = _stats(http, model)
                     result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
                     after = _stats(http, model)
                     cells.append(_cell(model, "inferd", variant, client, c, result, before, after))
+            if "wrk" in skip:
+                continue
             for c in prof.concurrency:
                 before = _stats(http, model)
                 result = wrk(
@@ -641,15 +687,22 @@ def versions() -> dict[str, str]:
         )
         run = subprocess.run([str(py), "-c", code, *pkgs], capture_output=True, text=True)
         found[name] = run.stdout.strip()
-    run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
-    found["wrk"] = (run.stdout + run.stderr).splitlines()[0] if run.stdout + run.stderr else "?"
+    if shutil.which("wrk") is not None:
+        run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
+        found["wrk"] = ((run.stdout + run.stderr).splitlines() or ["?"])[0]
     found["perf_analyzer"] = str(PERF_ANALYZER)
     return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="inferd benchmarks (see the module docstring)")
-    parser.add_argument("--quick", action="store_true", help="about 5 minutes instead of 30")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="about 5 minutes instead of 30")
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI's check that the benchmark runs: about a second per cell, results not kept",
+    )
     parser.add_argument("--only", action="append", choices=["mlp", "wide", "minilm"])
     parser.add_argument(
         "--skip-others",
@@ -657,42 +710,63 @@ def main() -> None:
         help="raw ORT and inferd only (no MLServer / LitServe)",
     )
     args = parser.parse_args()
-    prof = QUICK if args.quick else FULL
+    prof = SMOKE if args.smoke else QUICK if args.quick else FULL
     model_names = args.only or ["mlp", "wide", "minilm"]
+
+    missing = missing_generators()
+    for name, why in missing.items():
+        print(f"{name}: {why}", flush=True)
+    if missing and not args.smoke:
+        sys.exit("install the load generators above first (or try --smoke, which skips them)")
+    if missing.keys() >= {"perf_analyzer", "wrk"}:
+        sys.exit("no load generator to drive the servers with")
+    # --smoke never builds the peer servers' virtualenvs (minutes of installs); it measures
+    # the ones that exist
+    others = [] if args.skip_others else ["mlserver", "litserve"]
+    if args.smoke:
+        for name in [n for n in others if not envs.ready(n)]:
+            print(f"{name}: skipped, its virtualenv is not built (python bench/envs.py {name})")
+            others.remove(name)
+    if "wrk" in missing:
+        others = []  # MLServer and LitServe are driven by wrk only
+
     bench_models.build(model_names)
-    if not args.skip_others:
-        envs.ensure("mlserver")
-        envs.ensure("litserve")
+    for name in others:
+        envs.ensure(name)
 
     started = dt.datetime.now()
     cells: list[Cell] = []
     scratch = WORK / "run"  # logs and inputs of the last run, kept for inspection
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    if True:
-        for model in model_names:
-            print(f"== {model}", flush=True)
-            inputs = model_inputs(model)
-            data = perf_analyzer_data(inputs, scratch / f"{model}-data.json")
-            body = scratch / f"{model}-body.json"
-            body.write_text(v2_json_body(inputs))
-            raw = raw_onnxruntime(model, prof)
-            cells += raw
-            lim = limits(raw, model)
-            print(
-                f"  onnxruntime batch-1 p50 {_ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
-                f"best {lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
-                f"{lim['throughput_batch']})",
-                flush=True,
-            )
-            cells += bench_inferd(model, prof, scratch, data, body)
-            # the issue's comparison models; the wide MLP only measures inferd's batching
-            if not args.skip_others and model != "wide":
+    for model in model_names:
+        print(f"== {model}", flush=True)
+        inputs = model_inputs(model)
+        data = perf_analyzer_data(inputs, scratch / f"{model}-data.json")
+        body = scratch / f"{model}-body.json"
+        body.write_text(v2_json_body(inputs))
+        raw = raw_onnxruntime(model, prof)
+        cells += raw
+        lim = limits(raw, model)
+        print(
+            f"  onnxruntime batch-1 p50 {_ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
+            f"best {lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
+            f"{lim['throughput_batch']})",
+            flush=True,
+        )
+        cells += bench_inferd(model, prof, scratch, data, body, skip=frozenset(missing))
+        # the comparison models; the wide MLP only measures inferd's batching
+        if model != "wide":
+            if "mlserver" in others:
                 cells += bench_mlserver(model, prof, scratch, data, body)
+            if "litserve" in others:
                 cells += bench_litserve(model, prof, scratch, body)
     minutes = (dt.datetime.now() - started).total_seconds() / 60
-    stamp = started.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
-    RESULTS.mkdir(exist_ok=True)
+    suffix = "-smoke" if args.smoke else "-quick" if args.quick else ""
+    stamp = started.strftime("%Y-%m-%d-%H%M") + suffix
+    # a smoke run's figures are not results: they stay with the run's logs
+    target = scratch if args.smoke else RESULTS
+    target.mkdir(exist_ok=True)
     text = tables(cells, model_names)
     meta = {
         "started": started.isoformat(timespec="seconds"),
@@ -701,13 +775,14 @@ def main() -> None:
         "command": " ".join(["python", "bench/run.py", *sys.argv[1:]]),
         "versions": versions(),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}",
+        "skipped": missing,
     }
     header = (
         f"# inferd benchmark {meta['started']}\n\nCommand: `{meta['command']}` "
         f"({meta['minutes']} min). Versions: {json.dumps(meta['versions'])}\n\n"
     )
-    (RESULTS / f"{stamp}.md").write_text(header + text + "\n")
-    (RESULTS / f"{stamp}.json").write_text(
+    (target / f"{stamp}.md").write_text(header + text + "\n")
+    (target / f"{stamp}.json").write_text(
         json.dumps(
             {
                 "meta": meta,
@@ -718,7 +793,12 @@ def main() -> None:
         )
     )
     print("\n" + text)
-    print(f"written {RESULTS / (stamp + '.md')} and .json ({minutes:.1f} min)")
+    print(f"written {target / (stamp + '.md')} and .json ({minutes:.1f} min)")
+    failed = [c for c in cells if c.throughput is None]
+    if args.smoke and failed:
+        for c in failed:
+            print(f"failed: {c.model} {c.server} {c.batching} {c.client}: {c.note}")
+        sys.exit(f"{len(failed)} benchmark cells failed (logs in {scratch})")
 
 
 if __name__ == "__main__":
