@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferd.backends.base import ExecutionTimes
-from inferd.backends.batching import StackingInstance, as_error
+from inferd.backends.batching import StackingInstance, as_error, split_outputs
 from inferd.backends.execution import RetryPolicy, each_request, run_batch
 from inferd.backends.tabular import TabularInstance, TabularIO
 from inferd.core.datatypes import from_name
@@ -50,7 +50,7 @@ def _run(values: Sequence[int], model: Calls, *, policy: RetryPolicy | None = No
         stacked=stacked,
         alone=model,
         answer=as_error,
-        ids=[f"r{i}" for i in range(len(items))],
+        ids=lambda: [f"r{i}" for i in range(len(items))],
         model="m",
         **({"policy": policy} if policy else {}),
     )
@@ -91,7 +91,12 @@ def test_a_fault_of_a_request_run_alone_is_logged_with_its_id(
     model = Calls()
     with caplog.at_level(logging.ERROR, logger="inferd.backends.execution"):
         results = run_batch(
-            [np.array([[13]])], stacked=None, alone=model, answer=as_error, ids=["x"], model="m"
+            [np.array([[13]])],
+            stacked=None,
+            alone=model,
+            answer=as_error,
+            ids=lambda: ["x"],
+            model="m",
         )
     assert isinstance(results[0], InternalError)
     [record] = caplog.records
@@ -103,7 +108,9 @@ def test_what_the_policy_does_not_catch_propagates() -> None:
         raise KeyError("a bug in inferd")
 
     with pytest.raises(KeyError):
-        run_batch([1, 2], stacked=None, alone=broken, answer=as_error, ids=["", ""], model="m")
+        run_batch(
+            [1, 2], stacked=None, alone=broken, answer=as_error, ids=lambda: ["", ""], model="m"
+        )
 
 
 def test_a_policy_names_the_errors_that_split() -> None:
@@ -206,3 +213,11 @@ def test_tabular_runtimes_split_on_content_and_name_the_library() -> None:
     assert not isinstance(ok, InferdError)
     assert isinstance(bad, InvalidInputError)
     assert bad.message == "inference request to model 'm' failed in a library: negative rows"
+
+
+def test_split_outputs_cuts_views_by_rows() -> None:
+    y = np.arange(12).reshape(6, 2)
+    parts = split_outputs({"Y": y, "Z": y[:, :1]}, [1, 3, 2], "m")
+    assert [p["Y"].shape[0] for p in parts] == [1, 3, 2]
+    assert parts[1]["Z"].tolist() == [[2], [4], [6]]
+    assert all(np.shares_memory(p["Y"], y) for p in parts)

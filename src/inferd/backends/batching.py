@@ -60,11 +60,12 @@ def split_outputs(
 ) -> list[dict[str, Array]]:
     """Cut batched outputs back into one dict per request (views, no copies)."""
     check_rows(outputs, sum(rows), model)
-    bounds = np.cumsum(rows)[:-1]
     per_request: list[dict[str, Array]] = [{} for _ in rows]
     for name, array in outputs.items():
-        for target, part in zip(per_request, np.split(array, bounds, axis=0), strict=True):
-            target[name] = part
+        start = 0
+        for target, count in zip(per_request, rows, strict=True):
+            target[name] = array[start : start + count]
+            start += count
     return per_request
 
 
@@ -138,7 +139,7 @@ def execute_requests(
         stacked=stacked if stacks else None,
         alone=one,
         answer=as_error,
-        ids=[request.id for request in requests],
+        ids=lambda: [request.id for request in requests],
         model=model,
     )
 

@@ -90,7 +90,7 @@ def run_batch(
     stacked: Callable[[Sequence[T]], Sequence[O]] | None,
     alone: Callable[[T], O],
     answer: Callable[[BaseException], E],
-    ids: Sequence[str],
+    ids: Callable[[], Sequence[str]],
     model: str,
     policy: RetryPolicy = CONTENT_ERRORS_SPLIT,
 ) -> list[O | E]:
@@ -98,14 +98,14 @@ def run_batch(
 
     ``stacked`` runs the whole batch at once and returns one output per request (None: the
     batch does not stack); ``alone`` runs one request; ``answer`` turns a caught error into a
-    request's result; ``ids`` are the request ids, for the log.
+    request's result; ``ids`` gives the request ids (asked for only when a line is logged).
     """
     if stacked is not None and len(items) > 1:
         try:
             return list(stacked(items))
         except policy.caught as exc:
             if not policy.blames_request(exc):
-                _log_batch_failure(exc, ids, model)
+                _log_batch_failure(exc, ids(), model)
                 return [answer(e) for e in each_request(exc, len(items))]
             log.debug(
                 "model '%s': a batch of %d requests failed on a request's content (%s); "
@@ -115,12 +115,12 @@ def run_batch(
                 exc,
             )
     results: list[O | E] = []
-    for item, request_id in zip(items, ids, strict=True):
+    for index, item in enumerate(items):
         try:
             results.append(alone(item))
         except policy.caught as exc:
             if not policy.blames_request(exc):
-                _log_batch_failure(exc, [request_id], model)
+                _log_batch_failure(exc, [ids()[index]], model)
             results.append(answer(exc))
     return results
 

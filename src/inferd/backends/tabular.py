@@ -164,14 +164,16 @@ class TabularInstance:
         results: list[Result | None] = [None] * len(requests)
         good: list[int] = []
         matrices: list[Array] = []
+        counts: list[int] = []
         for index, request in enumerate(requests):
             try:
-                matrices.append(self._rows(request))
+                matrix = self._rows(request)
             except InferdError as exc:
                 results[index] = exc
             else:
                 good.append(index)
-        times.input_ns += time.perf_counter_ns() - t0
+                matrices.append(matrix)
+                counts.append(matrix.shape[0])
         output = self._io.output.name
 
         def alone(rows: Array) -> dict[str, Array]:
@@ -181,15 +183,14 @@ class TabularInstance:
             return {output: predicted}
 
         def stacked(batch: Sequence[Array]) -> list[dict[str, Array]]:
+            rows = np.concatenate(batch, axis=0)
             t1 = time.perf_counter_ns()
-            stacked_rows = np.concatenate(batch, axis=0)
+            predicted = self._run(rows)
             t2 = time.perf_counter_ns()
-            predicted = self._run(stacked_rows)
-            t3 = time.perf_counter_ns()
-            parts = split_outputs({output: predicted}, [m.shape[0] for m in batch], self._model)
-            times.input_ns += t2 - t1
-            times.infer_ns += t3 - t2
-            times.output_ns += time.perf_counter_ns() - t3
+            parts = split_outputs({output: predicted}, counts, self._model)
+            times.input_ns += t1 - t0
+            times.infer_ns += t2 - t1
+            times.output_ns += time.perf_counter_ns() - t2
             return parts
 
         answers = run_batch(
@@ -197,9 +198,11 @@ class TabularInstance:
             stacked=stacked,
             alone=alone,
             answer=as_error,
-            ids=[requests[i].id for i in good],
+            ids=lambda: [requests[i].id for i in good],
             model=self._model,
         )
+        if len(good) == len(requests):
+            return answers
         for index, answer in zip(good, answers, strict=True):
             results[index] = answer
         return [r for r in results if r is not None]

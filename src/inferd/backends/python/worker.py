@@ -170,7 +170,7 @@ class Worker:
             stacked=self._triton_batch,
             alone=lambda item: self._triton_batch([item])[0],
             answer=_error,
-            ids=ids,
+            ids=lambda: ids,
             model=self.name,
             policy=USER_CODE_POLICY,
         )
@@ -237,7 +237,7 @@ class Worker:
             stacked=stacked if stack is not None else None,
             alone=alone,
             answer=_error,
-            ids=ids,
+            ids=lambda: ids,
             model=self.name,
             policy=USER_CODE_POLICY,
         )
