@@ -628,7 +628,7 @@ output [ {{ name: "DOUBLE" data_type: TYPE_FP32 dims: [ 3 ] }},
 
 
 def _conformance_case(name: str, source: str) -> Any:
-    from inferd.backends.testing import ConformanceCase
+    from inferd.testing.conformance import ConformanceCase
 
     def write_model(version_dir: Path) -> str:
         (version_dir / "model.py").write_text(textwrap.dedent(source))
@@ -645,7 +645,7 @@ def _conformance_case(name: str, source: str) -> Any:
 
 
 def _conformance() -> Any:
-    from inferd.backends.testing import conformance_tests
+    from inferd.testing.conformance import conformance_tests
 
     return conformance_tests(
         _conformance_case("py_triton", CONFORMANCE_TRITON),

@@ -1,4 +1,4 @@
-"""The conformance kit (``inferd.backends.testing``) over every backend installed here."""
+"""The conformance kit (``inferd.testing.conformance``) over every backend installed here."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper
 from onnx_graphs import add_sub, save, sum_to_scalar
 
-from inferd.backends.testing import ConformanceCase, conformance_tests
+from inferd.testing.conformance import ConformanceCase, conformance_tests
 
 Array = np.ndarray[Any, Any]
 

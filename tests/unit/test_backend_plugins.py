@@ -19,7 +19,7 @@ import pytest
 
 from inferd.backends.base import LoadContext, Result
 from inferd.backends.registry import default_registry
-from inferd.backends.testing import CHECKS, ConformanceCase, ConformanceError, run_all, run_check
+from inferd.testing.conformance import CHECKS, ConformanceCase, ConformanceError, run_all, run_check
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.engine import Engine

@@ -57,7 +57,7 @@ PUBLIC: dict[str, set[str]] = {
         "Result",
         "TimedInstance",
     },
-    "inferd.backends.testing": {
+    "inferd.testing.conformance": {
         "CHECKS",
         "ConformanceCase",
         "ConformanceError",

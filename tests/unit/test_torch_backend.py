@@ -11,7 +11,7 @@ import pytest
 
 from inferd.backends.base import ExecutionTimes, LoadContext
 from inferd.backends.registry import default_registry
-from inferd.backends.testing import ConformanceCase, conformance_tests
+from inferd.testing.conformance import ConformanceCase, conformance_tests
 from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 from inferd.core.inference import InferRequest, RequestedOutput
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec

@@ -472,7 +472,7 @@ def test_onnx_file_points_to_the_onnxruntime_backend(tmp_path: Path) -> None:
 
 # -- the conformance kit ------------------------------------------------------------------------
 
-testing = pytest.importorskip("inferd.backends.testing")
+testing = pytest.importorskip("inferd.testing.conformance")
 
 
 def _conformance_fil(version: Path) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -66,10 +66,12 @@ class ExecutionTimes:
     output_ns: int = 0  # splitting and converting outputs
 
 
+@runtime_checkable
 class TimedInstance(ModelInstance, Protocol):
     """An instance that reports the phases of each execution (optional).
 
-    Instances without ``execute_timed`` have their whole ``execute`` counted as compute time.
+    The instance pool calls ``execute_timed`` on instances that are a ``TimedInstance``;
+    instances without it have their whole ``execute`` counted as compute time.
     """
 
     def execute_timed(

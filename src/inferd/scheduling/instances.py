@@ -9,7 +9,6 @@ batch goes to whichever instance is free first; results come back to the event l
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import queue
 import threading
@@ -17,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferd.backends.base import ExecutionTimes, ModelInstance, Result
+from inferd.backends.base import ExecutionTimes, ModelInstance, Result, TimedInstance
+from inferd.backends.execution import each_request
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
 from inferd.errors import InferdError, InternalError, RequestCancelledError
@@ -90,7 +90,7 @@ class InstancePool:
     def _run(self, instance: ModelInstance) -> None:
         """Run batches until told to stop; the thread closes its own instance when it ends, so
         an instance is never closed while it is executing."""
-        timed = getattr(instance, "execute_timed", None)
+        timed = instance.execute_timed if isinstance(instance, TimedInstance) else None
         try:
             while True:
                 item = self._queue.get()
@@ -221,10 +221,3 @@ class InstancePool:
                 timeout_s,
                 ", ".join(busy),
             )
-
-
-def each_request(exc: InferdError, count: int) -> list[BaseException]:
-    """One error object per request of a failed batch: the first is ``exc`` itself, the others
-    copies. Futures attach tracebacks to the exception they raise, so sharing one object would
-    tie every request's failure (and frames) together."""
-    return [exc, *(copy.copy(exc) for _ in range(count - 1))] if count else []

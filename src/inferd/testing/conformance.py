@@ -4,7 +4,7 @@ Backend authors (built-in or third-party) describe one small model with a
 :class:`ConformanceCase` and get the same contract checks the built-in backends pass::
 
     # tests/test_my_backend.py
-    from inferd.backends.testing import ConformanceCase, conformance_tests
+    from inferd.testing.conformance import ConformanceCase, conformance_tests
 
     CASE = ConformanceCase(
         name="double",

@@ -1,0 +1,139 @@
+"""Every import in ``src/inferd`` follows the layers of docs/architecture.md.
+
+Imports point down only::
+
+    cli → server → frontends, metrics → engine → repository → scheduling → backends → codecs
+        → core → errors
+
+``tools`` sit beside the engine and use it, the codecs, core and errors; ``testing`` and
+``examples`` may use anything (and only the CLI uses ``examples``). Siblings (``frontends``
+and ``metrics``) do not import each other.
+Inside ``backends``, a runtime imports only the shared backend modules, never another runtime,
+and the shared modules import no runtime. Imports inside functions count as much as the ones at
+the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import inferd
+from inferd.backends.registry import _BUILTINS
+
+SRC = Path(inferd.__file__).parent
+
+RANK = {
+    "errors": 0,
+    "core": 1,
+    "codecs": 2,
+    "backends": 3,
+    "scheduling": 4,
+    "repository": 5,
+    "engine": 6,
+    "frontends": 7,
+    "metrics": 7,
+    "tools": 7,
+    "server": 8,
+    "cli": 9,
+}
+ANYTHING = {"testing", "examples"}
+TOOLS_MAY_USE = {"engine", "codecs", "core", "errors"}
+# the registry's built-in runtimes: a new one is covered as soon as it is registered
+RUNTIMES = {target.split(":")[0].split(".")[2] for _, target, _, _ in _BUILTINS}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every inferd module imported, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    here = _module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("inferd")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            if module == "inferd":  # from inferd import x: x may be a package
+                found += [(node.lineno, f"inferd.{a.name}") for a in node.names]
+            elif module.startswith("inferd."):
+                found.append((node.lineno, module))
+    return found
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _runtime(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "backends" and parts[2] in RUNTIMES:
+        return parts[2]
+    return None
+
+
+def _violation(source: str, target: str) -> str | None:
+    src_layer, dst_layer = _layer(source), _layer(target)
+    if dst_layer == "__version__" or src_layer in ANYTHING or not src_layer:
+        return None
+    if dst_layer in ANYTHING:
+        # `inferd repo build-examples` is the one product use of the example builders
+        if (src_layer, dst_layer) == ("cli", "examples"):
+            return None
+        return "imports a test or example helper"
+    if src_layer == dst_layer:
+        if src_layer != "backends":
+            return None
+        src_rt, dst_rt = _runtime(source), _runtime(target)
+        if dst_rt is not None and src_rt != dst_rt:
+            return f"runtime {dst_rt} imported by " + (
+                f"runtime {src_rt}" if src_rt else "a shared backend module"
+            )
+        return None
+    if src_layer == "tools":
+        return None if dst_layer in TOOLS_MAY_USE else "tools use the engine, codecs, core, errors"
+    if src_layer in RANK and dst_layer in RANK and RANK[dst_layer] < RANK[src_layer]:
+        return None
+    return f"{src_layer} may not import {dst_layer}"
+
+
+def test_every_import_follows_the_layers() -> None:
+    problems = []
+    for path in sorted(SRC.rglob("*.py")):
+        source = _module_name(path)
+        for line, target in _imports(path):
+            why = _violation(source, target)
+            if why is not None:
+                problems.append(f"{path.relative_to(SRC)}:{line} imports {target}: {why}")
+    assert problems == []
+
+
+def test_the_runtimes_are_known() -> None:
+    assert {"onnxruntime", "openvino", "python", "torch", "trees", "sklearn"} <= RUNTIMES
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    modules = {p.stem for p in SRC.glob("*.py") if p.stem != "__init__"}
+    assert (packages | modules) - set(RANK) - ANYTHING == set()
+
+
+def test_the_rule_catches_upward_and_sideways_imports() -> None:
+    assert _violation("inferd.core.names", "inferd.codecs.limits") is not None
+    assert _violation("inferd.codecs.statistics", "inferd.scheduling.stats") is not None
+    assert _violation("inferd.metrics.endpoint", "inferd.frontends.http.server") is not None
+    assert _violation("inferd.backends.sklearn", "inferd.backends.trees.tabular") is not None
+    assert _violation("inferd.backends.batching", "inferd.repository.loader") is not None
+    assert _violation("inferd.testing.conformance", "inferd.repository.loader") is None
+    assert _violation("inferd.backends.torch.backend", "inferd.backends.base") is None
+    assert _violation("inferd.server.server", "inferd.frontends.http.app") is None
