@@ -78,15 +78,17 @@ class PythonInstance:
         """The worker, (re)started and initialised if needed (blocking)."""
         w = self._worker
         if w is not None and w.ready and not w.alive():
+            self.restarts += 1
             log.error(
-                "the Python model worker for %s died while idle (%s); restarting it",
+                "the Python model worker for %s died while idle (%s); restarting it "
+                "(restart %d of this instance)",
                 self._label,
                 describe_exit(w.reap()),
+                self.restarts,
             )
             w.release()
             w = self._worker = None
         if w is None:
-            self.restarts += 1
             w = self._worker = self._model.launch(self._group, self._index)
         if not w.ready:
             self._await_ready(w, loading=False)
@@ -103,20 +105,22 @@ class PythonInstance:
                 f"the Python model worker for {self._label} stopped ({what}) while the model "
                 "was unloading"
             )
+        self.restarts += 1
         log.error(
-            "the Python model worker for %s died (%s) while running %s; restarting it",
+            "the Python model worker for %s died (%s) while running %s; restarting it "
+            "(restart %d of this instance)",
             self._label,
             what,
             describe([r.id for r in requests]),
+            self.restarts,
         )
         try:
-            self.restarts += 1
             self._worker = self._model.launch(self._group, self._index)  # initialises meanwhile
         except Exception:
             log.exception("restarting the Python model worker for %s failed", self._label)
         return InternalError(
             f"the Python model worker for {self._label} died ({what}) while executing; "
-            "it is being restarted"
+            f"it is being restarted (restart {self.restarts} of this instance)"
         )
 
     # -- executing ---------------------------------------------------------------------------
