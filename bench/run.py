@@ -17,18 +17,20 @@ then for each model measures, one after the other on this machine:
 4. every server driven by wrk with the same v2 JSON body (one generator for all).
 
 at concurrency 1, 8 and 32. It prints the tables and writes bench/results/<date>.md and .json.
-The full run takes about 25-30 minutes; --quick about 5 (shorter windows, concurrency 1 and 32,
-fewer batch sizes). Figures are only comparable within one run: the load generator shares the
-two cores with the server, as it would on any one-box deployment.
+The full run takes about 25-30 minutes; --quick about 10 (shorter windows, concurrency 1 and 32,
+fewer batch sizes); a first run adds about 4 minutes to build the models and virtualenvs.
+Figures are only comparable within one run: the load generator shares the two cores with the
+server, as it would on any one-box deployment.
 
---smoke is the check that CI runs: it builds the models like any run, then measures every cell at
-concurrency 1 for about a second, MLServer and LitServe only if their virtualenvs were built
-before (`python bench/envs.py mlserver litserve`), and a load generator that is not installed
-only gets a note. It writes nothing to bench/results/ (its tables go to bench/.work/run/) and
-exits non-zero if a cell failed. Its figures prove that the benchmark runs, not how fast.
+--smoke is the check that CI runs: it builds the models like any run, then measures every cell
+at concurrency 1 for about a second (about 2 minutes in all), MLServer and LitServe only if
+their virtualenvs were built before (`python bench/envs.py mlserver litserve`), and a load
+generator that is not installed only gets a note. It writes nothing to bench/results/ (its
+tables go to bench/.work/run/) and exits non-zero if a cell failed. Its figures prove that the
+benchmark runs, not how fast.
 
 Load generators: perf_analyzer ($PERF_ANALYZER or $INFERD_PERF_ANALYZER, else
-~/.cache/perf_analyzer/perf_analyzer; shared/tools/get-perf-analyzer.sh installs it there) and
+~/.cache/perf_analyzer/perf_analyzer, where ../shared/tools/get-perf-analyzer.sh puts it) and
 wrk (`apt-get install wrk`).
 """
 
@@ -103,7 +105,7 @@ def missing_generators() -> dict[str, str]:
     missing = {}
     if not os.access(PERF_ANALYZER, os.X_OK):
         missing["perf_analyzer"] = (
-            f"no executable {PERF_ANALYZER}: run shared/tools/get-perf-analyzer.sh "
+            f"no executable {PERF_ANALYZER}: run ../shared/tools/get-perf-analyzer.sh "
             "or set PERF_ANALYZER"
         )
     if shutil.which("wrk") is None:
@@ -697,7 +699,7 @@ def versions() -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description="inferd benchmarks (see the module docstring)")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="about 5 minutes instead of 30")
+    mode.add_argument("--quick", action="store_true", help="about 10 minutes instead of 30")
     mode.add_argument(
         "--smoke",
         action="store_true",
