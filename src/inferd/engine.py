@@ -118,7 +118,7 @@ class Engine:
         )
 
     def model_config(self, name: str, version: str = "") -> ModelSpec:
-        """The normalised configuration; render ``spec.proto`` with the codecs."""
+        """The normalised configuration: ``spec.config`` is its JSON rendering."""
         return self._manager.get(name, parse_version(version)).spec
 
     # -- inference ----------------------------------------------------------------------------

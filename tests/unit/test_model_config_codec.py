@@ -6,6 +6,7 @@ import pytest
 
 from inferd.codecs.model_config import (
     ModelConfig,
+    from_json_dict,
     parse_json_config,
     parse_pbtxt,
     spec_from_proto,
@@ -215,8 +216,55 @@ def test_spec_from_proto_builds_typed_view() -> None:
     assert spec.dynamic_batching.max_queue_delay_us == 100
     policy = spec.dynamic_batching.priority_queue_policy[1]
     assert (policy.timeout_action, policy.max_queue_size) == ("DELAY", 3)
-    assert spec.proto is cfg
+    assert spec.config == to_json_dict(cfg)
+    assert from_json_dict(spec.config) == cfg
     assert spec.decoupled is False
+
+
+def test_spec_holds_warmup_and_optimization_as_plain_data() -> None:
+    cfg = parse_pbtxt(
+        'name: "w" max_batch_size: 2 input [ { name: "x" data_type: TYPE_FP32 dims: [3] } ] '
+        "optimization { graph { level: 1 } execution_accelerators { "
+        'gpu_execution_accelerator [ { name: "tensorrt" } ] } } '
+        'model_warmup [ { name: "zeros" batch_size: 2 count: 3 inputs { key: "x" value: '
+        "{ data_type: TYPE_FP32 dims: [3] zero_data: true } } }, "
+        '{ name: "file" inputs { key: "x" value: { data_type: TYPE_FP32 dims: [3] '
+        'input_data_file: "x.bin" } } } ]',
+        "w",
+    )
+    spec = spec_from_proto(cfg)
+    assert spec.optimization.graph_level == 1
+    assert spec.optimization.gpu_accelerators == ("tensorrt",)
+    zeros, file = spec.warmups
+    assert (zeros.name, zeros.batch_size, zeros.count) == ("zeros", 2, 3)
+    assert zeros.inputs["x"].datatype.name == "FP32"
+    assert zeros.inputs["x"].dims == (3,)
+    assert zeros.inputs["x"].source == "zero_data"
+    assert file.inputs["x"].source == "input_data_file"
+    assert file.inputs["x"].input_data_file == "x.bin"
+    assert spec_from_proto(parse_pbtxt('name: "n"', "n")).optimization.graph_level is None
+
+
+def test_no_protobuf_message_in_the_domain_types() -> None:
+    """``ModelSpec`` and everything it holds are plain data: no field is typed ``Any`` for a
+    message, and a spec pickles without protobuf."""
+    import dataclasses
+    import pickle
+
+    from inferd.core import model_spec
+
+    for cls in (
+        model_spec.ModelSpec,
+        model_spec.TensorSpec,
+        model_spec.WarmupSpec,
+        model_spec.WarmupInputSpec,
+        model_spec.OptimizationSpec,
+        model_spec.DynamicBatchingSpec,
+    ):
+        assert "proto" not in {f.name for f in dataclasses.fields(cls)}
+    spec = spec_from_proto(_normalised_like())
+    restored = pickle.loads(pickle.dumps(spec))
+    assert restored.config == spec.config
 
 
 def test_spec_from_proto_without_scheduler_and_empty_reshape() -> None:

@@ -44,8 +44,11 @@ PUBLIC: dict[str, set[str]] = {
         "DynamicBatchingSpec",
         "InstanceGroupSpec",
         "ModelSpec",
+        "OptimizationSpec",
         "QueuePolicySpec",
         "TensorSpec",
+        "WarmupInputSpec",
+        "WarmupSpec",
     },
     "inferd.backends.base": {
         "Backend",

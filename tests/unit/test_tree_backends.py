@@ -88,7 +88,7 @@ class Served:
         write(model_dir / "1")
         prepared = prepare("model", model_dir, registry, LoadOptions())
         self.spec = prepared.spec
-        backend = registry.for_config(self.spec.proto)
+        backend = registry.for_spec(self.spec)
         self.loaded = backend.load(LoadContext(self.spec, 1, model_dir, model_dir / "1"))
         self.instance = self.loaded.create_instance(self.spec.instance_groups[0], 0)
 

@@ -133,10 +133,7 @@ def parse_settings(spec: ModelSpec) -> SessionSettings:
             f"parameter 'execution_mode' must be 0 (sequential) or 1 (parallel), "
             f"got '{params['execution_mode']}'"
         )
-    graph_level = 0
-    proto = spec.proto
-    if proto is not None and proto.optimization.HasField("graph"):
-        graph_level = int(proto.optimization.graph.level)
+    graph_level = spec.optimization.graph_level or 0
     if graph_level not in _GRAPH_LEVELS:
         raise ConfigError(
             f"optimization.graph.level must be -1 (basic), 1 (extended), 2 (disabled) or "
@@ -188,11 +185,7 @@ def _providers(group: InstanceGroupSpec, spec: ModelSpec) -> list[Any]:
 
 
 def _wants_tensorrt(spec: ModelSpec) -> bool:
-    proto = spec.proto
-    if proto is None:
-        return False
-    accelerators = proto.optimization.execution_accelerators.gpu_execution_accelerator
-    return any(a.name == "tensorrt" for a in accelerators)
+    return "tensorrt" in spec.optimization.gpu_accelerators
 
 
 # -- auto-complete ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.backends.base import Backend
+from inferd.core.model_spec import ModelSpec
 from inferd.errors import ConfigError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -83,9 +84,15 @@ class BackendRegistry:
         return self._materialise(entry)
 
     def for_config(self, config: Any) -> Backend:
-        """The backend for a ``ModelConfig``: by ``backend``, else by ``platform``."""
-        backend_name: str = config.backend
-        platform: str = config.platform
+        """The backend for a ``ModelConfig`` message (during auto-complete)."""
+        return self.for_names(config.backend, config.platform)
+
+    def for_spec(self, spec: ModelSpec) -> Backend:
+        """The backend for a prepared model."""
+        return self.for_names(spec.backend, spec.platform)
+
+    def for_names(self, backend_name: str, platform: str) -> Backend:
+        """The backend named ``backend_name``, else the one that serves ``platform``."""
         if backend_name:
             return self.get(backend_name)
         if platform:

@@ -21,13 +21,17 @@ from inferd.core.model_spec import (
     DynamicBatchingSpec,
     InstanceGroupSpec,
     ModelSpec,
+    OptimizationSpec,
     QueuePolicySpec,
     TensorSpec,
+    WarmupInputSpec,
+    WarmupSpec,
 )
 from inferd.errors import ConfigError, InvalidArgumentError
 
 __all__ = [
     "ModelConfig",
+    "from_json_dict",
     "parse_json_config",
     "parse_pbtxt",
     "spec_from_proto",
@@ -189,8 +193,40 @@ def _dynamic_batching(config: ModelConfig) -> DynamicBatchingSpec | None:
     )
 
 
+def _warmups(config: ModelConfig) -> tuple[WarmupSpec, ...]:
+    type_name = model_config_pb2.DataType.Name
+    return tuple(
+        WarmupSpec(
+            name=w.name,
+            batch_size=int(w.batch_size),
+            count=int(w.count),
+            inputs={
+                name: WarmupInputSpec(
+                    datatype=from_config_name(type_name(item.data_type)),
+                    dims=tuple(int(d) for d in item.dims),
+                    source=item.WhichOneof("input_data_type") or "zero_data",
+                    input_data_file=item.input_data_file,
+                )
+                for name, item in w.inputs.items()
+            },
+        )
+        for w in config.model_warmup
+    )
+
+
+def _optimization(config: ModelConfig) -> OptimizationSpec:
+    opt = config.optimization
+    return OptimizationSpec(
+        graph_level=int(opt.graph.level) if opt.HasField("graph") else None,
+        gpu_accelerators=tuple(
+            a.name for a in opt.execution_accelerators.gpu_execution_accelerator
+        ),
+    )
+
+
 def spec_from_proto(config: ModelConfig) -> ModelSpec:
-    """The typed view of a *normalised* config; ``spec.proto`` keeps ``config`` itself."""
+    """The typed view of a *normalised* config; the message itself stays in the codecs and the
+    repository (``spec.config`` is its JSON rendering, plain data)."""
     kind_name = model_config_pb2.ModelInstanceGroup.Kind.Name
     groups = tuple(
         InstanceGroupSpec(
@@ -215,5 +251,14 @@ def spec_from_proto(config: ModelConfig) -> ModelSpec:
         has_sequence_batching=config.WhichOneof("scheduling_choice") == "sequence_batching",
         is_ensemble=config.platform == "ensemble",
         decoupled=bool(config.model_transaction_policy.decoupled),
-        proto=config,
+        warmups=_warmups(config),
+        optimization=_optimization(config),
+        config=to_json_dict(config),
     )
+
+
+def from_json_dict(rendered: dict[str, Any]) -> ModelConfig:
+    """The message back from :func:`to_json_dict`'s rendering (for the gRPC config endpoint)."""
+    config = ModelConfig()
+    json_format.ParseDict(rendered, config)
+    return config

@@ -1,8 +1,9 @@
 """A typed, read-only view of a normalised model configuration.
 
-Built once when a model loads (``inferd.codecs.model_config.spec_from_proto``) and used on the
-request path instead of the protobuf message. ``proto`` keeps the normalised
-``ModelConfig`` message for the configuration endpoints.
+Built once when a model loads (``inferd.codecs.model_config.spec_from_proto``) and used
+instead of the protobuf message everywhere below the codecs. ``config`` keeps the normalised
+configuration as plain JSON data (Triton's rendering) for the configuration endpoints and the
+Python models that receive it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ __all__ = [
     "DynamicBatchingSpec",
     "InstanceGroupSpec",
     "ModelSpec",
+    "OptimizationSpec",
     "QueuePolicySpec",
     "TensorSpec",
+    "WarmupInputSpec",
+    "WarmupSpec",
 ]
 
 
@@ -65,6 +69,32 @@ class DynamicBatchingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class WarmupInputSpec:
+    """One input of a warm-up sample: zeros, random values, or a file of the model's."""
+
+    datatype: DataType
+    dims: tuple[int, ...]
+    source: str  # "zero_data", "random_data" or "input_data_file"
+    input_data_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupSpec:
+    name: str
+    batch_size: int
+    count: int
+    inputs: dict[str, WarmupInputSpec]
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizationSpec:
+    """The config's ``optimization`` section, as far as a CPU server reads it."""
+
+    graph_level: int | None = None  # optimization.graph.level, when the config sets it
+    gpu_accelerators: tuple[str, ...] = ()  # names of gpu_execution_accelerator entries
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     name: str
     platform: str
@@ -79,7 +109,10 @@ class ModelSpec:
     has_sequence_batching: bool = False
     is_ensemble: bool = False
     decoupled: bool = False
-    proto: Any = None  # the normalised tritonclient.grpc.model_config_pb2.ModelConfig
+    warmups: tuple[WarmupSpec, ...] = ()
+    optimization: OptimizationSpec = OptimizationSpec()
+    # the normalised configuration as Triton renders it in JSON (plain data, never modified)
+    config: dict[str, Any] = field(default_factory=dict)
     input_by_name: dict[str, TensorSpec] = field(default_factory=dict)
     output_by_name: dict[str, TensorSpec] = field(default_factory=dict)
 

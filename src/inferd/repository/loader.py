@@ -52,6 +52,7 @@ class PreparedModel:
     spec: ModelSpec
     model_dir: Path
     versions: list[int]
+    config: ModelConfig  # the normalised message: the repository's checks read it
 
 
 @dataclass(slots=True)
@@ -128,9 +129,9 @@ def prepare(
         check_config_paths(proto)
         normalize_and_validate(proto, model_dir)
         check_supported(proto)
+        spec = spec_from_proto(proto)
     except InferdError as exc:
         raise load_failure(name, exc) from exc
-    spec = spec_from_proto(proto)
     versions = select_versions(proto, available)
     missing = [v for v in versions if v not in available]
     if missing:
@@ -138,7 +139,7 @@ def prepare(
             f"failed to load '{name}', version(s) {missing} named by the version policy have no "
             f"directory in {model_dir}"
         )
-    return PreparedModel(spec=spec, model_dir=model_dir, versions=versions)
+    return PreparedModel(spec=spec, model_dir=model_dir, versions=versions, config=proto)
 
 
 def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:
@@ -172,7 +173,7 @@ def load_version(
     spec = prepared.spec
     name = spec.name
     try:
-        backend = registry.for_config(spec.proto)
+        backend = registry.for_spec(spec)
         ctx = LoadContext(
             spec=spec,
             version=version,

@@ -283,7 +283,7 @@ class RepositoryManager:
                 )
                 if upload and not self._allow_code_upload:
                     # defence in depth: the effective config, after auto-complete
-                    check_no_code(name, prepared.spec.proto, lambda _platform: None)
+                    check_no_code(name, prepared.config, lambda _platform: None)
             except InferdError as exc:
                 self._fail_all(record, str(exc))
                 raise

@@ -7,19 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
 from inferd.backends.base import ModelInstance
-from inferd.core import datatypes
 from inferd.core.inference import InferRequest
-from inferd.core.model_spec import ModelSpec
+from inferd.core.model_spec import ModelSpec, WarmupInputSpec
 from inferd.errors import ConfigError, InferdError
 from inferd.repository.paths import resolve_inside
 
 WARMUP_DIR = "warmup"
 
 
-def _data_file(spec: ModelSpec, name: str, item: Any, model_dir: Path) -> Path:
+def _data_file(spec: ModelSpec, name: str, item: WarmupInputSpec, model_dir: Path) -> Path:
     """The warm-up file of input ``name``, which must lie in the model's warmup directory."""
     return resolve_inside(
         model_dir / WARMUP_DIR,
@@ -29,15 +27,20 @@ def _data_file(spec: ModelSpec, name: str, item: Any, model_dir: Path) -> Path:
 
 
 def _sample(
-    spec: ModelSpec, name: str, item: Any, batch: int, model_dir: Path, rng: np.random.Generator
+    spec: ModelSpec,
+    name: str,
+    item: WarmupInputSpec,
+    batch: int,
+    model_dir: Path,
+    rng: np.random.Generator,
 ) -> np.ndarray[Any, Any]:
-    dtype = datatypes.from_config_name(model_config_pb2.DataType.Name(item.data_type))
-    dims = [int(d) for d in item.dims]
+    dtype = item.datatype
+    dims = list(item.dims)
     if any(d < 0 for d in dims):
         raise ConfigError(f"warmup input '{name}' of model '{spec.name}' has a variable dim {dims}")
     shape = ([batch] if spec.max_batch_size > 0 else []) + dims
     count = int(np.prod(shape)) if shape else 1
-    which = item.WhichOneof("input_data_type")
+    which = item.source
     if dtype.is_bytes:
         if which == "input_data_file":
             raw = _data_file(spec, name, item, model_dir).read_bytes()
@@ -68,10 +71,9 @@ def _sample(
 
 def warm_up(spec: ModelSpec, instances: Sequence[ModelInstance], model_dir: Path) -> None:
     """Run each warm-up sample ``count`` times (at least once) on every instance. Blocking."""
-    warmups = list(spec.proto.model_warmup) if spec.proto is not None else []
     rng = np.random.default_rng(0)
-    for warmup in warmups:
-        batch = max(1, int(warmup.batch_size))
+    for warmup in spec.warmups:
+        batch = max(1, warmup.batch_size)
         try:
             inputs = {
                 name: _sample(spec, name, item, batch, model_dir, rng)
@@ -81,7 +83,7 @@ def warm_up(spec: ModelSpec, instances: Sequence[ModelInstance], model_dir: Path
             raise ConfigError(f"warmup '{warmup.name}' cannot build its inputs: {exc}") from exc
         request = InferRequest(spec.name, inputs, id=f"warmup:{warmup.name}")
         for instance in instances:
-            for _ in range(max(1, int(warmup.count))):
+            for _ in range(max(1, warmup.count)):
                 (result,) = instance.execute([request])
                 if isinstance(result, InferdError):
                     raise ConfigError(f"warmup '{warmup.name}' failed: {result}")

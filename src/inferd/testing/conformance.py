@@ -194,7 +194,7 @@ def _prepare(case: ConformanceCase, workdir: Path) -> tuple[ModelSpec, Path, Bac
 def load_case(case: ConformanceCase, workdir: Path) -> LoadedCase:
     """Write, prepare and load the case's model under ``workdir`` (no instance yet)."""
     spec, model_dir, registry = _prepare(case, workdir)
-    backend = registry.for_config(spec.proto)
+    backend = registry.for_spec(spec)
     ctx = LoadContext(spec=spec, version=1, model_dir=model_dir, version_dir=model_dir / "1")
     return LoadedCase(case, spec, backend, backend.load(ctx), model_dir)
 
@@ -444,7 +444,7 @@ def _garble(version_dir: Path) -> None:
 def check_corrupt_file(case: ConformanceCase, workdir: Path) -> None:
     spec, model_dir, registry = _prepare(case, workdir)
     (case.corrupt_model or _garble)(model_dir / "1")
-    backend = registry.for_config(spec.proto)
+    backend = registry.for_spec(spec)
     ctx = LoadContext(spec=spec, version=1, model_dir=model_dir, version_dir=model_dir / "1")
     try:
         loaded = backend.load(ctx)

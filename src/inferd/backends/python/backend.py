@@ -97,7 +97,7 @@ class PythonModel:
         self.model_file = model_file
         self._host = host
         self._launcher = Launcher(settings.start_method, host)
-        self._config_json = to_json_dict(ctx.spec.proto) if ctx.spec.proto is not None else {}
+        self._config_json = ctx.spec.config
         self._launched: dict[tuple[str, int], WorkerHandle] = {}
         self._instances: list[PythonInstance] = []
         self._lock = threading.Lock()

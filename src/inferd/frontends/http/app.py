@@ -255,10 +255,9 @@ class HttpApp:
         return Reply.error(400, "Model version not ready")
 
     async def _model_config(self, route: Route, scope: Scope, receive: Receive) -> Reply:
-        from inferd.codecs.model_config import to_json_dict  # the config codec owns rendering
 
         spec = self._engine.model_config(route.model, route.version)
-        return Reply.json(to_json_dict(spec.proto))
+        return Reply.json(spec.config)
 
     async def _statistics(self, route: Route, scope: Scope, receive: Receive) -> Reply:
         snapshots = self._engine.model_statistics(route.model or "", route.version or "")
