@@ -19,13 +19,13 @@ import pytest
 
 from inferd.backends.base import LoadContext, Result
 from inferd.backends.registry import default_registry
-from inferd.testing.conformance import CHECKS, ConformanceCase, ConformanceError, run_all, run_check
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.engine import Engine
 from inferd.errors import InternalError, InvalidInputError, ModelLoadError, UnavailableError
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import RepositoryManager
+from inferd.testing.conformance import CHECKS, ConformanceCase, ConformanceError, run_all, run_check
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "backends.md"
 MODULE = "inferd_scale_backend"

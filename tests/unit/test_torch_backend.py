@@ -11,13 +11,13 @@ import pytest
 
 from inferd.backends.base import ExecutionTimes, LoadContext
 from inferd.backends.registry import default_registry
-from inferd.testing.conformance import ConformanceCase, conformance_tests
 from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 from inferd.core.inference import InferRequest, RequestedOutput
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import ConfigError, InferdError, InternalError, InvalidInputError, ModelLoadError
 from inferd.repository.autocomplete import complete_config
 from inferd.repository.normalize import normalize_and_validate
+from inferd.testing.conformance import ConformanceCase, conformance_tests
 
 torch = pytest.importorskip("torch")
 
