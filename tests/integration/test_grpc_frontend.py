@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import queue
+import types
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpcclient
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from inferd.errors import ErrorCode
@@ -395,6 +397,12 @@ async def test_standard_health_service_when_installed(serving: Serving) -> None:
     async with grpc.aio.insecure_channel(serving.url) as channel:
         reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    async with grpc.aio.insecure_channel(serving.url) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await watch.read()
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert caught.value.details() == "Watch is not supported"
 
 
 # -- the same front end as the embedded server composes it, over the example repository ------
@@ -515,3 +523,54 @@ def test_restricted_inference_covers_streams_and_health_service(serving: Serving
             assert ok.status == health.HealthCheckResponse.SERVING
     finally:
         serving.thread.call(server.stop(1.0))
+
+
+def test_refused_calls_leave_no_reference_cycles(serving: Serving) -> None:
+    """A refused call's request is freed when the call ends, not when the garbage collector
+    next runs: a cycle through the error's traceback would keep a request's raw tensor data
+    (up to gigabytes) alive, and the collector, counting objects and not bytes, runs late."""
+    big = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        big.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        big.raw_input_contents.append(bytes(1 << 20))  # 1 MiB where 64 bytes are expected
+    unknown = service_pb2.ModelMetadataRequest(name="no_such_model")
+
+    def refused_calls(channel: grpc.Channel, stub: Any) -> None:
+        for call in (
+            lambda: stub.ModelInfer(big, timeout=10),
+            lambda: stub.ModelMetadata(unknown, timeout=10),
+            lambda: channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(
+                b"\xff\xff", timeout=10
+            ),
+            lambda: list(
+                stub.ModelStreamInfer(
+                    iter([big]), timeout=10, metadata=(("triton_grpc_error", "true"),)
+                )
+            ),
+        ):
+            with pytest.raises(grpc.RpcError):
+                call()
+
+    def server_garbage() -> list[str]:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            return [
+                f"{o.f_code.co_qualname} ({o.f_code.co_filename})"
+                for o in gc.garbage
+                if isinstance(o, types.FrameType) and "inferd" in o.f_code.co_filename
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+
+    with grpc.insecure_channel(serving.url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        refused_calls(channel, stub)  # warm: anything created once is created now
+        gc.collect()
+        gc.disable()  # nothing is collected behind the test's back
+        try:
+            refused_calls(channel, stub)
+            assert server_garbage() == []
+        finally:
+            gc.enable()

@@ -7,7 +7,8 @@ metadata, so an unguarded RPC pays nothing for access control.
 
 A request that does not parse as its protobuf message is the client's error: the deserializer
 returns an :class:`Undecodable` in its place and the RPC answers INVALID_ARGUMENT (grpcio
-itself would answer UNKNOWN and log a traceback).
+itself would answer UNKNOWN and log a traceback). Refusals set the call's status and return
+(:func:`~inferd.frontends.grpc.errors.set_status`), as the servicer does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from inferd.errors import PermissionDeniedError, UnauthenticatedError
 from inferd.frontends.access import AccessPolicy, Api
+from inferd.frontends.grpc.errors import set_status
 
 __all__ = [
     "API_BY_METHOD",
@@ -90,12 +92,13 @@ def restricted_message(key: str) -> str:
     return f"This protocol is restricted, expecting header '{key}'"
 
 
-def _checker(access: AccessPolicy, api: Api) -> Callable[[Any], Any]:
-    """An async check of one call's metadata against the policy for ``api``."""
+def _checker(access: AccessPolicy, api: Api) -> Callable[[Any], bool]:
+    """A check of one call's metadata against the policy for ``api``: true if the call may
+    proceed, else false with the call's status set."""
     key = next((r.shown_key for r in access.restrictions if api in r.apis), "")
     denied = restricted_message(key)
 
-    async def check(context: Any) -> None:
+    def check(context: Any) -> bool:
         metadata = context.invocation_metadata() or ()
 
         def lookup(name: str) -> str | None:
@@ -108,47 +111,52 @@ def _checker(access: AccessPolicy, api: Api) -> Callable[[Any], Any]:
             access.check(api, lookup)
         except PermissionDeniedError:
             # Triton answers a restricted call without its header UNAVAILABLE
-            await context.abort(grpc.StatusCode.UNAVAILABLE, denied)
+            set_status(context, grpc.StatusCode.UNAVAILABLE, denied)
+            return False
         except UnauthenticatedError as exc:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+            set_status(context, grpc.StatusCode.UNAUTHENTICATED, exc.message)
+            return False
+        return True
 
     return check
 
 
-async def _refuse(request: Undecodable, context: Any) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+def _refuse(request: Undecodable, context: Any) -> None:
+    set_status(context, grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
-def _unary_behavior(behavior: Any, check: Callable[[Any], Any] | None) -> Any:
+def _unary_behavior(behavior: Any, check: Callable[[Any], bool] | None) -> Any:
     if check is None:
 
         async def unary(request: Any, context: Any) -> Any:
             if type(request) is Undecodable:
-                await _refuse(request, context)
+                return _refuse(request, context)
             return await behavior(request, context)
 
         return unary
 
     async def guarded_unary(request: Any, context: Any) -> Any:
-        await check(context)
+        if not check(context):
+            return None
         if type(request) is Undecodable:
-            await _refuse(request, context)
+            return _refuse(request, context)
         return await behavior(request, context)
 
     return guarded_unary
 
 
-def _streaming_behavior(behavior: Any, check: Callable[[Any], Any] | None, decoded: bool) -> Any:
+def _streaming_behavior(behavior: Any, check: Callable[[Any], bool] | None, decoded: bool) -> Any:
     """Server-streaming RPCs. ``decoded`` is false when the request is a single message that
     may be :class:`Undecodable`; with a request stream, the servicer sees each message."""
     if check is None and decoded:
         return behavior
 
     async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
-        if check is not None:
-            await check(context)
+        if check is not None and not check(context):
+            return
         if not decoded and type(request) is Undecodable:
-            await _refuse(request, context)
+            _refuse(request, context)
+            return
         async for response in behavior(request, context):
             yield response
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -12,6 +13,7 @@ from tritonclient.grpc import service_pb2
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.frontends.access import AccessPolicy
+from inferd.frontends.grpc.errors import set_status
 from inferd.frontends.grpc.handlers import API_BY_METHOD, HEALTH_API_BY_METHOD, service_handler
 from inferd.frontends.grpc.servicer import GrpcInferenceServicer
 from inferd.frontends.tls import TlsSettings
@@ -87,8 +89,10 @@ def _add_health_service(
             )
             return health_pb2.HealthCheckResponse(status=status)
 
-        async def Watch(self, request: Any, context: Any) -> Any:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is not supported")
+        async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:
+            set_status(context, grpc.StatusCode.UNIMPLEMENTED, "Watch is not supported")
+            return
+            yield  # a server-streaming RPC is an async generator; this one sends nothing
 
     server.add_generic_rpc_handlers(
         (service_handler(health_pb2, "Health", _Health(), HEALTH_API_BY_METHOD, access),)

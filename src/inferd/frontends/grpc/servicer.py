@@ -1,8 +1,8 @@
 """``inference.GRPCInferenceService`` over :class:`inferd.engine.Engine` (grpc.aio).
 
 Every RPC is an ``async def``: the service runs on the server's event loop, as the engine does.
-Errors are mapped once, by :mod:`inferd.frontends.grpc.errors`, and sent with
-``context.abort`` so tritonclient sees the inferd message as the status details.
+Errors are mapped once, by :mod:`inferd.frontends.grpc.errors`, and set as the call's status
+(tritonclient shows the inferd message, the status details); the handler then returns nothing.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.codecs import statistics
+from inferd.codecs.model_config import from_json_dict
 from inferd.codecs.v2_grpc import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     decode_infer_request,
@@ -26,12 +26,11 @@ from inferd.codecs.v2_grpc import (
 from inferd.core.names import check_model_name
 from inferd.engine import Engine
 from inferd.errors import (
-    InternalError,
     InvalidArgumentError,
     NotFoundError,
     UnsupportedError,
 )
-from inferd.frontends.grpc.errors import status_for
+from inferd.frontends.grpc.errors import set_status, status_for
 from inferd.frontends.grpc.handlers import Undecodable
 
 __all__ = ["GrpcInferenceServicer"]
@@ -68,14 +67,13 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     @contextlib.asynccontextmanager
     async def _mapped_errors(self, context: Any, client_id: str = "") -> AsyncIterator[None]:
-        """Turn an exception of the body into a gRPC status via the one error table."""
+        """Turn an exception of the body into the call's status via the one error table; the
+        exception ends there, so the RPC returns ``None`` (grpc sends the status alone)."""
         try:
             yield
-        except grpc.aio.AbortError:
-            raise
         except Exception as exc:
             code, details = status_for(exc, log=self._log, request_id=self._request_id(client_id))
-            await context.abort(code, details)
+            set_status(context, code, details)
 
     async def _infer(self, msg: Any, *, into: Any = None) -> Any:
         request = decode_infer_request(msg)
@@ -124,9 +122,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
             spec = self._engine.model_config(check_model_name(request.name), request.version)
-            if spec.proto is None:
-                raise InternalError(f"model '{spec.name}' has no configuration message")
-            return service_pb2.ModelConfigResponse(config=spec.proto)
+            return service_pb2.ModelConfigResponse(config=from_json_dict(spec.config))
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
@@ -165,7 +161,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
                     break
                 response, failure = await task
                 if failure is not None and errors_as_status:
-                    await context.abort(*failure)
+                    set_status(context, *failure)
+                    return
                 yield response
             await reader  # a failure of the request stream itself ends the RPC with it
         finally:
