@@ -378,7 +378,17 @@ def test_repository_name_and_load_parameters_are_checked(serving: Serving) -> No
         with pytest.raises(grpc.RpcError) as info:
             stub.RepositoryModelLoad(request)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "unrecognized load parameter 'colour'" in str(info.value.details())
+        assert info.value.details() == (
+            "unknown load parameter 'colour': expected 'config' or 'file:<version>/<path>'"
+        )  # the words HTTP answers
+        request = service_pb2.RepositoryModelUnloadRequest(model_name="toggle")
+        request.parameters["unload_dependents"].string_param = "yes"
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RepositoryModelUnload(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details() == (
+            "unload parameter 'unload_dependents' must be a boolean, got a string"
+        )
         ready = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
         assert ready.models
         assert {m.state for m in ready.models} == {"READY"}

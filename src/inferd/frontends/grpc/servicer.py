@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.codecs import statistics
 from inferd.codecs.model_config import from_json_dict
+from inferd.codecs.repository import decode_load_parameters, decode_unload_parameters
 from inferd.codecs.v2_grpc import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     decode_infer_request,
@@ -226,49 +227,18 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
             _reject_repository_name(request.repository_name)
-            config_json: str | None = None
-            files: dict[str, bytes] = {}
-            for key in request.parameters:
-                param = request.parameters[key]
-                kind = param.WhichOneof("parameter_choice")
-                if key == "config":
-                    if kind != "string_param":
-                        raise InvalidArgumentError(
-                            "invalid value type for load parameter 'config', expected string_param"
-                        )
-                    config_json = param.string_param
-                elif key.startswith("file:"):
-                    if kind != "bytes_param":
-                        raise InvalidArgumentError(
-                            f"invalid value type for load parameter '{key}', expected bytes_param"
-                        )
-                    files[key[len("file:") :]] = param.bytes_param
-                else:
-                    raise InvalidArgumentError(
-                        f"unrecognized load parameter '{key}': expected 'config' or "
-                        "'file:<version>/<path>'"
-                    )
+            load = decode_load_parameters(_repository_parameters(request), files_as="bytes")
             await self._engine.load_model(
-                check_model_name(request.model_name), config_json=config_json, files=files or None
+                check_model_name(request.model_name),
+                config_json=load.config_json,
+                files=load.files,
             )
             return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
             _reject_repository_name(request.repository_name)
-            unload_dependents = False
-            for key in request.parameters:
-                param = request.parameters[key]
-                if key != "unload_dependents":
-                    raise InvalidArgumentError(
-                        f"unrecognized unload parameter '{key}': expected 'unload_dependents'"
-                    )
-                if param.WhichOneof("parameter_choice") != "bool_param":
-                    raise InvalidArgumentError(
-                        "invalid value type for unload parameter 'unload_dependents', "
-                        "expected bool_param"
-                    )
-                unload_dependents = param.bool_param
+            unload_dependents = decode_unload_parameters(_repository_parameters(request))
             await self._engine.unload_model(
                 check_model_name(request.model_name), unload_dependents=unload_dependents
             )
@@ -325,3 +295,14 @@ def _reject_repository_name(name: str) -> None:
             f"'repository_name' specification is not supported (got '{name}'): models are "
             "addressed by name across all repositories"
         )
+
+
+def _repository_parameters(request: Any) -> dict[str, object]:
+    """A load or unload request's ``ModelRepositoryParameter`` map as plain values (``None``
+    for a parameter that carries no value), for the checks every front end shares."""
+    values: dict[str, object] = {}
+    for key in request.parameters:
+        param = request.parameters[key]
+        kind = param.WhichOneof("parameter_choice")
+        values[key] = None if kind is None else getattr(param, kind)
+    return values
