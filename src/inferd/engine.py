@@ -168,8 +168,8 @@ class Engine:
 
     # -- repository ---------------------------------------------------------------------------
 
-    def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
-        return self._manager.index(ready_only=ready_only)
+    async def repository_index(self, ready_only: bool = False) -> list[IndexEntry]:
+        return await self._manager.index(ready_only=ready_only)
 
     async def load_model(
         self,

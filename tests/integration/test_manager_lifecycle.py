@@ -134,9 +134,12 @@ async def test_repository_scans_run_off_the_event_loop(
         await engine.unload_model("simple")
         with pytest.raises(Exception, match="no model named 'other'"):
             await engine.unload_model("other")
+        before = len(scanned_on)
+        assert [e.name for e in await engine.repository_index()] == ["simple"]
+        assert len(scanned_on) == before + 1
     finally:
         await manager.close()
-    assert len(scanned_on) >= 3
+    assert len(scanned_on) >= 4
     assert loop_thread not in scanned_on
 
 
@@ -149,7 +152,7 @@ async def test_unload_dependents_is_honoured(
     await manager.startup(["simple"])
     try:
         await engine.unload_model("simple", unload_dependents=True)
-        assert engine.repository_index(ready_only=True) == []
+        assert (await engine.repository_index(ready_only=True)) == []
         assert "it is composed of no other model" in caplog.text
     finally:
         await manager.close()

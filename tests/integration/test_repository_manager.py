@@ -53,7 +53,7 @@ async def test_none_mode_loads_everything_and_infers(tmp_path: Path) -> None:
             response.outputs["OUTPUT0"], np.arange(48, dtype=np.int32).reshape(3, 16) + 1
         )
         assert response.model_version == "1"
-        index = {(e.name, e.version, e.state) for e in engine.repository_index()}
+        index = {(e.name, e.version, e.state) for e in (await engine.repository_index())}
         assert index == {("simple", "1", "READY"), ("other", "1", "READY")}
         with pytest.raises(UnavailableError, match="explicit model load"):
             await engine.load_model("simple")
@@ -72,7 +72,7 @@ async def test_broken_model_is_unavailable_with_reason_and_others_serve(tmp_path
     try:
         assert set(failures) == {"broken", "badcfg"}
         assert failures["broken"].startswith("failed to load 'broken'")
-        states = {e.name: (e.state, e.reason) for e in engine.repository_index()}
+        states = {e.name: (e.state, e.reason) for e in (await engine.repository_index())}
         assert states["simple"] == ("READY", "")
         assert states["broken"][0] == "UNAVAILABLE"
         assert "broken" in states["broken"][1]
@@ -128,14 +128,16 @@ async def test_explicit_mode_load_unload_and_overrides(tmp_path: Path) -> None:
     manager, engine = make([tmp_path], ControlMode.EXPLICIT, allow_model_upload=True)
     await manager.startup([])
     try:
-        assert [(e.name, e.version) for e in engine.repository_index()] == [("simple", None)]
+        assert [(e.name, e.version) for e in (await engine.repository_index())] == [
+            ("simple", None)
+        ]
         with pytest.raises(NotFoundError):
             await engine.infer(request())
         await engine.load_model("simple", config_json='{"max_batch_size":"16"}')
         assert engine.model_config("simple").max_batch_size == 16
         await engine.infer(request(batch=12))
         await engine.unload_model("simple")
-        entry = engine.repository_index()[0]
+        entry = (await engine.repository_index())[0]
         assert (entry.state, entry.reason) == ("UNAVAILABLE", "unloaded")
         assert not engine.model_ready("simple")
         with pytest.raises(NotFoundError, match="failed to load 'missing'"):
@@ -172,7 +174,7 @@ async def test_two_roots_and_duplicates(tmp_path: Path) -> None:
         assert set(failures) == {"dup"}
         assert manager.ready_versions("one") == [1]
         assert manager.ready_versions("two") == [1]
-        dup = next(e for e in engine.repository_index() if e.name == "dup")
+        dup = next(e for e in (await engine.repository_index()) if e.name == "dup")
         assert dup.state == "UNAVAILABLE"
         assert "two or more repositories" in dup.reason
     finally:

@@ -25,6 +25,7 @@ from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffe
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
+from inferd.core.metadata import IndexEntry, ModelMetadata
 from inferd.core.names import check_model_name
 from inferd.errors import InvalidArgumentError, UnsupportedError
 
@@ -34,6 +35,8 @@ __all__ = [
     "decode_parameters",
     "encode_infer_response",
     "encode_parameters",
+    "model_metadata_response",
+    "repository_index_response",
 ]
 
 ENABLE_EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
@@ -262,3 +265,29 @@ def encode_infer_response(
         out.shape.extend(array.shape)
         msg.raw_output_contents.append(raw)
     return msg
+
+
+def model_metadata_response(meta: ModelMetadata) -> service_pb2.ModelMetadataResponse:
+    """Model metadata as gRPC sends it (HTTP: ``v2_http.model_metadata_dict``)."""
+    tensor = service_pb2.ModelMetadataResponse.TensorMetadata
+    return service_pb2.ModelMetadataResponse(
+        name=meta.name,
+        versions=meta.versions,
+        platform=meta.platform,
+        inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+        outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
+    )
+
+
+def repository_index_response(
+    entries: Iterable[IndexEntry],
+) -> service_pb2.RepositoryIndexResponse:
+    """The repository index as gRPC sends it: proto3 strings, so absent fields are empty
+    (HTTP: ``v2_http.repository_index_list`` leaves them out)."""
+    index = service_pb2.RepositoryIndexResponse.ModelIndex
+    return service_pb2.RepositoryIndexResponse(
+        models=[
+            index(name=e.name, version=e.version or "", state=e.state or "", reason=e.reason)
+            for e in entries
+        ]
+    )

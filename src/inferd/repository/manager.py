@@ -156,8 +156,10 @@ class RepositoryManager:
         problems = dict.fromkeys(duplicated(found), "model appears in two or more repositories")
         return dirs, problems
 
-    def index(self, *, ready_only: bool) -> list[IndexEntry]:
-        dirs, _ = self._scan()
+    async def index(self, *, ready_only: bool) -> list[IndexEntry]:
+        """Every model of the repository with its versions' states; the scan of the
+        repository's folders runs off the event loop."""
+        dirs, _ = await asyncio.to_thread(self._scan)
         names = sorted(set(dirs) | set(self._records))
         entries: list[IndexEntry] = []
         for name in names:

@@ -23,6 +23,8 @@ from inferd.codecs.v2_grpc import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     decode_infer_request,
     encode_infer_response,
+    model_metadata_response,
+    repository_index_response,
 )
 from inferd.core.names import check_model_name
 from inferd.engine import Engine
@@ -107,18 +109,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
             meta = self._engine.model_metadata(check_model_name(request.name), request.version)
-            tensor = service_pb2.ModelMetadataResponse.TensorMetadata
-            return service_pb2.ModelMetadataResponse(
-                name=meta.name,
-                versions=meta.versions,
-                platform=meta.platform,
-                inputs=[
-                    tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs
-                ],
-                outputs=[
-                    tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs
-                ],
-            )
+            return model_metadata_response(meta)
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
@@ -210,19 +201,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            entries = self._engine.repository_index(ready_only=request.ready)
-            index = service_pb2.RepositoryIndexResponse.ModelIndex
-            return service_pb2.RepositoryIndexResponse(
-                models=[
-                    index(
-                        name=e.name,
-                        version=e.version or "",
-                        state=e.state or "",
-                        reason=e.reason,
-                    )
-                    for e in entries
-                ]
-            )
+            entries = await self._engine.repository_index(ready_only=request.ready)
+            return repository_index_response(entries)
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):

@@ -325,7 +325,7 @@ class HttpApp:
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidArgumentError("'ready' of the repository index request must be a boolean")
-        entries = self._engine.repository_index(ready_only=ready)
+        entries = await self._engine.repository_index(ready_only=ready)
         return Reply.json(v2_http.repository_index_list(entries))
 
     async def _repository_load(self, route: Route, scope: Scope, receive: Receive) -> Reply:
