@@ -524,3 +524,35 @@ def test_mutated_wire_bytes_decode_or_raise_an_inferd_error(data: st.DataObject)
         return  # does not parse: the server answers INVALID_ARGUMENT before decoding
     with contextlib.suppress(InferdError):
         decode_infer_request(msg)
+
+
+def test_metadata_and_index_say_the_same_over_both_wires() -> None:
+    from google.protobuf import json_format
+
+    from inferd.codecs import v2_grpc, v2_http
+    from inferd.core.metadata import IndexEntry, ModelMetadata, TensorMetadata
+
+    meta = ModelMetadata(
+        name="m",
+        versions=["1", "3"],
+        platform="onnxruntime_onnx",
+        inputs=[TensorMetadata("X", "FP32", [-1, 4])],
+        outputs=[TensorMetadata("Y", "INT64", [-1])],
+    )
+    over_grpc = json_format.MessageToDict(
+        v2_grpc.model_metadata_response(meta), preserving_proto_field_name=True
+    )
+    for tensors in (over_grpc["inputs"], over_grpc["outputs"]):
+        for t in tensors:
+            t["shape"] = [int(d) for d in t["shape"]]  # int64 renders as strings
+    assert over_grpc == v2_http.model_metadata_dict(meta)
+    entries = [IndexEntry("a"), IndexEntry("b", "2", "UNAVAILABLE", "broken file")]
+    rows = v2_grpc.repository_index_response(entries).models
+    assert [(r.name, r.version, r.state, r.reason) for r in rows] == [
+        ("a", "", "", ""),
+        ("b", "2", "UNAVAILABLE", "broken file"),
+    ]
+    assert v2_http.repository_index_list(entries) == [
+        {"name": "a"},
+        {"name": "b", "version": "2", "state": "UNAVAILABLE", "reason": "broken file"},
+    ]
