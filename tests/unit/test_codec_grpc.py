@@ -556,3 +556,20 @@ def test_metadata_and_index_say_the_same_over_both_wires() -> None:
         {"name": "a"},
         {"name": "b", "version": "2", "state": "UNAVAILABLE", "reason": "broken file"},
     ]
+
+
+def test_the_datatype_table_numbers_match_the_config_schema() -> None:
+    from tritonclient.grpc import model_config_pb2
+
+    from inferd.backends.python import triton_python_backend_utils as pb_utils
+    from inferd.core.datatypes import ALL
+
+    for d in ALL:
+        assert model_config_pb2.DataType.Value(d.config_name) == d.config_code, d.name
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    assert pb_utils.triton_to_numpy_type(model_config_pb2.TYPE_INT64) is np.int64
+    assert pb_utils.numpy_to_triton_type(np.uint16) == model_config_pb2.TYPE_UINT16
+    assert pb_utils.numpy_to_triton_type(np.dtype("S3")) == model_config_pb2.TYPE_STRING
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.triton_string_to_numpy("TYPE_BF16")

@@ -20,6 +20,7 @@ class DataType:
     dtype: np.dtype
     itemsize: int  # bytes per element; 0 for BYTES (variable)
     grpc_field: str | None  # typed InferTensorContents field, None when raw only
+    config_code: int  # the number of ``config_name`` in the model config's DataType enum
 
     @property
     def is_bytes(self) -> bool:
@@ -27,20 +28,20 @@ class DataType:
 
 
 _TABLE = (
-    DataType("BOOL", "TYPE_BOOL", np.dtype(np.bool_), 1, "bool_contents"),
-    DataType("UINT8", "TYPE_UINT8", np.dtype(np.uint8), 1, "uint_contents"),
-    DataType("UINT16", "TYPE_UINT16", np.dtype(np.uint16), 2, "uint_contents"),
-    DataType("UINT32", "TYPE_UINT32", np.dtype(np.uint32), 4, "uint_contents"),
-    DataType("UINT64", "TYPE_UINT64", np.dtype(np.uint64), 8, "uint64_contents"),
-    DataType("INT8", "TYPE_INT8", np.dtype(np.int8), 1, "int_contents"),
-    DataType("INT16", "TYPE_INT16", np.dtype(np.int16), 2, "int_contents"),
-    DataType("INT32", "TYPE_INT32", np.dtype(np.int32), 4, "int_contents"),
-    DataType("INT64", "TYPE_INT64", np.dtype(np.int64), 8, "int64_contents"),
-    DataType("FP16", "TYPE_FP16", np.dtype(np.float16), 2, None),
-    DataType("FP32", "TYPE_FP32", np.dtype(np.float32), 4, "fp32_contents"),
-    DataType("FP64", "TYPE_FP64", np.dtype(np.float64), 8, "fp64_contents"),
-    DataType("BF16", "TYPE_BF16", np.dtype(ml_dtypes.bfloat16), 2, None),
-    DataType("BYTES", "TYPE_STRING", np.dtype(object), 0, "bytes_contents"),
+    DataType("BOOL", "TYPE_BOOL", np.dtype(np.bool_), 1, "bool_contents", 1),
+    DataType("UINT8", "TYPE_UINT8", np.dtype(np.uint8), 1, "uint_contents", 2),
+    DataType("UINT16", "TYPE_UINT16", np.dtype(np.uint16), 2, "uint_contents", 3),
+    DataType("UINT32", "TYPE_UINT32", np.dtype(np.uint32), 4, "uint_contents", 4),
+    DataType("UINT64", "TYPE_UINT64", np.dtype(np.uint64), 8, "uint64_contents", 5),
+    DataType("INT8", "TYPE_INT8", np.dtype(np.int8), 1, "int_contents", 6),
+    DataType("INT16", "TYPE_INT16", np.dtype(np.int16), 2, "int_contents", 7),
+    DataType("INT32", "TYPE_INT32", np.dtype(np.int32), 4, "int_contents", 8),
+    DataType("INT64", "TYPE_INT64", np.dtype(np.int64), 8, "int64_contents", 9),
+    DataType("FP16", "TYPE_FP16", np.dtype(np.float16), 2, None, 10),
+    DataType("FP32", "TYPE_FP32", np.dtype(np.float32), 4, "fp32_contents", 11),
+    DataType("FP64", "TYPE_FP64", np.dtype(np.float64), 8, "fp64_contents", 12),
+    DataType("BF16", "TYPE_BF16", np.dtype(ml_dtypes.bfloat16), 2, None, 14),
+    DataType("BYTES", "TYPE_STRING", np.dtype(object), 0, "bytes_contents", 13),
 )
 
 BY_NAME: dict[str, DataType] = {d.name: d for d in _TABLE}

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from inferd.core import datatypes
+
 Array = np.ndarray[Any, Any]
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -27,26 +29,14 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 
-# Model-config data type enum values (model_config.proto) and their numpy types.
-_CONFIG_TYPES: tuple[tuple[str, int, Any], ...] = (
-    ("TYPE_BOOL", 1, np.bool_),
-    ("TYPE_UINT8", 2, np.uint8),
-    ("TYPE_UINT16", 3, np.uint16),
-    ("TYPE_UINT32", 4, np.uint32),
-    ("TYPE_UINT64", 5, np.uint64),
-    ("TYPE_INT8", 6, np.int8),
-    ("TYPE_INT16", 7, np.int16),
-    ("TYPE_INT32", 8, np.int32),
-    ("TYPE_INT64", 9, np.int64),
-    ("TYPE_FP16", 10, np.float16),
-    ("TYPE_FP32", 11, np.float32),
-    ("TYPE_FP64", 12, np.float64),
-    ("TYPE_STRING", 13, np.object_),
-)
+# Model-config data types as Triton's module offers them (numpy types, enum numbers), read from
+# inferd's one datatype table; BF16 has no numpy type of its own in Triton's module, so it is
+# left out as Triton leaves it out.
+_CONFIG_TYPES = tuple(d for d in datatypes.ALL if d.name != "BF16")
 
-TRITON_STRING_TO_NUMPY: dict[str, Any] = {name: np_type for name, _, np_type in _CONFIG_TYPES}
-_CODE_TO_NUMPY: dict[int, Any] = {code: np_type for _, code, np_type in _CONFIG_TYPES}
-_NUMPY_TO_CODE: dict[Any, int] = {np.dtype(t): code for _, code, t in _CONFIG_TYPES}
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {d.config_name: d.dtype.type for d in _CONFIG_TYPES}
+_CODE_TO_NUMPY: dict[int, Any] = {d.config_code: d.dtype.type for d in _CONFIG_TYPES}
+_NUMPY_TO_CODE: dict[Any, int] = {d.dtype: d.config_code for d in _CONFIG_TYPES}
 
 _log = logging.getLogger("inferd.python_model")
 
@@ -68,7 +58,7 @@ def triton_to_numpy_type(data_type: int) -> Any:
 def numpy_to_triton_type(data_type: Any) -> int | None:
     dtype = np.dtype(data_type)
     if dtype.kind in ("S", "U"):
-        return 13
+        return datatypes.BYTES.config_code
     return _NUMPY_TO_CODE.get(dtype)
 
 
