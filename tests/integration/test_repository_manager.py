@@ -327,3 +327,29 @@ async def test_reloads_keep_metadata_and_statistics_consistent(
         assert total >= 8
     finally:
         await manager.close()
+
+
+async def test_a_load_cannot_ask_for_more_instances_than_the_server_allows(
+    tmp_path: Path,
+) -> None:
+    """A config override over the network must not start a thousand workers."""
+    write_add_sub(tmp_path, "simple")
+    manager = RepositoryManager(
+        [tmp_path],
+        default_registry(),
+        mode=ControlMode.EXPLICIT,
+        options=LoadOptions(max_instances=8),
+    )
+    engine = Engine(manager, server_version="test")
+    await manager.startup(["simple"])
+    try:
+        override = '{"instance_group": [{"kind": "KIND_CPU", "count": 5}, {"count": 876}]}'
+        with pytest.raises(InvalidArgumentError, match=r"asks for 881 instances.*the 8 this"):
+            await engine.load_model("simple", config_json=override)
+        # the version that was serving still serves, with its own instances
+        response = await engine.infer(request())
+        assert response.model_version == "1"
+        await engine.load_model("simple", config_json='{"instance_group": [{"count": 8}]}')
+        assert (await engine.infer(request())).model_version == "1"
+    finally:
+        await manager.close()

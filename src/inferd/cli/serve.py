@@ -123,6 +123,15 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="models loaded in parallel (default: 4)",
     )
     repo.add_argument(
+        "--model-max-instances",
+        type=int,
+        default=64,
+        metavar="N",
+        help="the most instances one model version may ask for in its instance_group, in the "
+        "repository or in a load request's config; each instance is a thread or, for Python "
+        "models, a process with its own shared memory (default: 64)",
+    )
+    repo.add_argument(
         "--allow-pickle-models",
         action="store_true",
         help="let the sklearn backend load model.pkl / model.joblib files; unpickling runs "
@@ -355,6 +364,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         exit_on_error=args.exit_on_error,
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
+        model_max_instances=args.model_max_instances,
         allow_http=args.allow_http,
         http_address=args.http_address,
         http_port=args.http_port,

@@ -43,6 +43,8 @@ class LoadOptions:
     auto_complete: bool = True
     config_name: str | None = None
     default_max_batch_size: int = 4
+    # instances one model version may ask for (each may be a thread, a process, an arena)
+    max_instances: int = 64
 
 
 @dataclass(slots=True)
@@ -129,6 +131,7 @@ def prepare(
         check_config_paths(proto)
         normalize_and_validate(proto, model_dir)
         check_supported(proto)
+        _check_instance_count(proto, options.max_instances)
         spec = spec_from_proto(proto)
     except InferdError as exc:
         raise load_failure(name, exc) from exc
@@ -140,6 +143,15 @@ def prepare(
             f"directory in {model_dir}"
         )
     return PreparedModel(spec=spec, model_dir=model_dir, versions=versions, config=proto)
+
+
+def _check_instance_count(config: ModelConfig, limit: int) -> None:
+    asked = sum(int(group.count) for group in config.instance_group)
+    if asked > limit:
+        raise ConfigError(
+            f"the configuration asks for {asked} instances, more than the {limit} this server "
+            "allows per model (--model-max-instances)"
+        )
 
 
 def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:

@@ -24,6 +24,7 @@ class ServerConfig:
     exit_on_error: bool = True
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
+    model_max_instances: int = 64  # instances one model version may ask for
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
@@ -62,6 +63,8 @@ class ServerConfig:
             port = getattr(self, port_name)
             if not 0 <= port <= 65535:
                 raise InvalidArgumentError(f"--{port_name.replace('_', '-')} {port} is not a port")
+        if self.model_max_instances < 1:
+            raise InvalidArgumentError("--model-max-instances must be >= 1")
         if self.repository_poll_secs <= 0:
             raise InvalidArgumentError("--repository-poll-secs must be > 0")
         if self.http_max_input_bytes <= 0:

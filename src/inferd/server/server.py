@@ -62,6 +62,7 @@ class Server:
                 auto_complete=cfg.auto_complete_config,
                 config_name=cfg.model_config_name,
                 default_max_batch_size=cfg.default_max_batch_size,
+                max_instances=cfg.model_max_instances,
             ),
             load_parallelism=cfg.model_load_thread_count,
             allow_model_upload=cfg.allow_model_upload,
