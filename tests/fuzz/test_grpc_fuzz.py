@@ -273,20 +273,11 @@ def _load(channel: grpc.Channel, name: str, config: str) -> tuple[grpc.StatusCod
     return grpc.StatusCode.OK, ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codecs/model_config.parse_json_config lets json's RecursionError through: INTERNAL",
-)
 def test_load_config_nested_too_deeply_is_invalid(channel: grpc.Channel) -> None:
     code, details = _load(channel, "simple", "[" * 5000 + "]" * 5000)
     assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, details)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="repository/loader.py: auto-complete opens default_model_filename before "
-    "check_config_paths refuses it, so the server opens a file outside the model",
-)
 def test_load_config_file_names_are_checked_before_use(channel: grpc.Channel) -> None:
     code, details = _load(
         channel, "simple", json.dumps({"default_model_filename": "../../../../../etc/hostname"})

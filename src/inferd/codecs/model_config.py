@@ -81,6 +81,10 @@ def parse_json_config(text: str, source: str) -> ModelConfig:
             f"failed to parse model configuration {source}: invalid JSON at line {exc.lineno} "
             f"column {exc.colno}: {exc.msg}"
         ) from exc
+    except RecursionError:
+        raise ConfigError(
+            f"failed to parse model configuration {source}: the JSON is nested too deeply"
+        ) from None
     if not isinstance(document, dict):
         raise ConfigError(
             f"failed to parse model configuration {source}: expected a JSON object, "
@@ -92,6 +96,10 @@ def parse_json_config(text: str, source: str) -> ModelConfig:
     except json_format.ParseError as exc:
         problem = str(exc).split("\n", 1)[0]
         raise ConfigError(f"failed to parse model configuration {source}: {problem}") from exc
+    except RecursionError:
+        raise ConfigError(
+            f"failed to parse model configuration {source}: the JSON is nested too deeply"
+        ) from None
     return config
 
 

@@ -120,6 +120,8 @@ def prepare(
         proto = read_model_config(
             model_dir, config_name=options.config_name, override_json=override_json
         )
+        # before auto-complete, which opens default_model_filename; again after it
+        check_config_paths(proto)
         complete_config(
             proto,
             model_dir,
