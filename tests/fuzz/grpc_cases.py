@@ -224,6 +224,11 @@ def valid_request(model: str, rows: int = 1) -> service_pb2.ModelInferRequest:
 
 # -- ModelInfer requests ------------------------------------------------------------------------
 
+#: sizes of the "large" payloads. Kept to a few MiB: glibc serves freed blocks of this size again
+#: from its arenas rather than returning them at once, so larger payloads make the server's RSS
+#: after a run depend on the allocator's high-water mark more than on what the server keeps.
+LARGE_PAYLOAD_BYTES = (256 << 10, 1 << 20, 4 << 20)
+
 FLAWS = [
     "none",
     "name",
@@ -442,7 +447,7 @@ def infer_requests(draw: st.DrawFn) -> service_pb2.ModelInferRequest:
             _flaw_bytes_prefixes(draw, msg, width)
         elif flaw == "large" and msg.inputs:
             # a payload in the megabytes, of the wrong size: refused, then freed
-            size = draw(st.sampled_from([256 << 10, 1 << 20, 4 << 20])) + draw(st.integers(1, 7))
+            size = draw(st.sampled_from(LARGE_PAYLOAD_BYTES)) + draw(st.integers(1, 7))
             if not msg.raw_input_contents:
                 msg.raw_input_contents.append(b"")
             msg.raw_input_contents[0] = bytes(size)
@@ -507,6 +512,12 @@ CONFIG_OVERRIDES = [
     '{"model_warmup": [{"name": "w", "batch_size": 100000000, "inputs": {"INPUT0": '
     '{"data_type": "TYPE_INT32", "dims": [1000000000], "zero_data": true}}}]}',
     "[" * 50 + "]" * 50,
+    "[" * 5000 + "]" * 5000,
+    '{"instance_group": [{"count": 100000}]}',
+    '{"default_model_filename": "../../../../../etc/hostname"}',
+    '{"default_model_filename": "a\\u0000b"}',
+    '{"output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [16], '
+    '"label_filename": "../../etc/passwd"}]}',
 ]
 _CONFIG_FIELDS = [f.name for f in model_config_pb2.ModelConfig.DESCRIPTOR.fields]
 _JSON_SCALARS = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | _TEXT
