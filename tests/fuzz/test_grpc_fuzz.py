@@ -286,11 +286,6 @@ def test_load_config_file_names_are_checked_before_use(channel: grpc.Channel) ->
     assert "must not contain empty, '.' or '..' parts" in details, details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="repository/loader.py answers INTERNAL (ModelLoadError) when a client's override names "
-    "versions that have no directory",
-)
 def test_load_config_naming_absent_versions_is_invalid(channel: grpc.Channel) -> None:
     config = json.dumps({"version_policy": {"specific": {"versions": [99]}}})
     code, details = _load(channel, "simple", config)

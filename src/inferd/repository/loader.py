@@ -139,8 +139,8 @@ def prepare(
         raise load_failure(name, exc) from exc
     versions = select_versions(proto, available)
     missing = [v for v in versions if v not in available]
-    if missing:
-        raise ModelLoadError(
+    if missing:  # the configuration is wrong, whether the repository's or a load request's
+        raise InvalidArgumentError(
             f"failed to load '{name}', version(s) {missing} named by the version policy have no "
             f"directory in {model_dir}"
         )
