@@ -515,6 +515,7 @@ CONFIG_OVERRIDES = [
     "[" * 5000 + "]" * 5000,
     '{"instance_group": [{"count": 100000}]}',
     '{"default_model_filename": "../../../../../etc/hostname"}',
+    '{"version_policy": {"specific": {"versions": [-1, 99]}}}',
     '{"default_model_filename": "a\\u0000b"}',
     '{"output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [16], '
     '"label_filename": "../../etc/passwd"}]}',

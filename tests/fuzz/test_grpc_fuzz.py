@@ -258,8 +258,7 @@ def _log_problems(log: str) -> list[str]:
 
 
 # -- found by the fuzz ---------------------------------------------------------------------------
-# Load overrides the fuzz found answered wrongly, each with the answer the server owes. One still
-# open is a strict expected failure: its fix shows up as an XPASS failure, and the marker goes.
+# Load overrides the fuzz found answered wrongly (fixed since), each with the answer it is owed.
 
 
 def _load(channel: grpc.Channel, name: str, config: str) -> tuple[grpc.StatusCode, str]:
