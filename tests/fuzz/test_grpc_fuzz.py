@@ -283,6 +283,7 @@ def test_load_config_file_names_are_checked_before_use(channel: grpc.Channel) ->
     )
     assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, details)
     assert "must not contain empty, '.' or '..' parts" in details, details
+    assert "model 'simple': default_model_filename" in details, details
 
 
 def test_load_config_naming_absent_versions_is_invalid(channel: grpc.Channel) -> None:

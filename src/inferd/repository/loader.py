@@ -121,6 +121,8 @@ def prepare(
             model_dir, config_name=options.config_name, override_json=override_json
         )
         # before auto-complete, which opens default_model_filename; again after it
+        if not proto.name:
+            proto.name = name  # as normalisation will; the checks' messages name the model
         check_config_paths(proto)
         complete_config(
             proto,
