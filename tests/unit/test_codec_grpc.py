@@ -327,12 +327,12 @@ def test_unknown_datatype_negative_dims_and_duplicates() -> None:
     msg = build_request(
         ("X", "INT32", np.zeros(1, np.int32)), ("X", "INT32", np.zeros(1, np.int32))
     )
-    assert "specified more than once" in _decode_error(msg)
+    assert "input 'X' appears more than once in the request" in _decode_error(msg)
     msg = build_request(
         ("X", "INT32", np.zeros(1, np.int32)),
         outputs=[grpcclient.InferRequestedOutput("Y"), grpcclient.InferRequestedOutput("Y")],
     )
-    assert "listed more than once" in _decode_error(msg)
+    assert "output 'Y' is requested more than once" in _decode_error(msg)
 
 
 def test_shared_memory_is_unsupported() -> None:
@@ -374,14 +374,53 @@ def test_parameter_without_value() -> None:
 
 @pytest.mark.parametrize(
     ("setter", "value"),
-    [("int64_param", 0), ("int64_param", -2), ("string_param", "3"), ("bool_param", True)],
+    [("int64_param", -2), ("string_param", "3"), ("bool_param", True)],
 )
 def test_bad_classification(setter: str, value: Any) -> None:
     output = service_pb2.ModelInferRequest.InferRequestedOutputTensor(name="Y")
     setattr(output.parameters["classification"], setter, value)
     msg = build_request(("X", "INT32", np.zeros(1, np.int32)))
     msg.outputs.append(output)
-    assert "invalid 'classification' parameter for requested output 'Y'" in _decode_error(msg)
+    assert "'classification' of output 'Y' must be a non-negative integer" in _decode_error(msg)
+
+
+def test_request_mistakes_read_the_same_over_both_wires() -> None:
+    """Duplicates and classification counts: one rule and one message for HTTP and gRPC."""
+    import orjson
+
+    from inferd.codecs import v2_http
+
+    def http_error(body: dict[str, Any]) -> str:
+        with pytest.raises(InvalidArgumentError) as info:
+            v2_http.decode_infer_request("m", "", orjson.dumps(body), None)
+        return str(info.value)
+
+    x = {"name": "X", "datatype": "INT32", "shape": [1], "data": [0]}
+    grpc_dup_in = build_request(
+        ("X", "INT32", np.zeros(1, np.int32)), ("X", "INT32", np.zeros(1, np.int32))
+    )
+    assert http_error({"inputs": [x, x]}) == _decode_error(grpc_dup_in)
+    grpc_dup_out = build_request(
+        ("X", "INT32", np.zeros(1, np.int32)),
+        outputs=[grpcclient.InferRequestedOutput("Y"), grpcclient.InferRequestedOutput("Y")],
+    )
+    assert http_error({"inputs": [x], "outputs": [{"name": "Y"}, {"name": "Y"}]}) == (
+        _decode_error(grpc_dup_out)
+    )
+    bad = service_pb2.ModelInferRequest.InferRequestedOutputTensor(name="Y")
+    bad.parameters["classification"].int64_param = -1
+    grpc_bad = build_request(("X", "INT32", np.zeros(1, np.int32)))
+    grpc_bad.outputs.append(bad)
+    http_bad = {"inputs": [x], "outputs": [{"name": "Y", "parameters": {"classification": -1}}]}
+    assert http_error(http_bad) == _decode_error(grpc_bad)
+    # 0 means no classification on both
+    zero = service_pb2.ModelInferRequest.InferRequestedOutputTensor(name="Y")
+    zero.parameters["classification"].int64_param = 0
+    grpc_zero = build_request(("X", "INT32", np.zeros(1, np.int32)))
+    grpc_zero.outputs.append(zero)
+    decoded = decode_infer_request(grpc_zero).outputs
+    assert decoded is not None
+    assert decoded[0].classification == 0
 
 
 # -- limits shared with HTTP, model names, and arbitrary messages --------------------------------

@@ -22,6 +22,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.codecs.limits import check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
+from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
@@ -161,21 +162,14 @@ def _decode_outputs(outputs: Iterable[Any], model: str) -> list[RequestedOutput]
     for out in outputs:
         what = f"requested output '{out.name}'"
         if out.name in seen:
-            raise InvalidArgumentError(
-                f"{what} is listed more than once in the request for model '{model}'"
-            )
+            raise duplicate_output(out.name)
         seen.add(out.name)
         _reject_shm(out.parameters, what, model)
         params = decode_parameters(out.parameters)
         wanted = RequestedOutput(name=out.name)
         for key, value in params.items():
             if key == "classification":
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    raise InvalidArgumentError(
-                        f"invalid 'classification' parameter for {what} of model '{model}': "
-                        "expected an int64_param > 0"
-                    )
-                wanted.classification = value
+                wanted.classification = classification_count(out.name, value)
             elif key == "binary_data":
                 continue  # an HTTP notion; gRPC outputs are always raw
             else:
@@ -195,7 +189,7 @@ def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
         name = tensor.name
         what = f"input '{name}' for model '{model}'"
         if name in inputs:
-            raise InvalidArgumentError(f"{what} is specified more than once in the request")
+            raise duplicate_input(name)
         _reject_shm(tensor.parameters, f"input '{name}'", model)
         try:
             dtype = datatypes.from_name(tensor.datatype)

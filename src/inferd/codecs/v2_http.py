@@ -37,6 +37,7 @@ import orjson
 from inferd.codecs.json_tensor import json_tensor
 from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
+from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
@@ -113,7 +114,7 @@ def decode_infer_request(
                 f"inference request input #{index} must have a string 'name'"
             )
         if name in inputs:
-            raise InvalidArgumentError(f"input '{name}' appears more than once in the request")
+            raise duplicate_input(name)
         dtype = _input_datatype(raw, name)
         shape = _shape(raw.get("shape"), name)
         size = _binary_size(raw, name)
@@ -262,7 +263,7 @@ def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
             )
         name: str = item["name"]
         if name in seen:
-            raise InvalidArgumentError(f"output '{name}' is requested more than once")
+            raise duplicate_output(name)
         seen.add(name)
         params = item.get("parameters")
         if params is None:
@@ -278,11 +279,7 @@ def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
                     )
                 wanted.binary = value
             elif key == "classification":
-                if not _is_uint(value):
-                    raise InvalidArgumentError(
-                        f"'classification' of output '{name}' must be a non-negative integer"
-                    )
-                wanted.classification = value
+                wanted.classification = classification_count(name, value)
             elif key.startswith("shared_memory_"):
                 raise UnsupportedError(
                     f"output '{name}' asks for shared memory, which this server does not "
