@@ -44,10 +44,8 @@ import platform
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -63,6 +61,7 @@ sys.path.insert(0, str(BENCH))
 
 import envs  # noqa: E402
 import models as bench_models  # noqa: E402
+import raw_ort  # noqa: E402
 
 WORK = BENCH / ".work"
 RESULTS = BENCH / "results"
@@ -82,16 +81,17 @@ DELAY_S = bench_models.QUEUE_DELAY_US / 1e6
 class Profile:
     concurrency: list[int]
     batch_sizes: list[int]
-    raw_seconds: float  # per raw ORT throughput point
+    raw_seconds: float  # per raw ORT throughput window
+    raw_repeats: int  # windows per raw ORT throughput point (the best is kept)
     latency_calls: int  # raw ORT batch-1 latency samples
     pa_window_ms: int
     pa_trials: int
     wrk_seconds: int
 
 
-FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.2, 2000, 2000, 6, 5)
-QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 500, 1000, 4, 2)
-SMOKE = Profile([1], [1, 8], 0.2, 100, 500, 3, 1)
+FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.0, 3, 2000, 2000, 6, 5)
+QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 3, 500, 1000, 4, 2)
+SMOKE = Profile([1], [1, 8], 0.2, 1, 100, 500, 3, 1)
 
 PA_CLIENTS = {  # client name -> (perf_analyzer protocol, tensor format, which port)
     "perf_analyzer/http-json": ("http", "json", "http"),
@@ -172,47 +172,32 @@ def perf_analyzer_data(inputs: dict[str, np.ndarray], path: Path) -> Path:
 
 # -- raw ONNX Runtime ---------------------------------------------------------------------------
 
-
-def _session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+CHECK_TOLERANCE = 0.15  # grid and cross-check further apart than this: the cell says so
 
 
-def _feeds(inputs: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
-    return {k: np.ascontiguousarray(np.repeat(v, batch, axis=0)) for k, v in inputs.items()}
+def _raw_note(point: raw_ort.Point, check: raw_ort.Point | None) -> str:
+    notes = []
+    if check is not None:
+        gap = point.throughput / check.throughput - 1
+        if abs(gap) > CHECK_TOLERANCE:
+            notes.append(f"grid {gap:+.0%} vs cross-check")
+    for who, p in (("grid", point), ("cross-check", check)):
+        if p is not None and (p.others_cores or 0) > raw_ort.QUIET_CORES:
+            notes.append(f"{who}: other processes took {p.others_cores:.2f} cores")
+    return "; ".join(notes)
 
 
-def _run_for(session: Any, feeds: dict[str, np.ndarray], seconds: float, out: list[int]) -> None:
-    calls = 0
-    deadline = time.perf_counter() + seconds
-    while calls < 2 or time.perf_counter() < deadline:
-        session.run(None, feeds)
-        calls += 1
-    out.append(calls)
-
-
-def raw_onnxruntime(model: str, prof: Profile) -> list[Cell]:
+def raw_onnxruntime(model: str, prof: Profile, scratch: Path) -> list[Cell]:
+    """Batch-1 latency (1 and 2 intra-op threads) and the throughput grid, each throughput
+    point measured in-process and cross-checked in a fresh process (bench/raw_ort.py)."""
     path = bench_models.model_path(model)
     inputs = model_inputs(model)
+    inputs_npz = scratch / f"{model}-inputs.npz"
+    np.savez(inputs_npz, **inputs)
     cells: list[Cell] = []
-    # batch-1 latency, sequential calls
     for threads in (1, 2):
-        session = _session(path, threads)
-        feeds = _feeds(inputs, 1)
-        for _ in range(20):
-            session.run(None, feeds)
-        samples = []
-        budget = time.perf_counter() + max(2.0, prof.raw_seconds * 3)
-        while len(samples) < prof.latency_calls and time.perf_counter() < budget:
-            t0 = time.perf_counter_ns()
-            session.run(None, feeds)
-            samples.append((time.perf_counter_ns() - t0) / 1e3)
-        q = np.percentile(samples, [50, 99])
+        budget = max(2.0, prof.raw_seconds * 3)
+        lat = raw_ort.latency(path, inputs, threads, prof.latency_calls, budget)
         cells.append(
             Cell(
                 model,
@@ -220,44 +205,45 @@ def raw_onnxruntime(model: str, prof: Profile) -> list[Cell]:
                 f"1 session x {threads} thread",
                 "in-process",
                 1,
-                1e6 / statistics.fmean(samples),
-                float(q[0]),
-                float(q[1]),
-                extra={"kind": "latency", "samples": len(samples)},
+                1e6 / lat["mean_us"],
+                lat["p50_us"],
+                lat["p99_us"],
+                extra={"kind": "latency", **lat},
             )
         )
-    # throughput grid
-    layouts = {"1x1": (1, 1), "1x2": (1, 2), "2x1": (2, 1)}
-    for name, (sessions, threads) in layouts.items():
-        pool = [_session(path, threads) for _ in range(sessions)]
-        for batch in prof.batch_sizes:
-            feeds = _feeds(inputs, batch)
-            for s in pool:
-                for _ in range(3):
-                    s.run(None, feeds)
-            counts: list[int] = []
-            workers = [
-                threading.Thread(target=_run_for, args=(s, feeds, prof.raw_seconds, counts))
-                for s in pool
-            ]
-            t0 = time.perf_counter()
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
-            elapsed = time.perf_counter() - t0
-            cells.append(
-                Cell(
-                    model,
-                    "onnxruntime",
-                    f"{sessions} session x {threads} thread",
-                    "in-process",
-                    sessions,
-                    batch * sum(counts) / elapsed,
-                    extra={"kind": "throughput", "batch": batch, "layout": name},
-                )
+    for layout, (sessions, threads) in raw_ort.LAYOUTS.items():
+        args = (layout, prof.batch_sizes, prof.raw_seconds, prof.raw_repeats)
+        points = raw_ort.grid(path, inputs, *args)
+        checked = raw_ort.run_check(path, inputs_npz, *args)
+        checks = {} if isinstance(checked, str) else {c.batch: c for c in checked}
+        for point in points:
+            check = checks.get(point.batch)
+            cell = Cell(
+                model,
+                "onnxruntime",
+                f"{sessions} session x {threads} thread",
+                "in-process",
+                sessions,
+                point.throughput,
+                note=_raw_note(point, check),
+                extra={"kind": "throughput", **asdict(point)},
             )
-        del pool
+            if check is not None:
+                cell.extra["check"] = asdict(check)
+            elif isinstance(checked, str):
+                cell.note = f"cross-check failed: {checked}"
+            cells.append(cell)
+            print(
+                f"  onnxruntime {layout} batch {point.batch:<3} grid {point.throughput:9.1f}/s "
+                f"(windows {point.windows}, others {point.others_cores or 0:.2f} cores)  "
+                + (
+                    f"cross-check {check.throughput:9.1f}/s (others {check.others_cores or 0:.2f})"
+                    if check is not None
+                    else "no cross-check"
+                )
+                + (f"  ! {cell.note}" if cell.note else ""),
+                flush=True,
+            )
     return cells
 
 
@@ -598,21 +584,28 @@ def bench_litserve(model: str, prof: Profile, scratch: Path, body: Path) -> list
 # -- report -------------------------------------------------------------------------------------
 
 
+def _raw_best(cell: Cell) -> float:
+    """A raw throughput point's figure for the limit: the better of the grid and its
+    cross-check (disturbances only ever lower a figure)."""
+    check = cell.extra.get("check") or {}
+    return max(cell.throughput or 0.0, check.get("throughput") or 0.0)
+
+
 def limits(cells: list[Cell], model: str) -> dict[str, Any]:
     raw = [c for c in cells if c.model == model and c.server == "onnxruntime"]
     lat = [c for c in raw if c.extra.get("kind") == "latency"]
     thr = [c for c in raw if c.extra.get("kind") == "throughput"]
     best_lat = min(lat, key=lambda c: c.p50_us or 1e18)
-    best_thr = max(thr, key=lambda c: c.throughput or 0)
+    best_thr = max(thr, key=_raw_best)
     by_batch: dict[int, float] = {}
     for c in thr:
         b = c.extra["batch"]
-        by_batch[b] = max(by_batch.get(b, 0.0), c.throughput or 0.0)
+        by_batch[b] = max(by_batch.get(b, 0.0), _raw_best(c))
     return {
         "p50_us": best_lat.p50_us,
         "p99_us": best_lat.p99_us,
         "latency_layout": best_lat.batching,
-        "throughput": best_thr.throughput,
+        "throughput": _raw_best(best_thr),
         "throughput_layout": best_thr.batching,
         "throughput_batch": best_thr.extra["batch"],
         "throughput_by_batch": by_batch,
@@ -621,6 +614,12 @@ def limits(cells: list[Cell], model: str) -> dict[str, Any]:
 
 def _ms(us: float | None) -> str:
     return "—" if us is None else f"{us / 1e3:.2f}"
+
+
+def _raw_pair(cell: Cell) -> str:
+    check = (cell.extra.get("check") or {}).get("throughput")
+    text = f"{cell.throughput or 0:.0f} / " + ("—" if check is None else f"{check:.0f}")
+    return text + (" !" if cell.note else "")
 
 
 def tables(cells: list[Cell], model_names: list[str]) -> str:
@@ -640,17 +639,20 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
         layouts = sorted({c.batching for c in grid})
         batches = sorted({c.extra["batch"] for c in grid})
         out.append(
-            "| raw ORT throughput (inferences/s) | "
+            "| raw ORT throughput (inferences/s): grid / cross-check | "
             + " | ".join(f"batch {b}" for b in batches)
             + " |"
         )
         out.append("|---|" + "---|" * len(batches))
         for layout in layouts:
-            row = {c.extra["batch"]: c.throughput for c in grid if c.batching == layout}
-            out.append(
-                f"| {layout} | " + " | ".join(f"{row.get(b, 0):.0f}" for b in batches) + " |"
-            )
+            row = {c.extra["batch"]: _raw_pair(c) for c in grid if c.batching == layout}
+            out.append(f"| {layout} | " + " | ".join(row.get(b, "—") for b in batches) + " |")
         out.append("")
+        flagged = [c for c in grid if c.note]
+        for c in flagged:
+            out.append(f"- {c.batching}, batch {c.extra['batch']}: {c.note}")
+        if flagged:
+            out.append("")
         out.append(
             "| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
             "thr / ORT best | p50 / ORT b1 | avg batch | load1 | note |"
@@ -747,7 +749,7 @@ def main() -> None:
         data = perf_analyzer_data(inputs, scratch / f"{model}-data.json")
         body = scratch / f"{model}-body.json"
         body.write_text(v2_json_body(inputs))
-        raw = raw_onnxruntime(model, prof)
+        raw = raw_onnxruntime(model, prof, scratch)
         cells += raw
         lim = limits(raw, model)
         print(

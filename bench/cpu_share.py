@@ -1,0 +1,90 @@
+"""Who else used the CPUs while a benchmark window ran.
+
+On a 2-core machine one busy process elsewhere takes half the capacity, and a 2-thread ONNX
+Runtime session, whose threads meet at a barrier after every operator, loses more than that.
+:func:`watch` reads the machine-wide busy time (``/proc/stat``) and this process's own CPU time
+around a window, so every figure can carry how many cores *other* processes took meanwhile, and
+the busiest of them by name. Linux only; elsewhere the readings are ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROC = Path("/proc")
+TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds spent by all CPUs outside idle and iowait since boot (steal included)."""
+    try:
+        fields = (PROC / "stat").read_text().split("\n", 1)[0].split()[1:9]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields)
+    return (user + nice + system + irq + softirq + steal) * TICK_S
+
+
+def _process_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system, threads included) of every process, keyed by pid."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in PROC.iterdir() if PROC.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = text[text.find("(") + 1 : text.rfind(")")]
+        rest = text[text.rfind(")") + 2 :].split()
+        found[int(entry.name)] = (name, (int(rest[11]) + int(rest[12])) * TICK_S)
+    return found
+
+
+@dataclass
+class Share:
+    """Filled in when the ``watch`` block ends."""
+
+    wall_s: float = 0.0
+    own_cores: float | None = None  # this process, all its threads
+    others_cores: float | None = None  # everything else on the machine (and the hypervisor)
+    busiest: list[str] = field(default_factory=list)  # "name[pid] 0.93" of the top others
+
+    def summary(self) -> str:
+        if self.others_cores is None:
+            return "others: unknown"
+        text = f"others {self.others_cores:.2f} cores"
+        return text + (f" ({', '.join(self.busiest)})" if self.busiest else "")
+
+
+@contextmanager
+def watch(name_busiest: bool = True, threshold_cores: float = 0.1) -> Iterator[Share]:
+    """Measure the CPU that other processes use during the block (cores = CPU s / wall s).
+
+    With ``name_busiest``, the processes that took more than ``threshold_cores`` are named.
+    """
+    share = Share()
+    before = _process_cpu() if name_busiest else {}
+    busy0, own0, t0 = machine_busy_s(), time.process_time(), time.perf_counter()
+    yield share
+    busy1, own1, t1 = machine_busy_s(), time.process_time(), time.perf_counter()
+    share.wall_s = t1 - t0
+    if share.wall_s <= 0 or busy0 is None or busy1 is None:
+        return
+    share.own_cores = (own1 - own0) / share.wall_s
+    share.others_cores = max(0.0, (busy1 - busy0) / share.wall_s - share.own_cores)
+    if name_busiest and share.others_cores > threshold_cores:
+        after = _process_cpu()
+        me = os.getpid()
+        used = sorted(
+            ((after[pid][1] - cpu) / share.wall_s, f"{name}[{pid}]")
+            for pid, (name, cpu) in before.items()
+            if pid != me and pid in after
+        )
+        top = [(cores, who) for cores, who in used[::-1][:3] if cores >= threshold_cores]
+        share.busiest = [f"{who} {cores:.2f}" for cores, who in top]
