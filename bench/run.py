@@ -59,6 +59,7 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+import baseline  # noqa: E402
 import envs  # noqa: E402
 import models as bench_models  # noqa: E402
 import raw_ort  # noqa: E402
@@ -93,6 +94,9 @@ FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.0, 3, 2000, 2000, 6, 5)
 QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 3, 500, 1000, 4, 2)
 SMOKE = Profile([1], [1, 8], 0.2, 1, 100, 500, 3, 1)
 
+# the canned-response server (the network stacks' minimum) answers for these models
+CANNED_MODELS = frozenset({"mlp"})
+
 PA_CLIENTS = {  # client name -> (perf_analyzer protocol, tensor format, which port)
     "perf_analyzer/http-json": ("http", "json", "http"),
     "perf_analyzer/http-binary": ("http", "binary", "http"),
@@ -116,7 +120,7 @@ def missing_generators() -> dict[str, str]:
 @dataclass
 class Cell:
     model: str
-    server: str  # onnxruntime | inferd | mlserver | litserve
+    server: str  # onnxruntime | canned | inferd | mlserver | litserve
     batching: str  # off | on | defaults | layout name for raw ORT
     client: str  # perf_analyzer/http-json | perf_analyzer/http-binary | perf_analyzer/grpc | wrk
     concurrency: int
@@ -183,7 +187,8 @@ def _raw_note(point: raw_ort.Point, check: raw_ort.Point | None) -> str:
             notes.append(f"grid {gap:+.0%} vs cross-check")
     for who, p in (("grid", point), ("cross-check", check)):
         if p is not None and (p.others_cores or 0) > raw_ort.QUIET_CORES:
-            notes.append(f"{who}: other processes took {p.others_cores:.2f} cores")
+            busiest = f" ({', '.join(p.busiest)})" if p.busiest else ""
+            notes.append(f"{who}: other processes took {p.others_cores:.2f} cores{busiest}")
     return "; ".join(notes)
 
 
@@ -452,26 +457,58 @@ def bench_inferd(
         ]
         log = scratch / f"inferd-{model}-{variant}.log"
         with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log):
-            http, grpc = f"{LOCAL}:18000", f"{LOCAL}:18001"
-            pa_clients = {} if "perf_analyzer" in skip else PA_CLIENTS
-            for client, (protocol, fmt, port) in pa_clients.items():
-                url = http if port == "http" else grpc
-                for c in prof.concurrency:
-                    before = _stats(http, model)
-                    result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
-                    after = _stats(http, model)
-                    cells.append(_cell(model, "inferd", variant, client, c, result, before, after))
-            if "wrk" in skip:
-                continue
-            for c in prof.concurrency:
-                before = _stats(http, model)
-                result = wrk(
-                    f"http://{http}/v2/models/{model}/infer", body, c, prof.wrk_seconds, scratch
-                )
-                after = _stats(http, model)
-                cells.append(
-                    _cell(model, "inferd", variant, "wrk/http-json", c, result, before, after)
-                )
+            cells += _drive(model, "inferd", variant, 18000, 18001, prof, scratch, data, body, skip)
+    return cells
+
+
+def bench_canned(
+    model: str,
+    prof: Profile,
+    scratch: Path,
+    data: Path,
+    body: Path,
+    skip: frozenset[str] = frozenset(),
+) -> list[Cell]:
+    """The canned-response server (bench/servers/canned.py): inferd's HTTP and gRPC stacks with
+    precomputed replies, the network stacks' own minimum; the same clients as inferd."""
+    model_dir = bench_models.repo_dir(model, "off") / model
+    cmd = [sys.executable, str(BENCH / "servers" / "canned.py"), str(model_dir)]
+    cmd += ["--host", LOCAL, "--http-port", "18300", "--grpc-port", "18301"]
+    log = scratch / f"canned-{model}.log"
+    with process(cmd, f"http://{LOCAL}:18300/v2/models/{model}/ready", log):
+        return _drive(model, "canned", "canned", 18300, 18301, prof, scratch, data, body, skip)
+
+
+def _drive(
+    model: str,
+    server: str,
+    variant: str,
+    http_port: int,
+    grpc_port: int,
+    prof: Profile,
+    scratch: Path,
+    data: Path,
+    body: Path,
+    skip: frozenset[str],
+) -> list[Cell]:
+    """Every client at every concurrency against one running server."""
+    cells: list[Cell] = []
+    http, grpc = f"{LOCAL}:{http_port}", f"{LOCAL}:{grpc_port}"
+    pa_clients = {} if "perf_analyzer" in skip else PA_CLIENTS
+    for client, (protocol, fmt, port) in pa_clients.items():
+        url = http if port == "http" else grpc
+        for c in prof.concurrency:
+            before = _stats(http, model)
+            result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
+            after = _stats(http, model)
+            cells.append(_cell(model, server, variant, client, c, result, before, after))
+    if "wrk" in skip:
+        return cells
+    for c in prof.concurrency:
+        before = _stats(http, model)
+        result = wrk(f"http://{http}/v2/models/{model}/infer", body, c, prof.wrk_seconds, scratch)
+        after = _stats(http, model)
+        cells.append(_cell(model, server, variant, "wrk/http-json", c, result, before, after))
     return cells
 
 
@@ -624,6 +661,7 @@ def _raw_pair(cell: Cell) -> str:
 
 def tables(cells: list[Cell], model_names: list[str]) -> str:
     out: list[str] = []
+    concurrency = sorted({c.concurrency for c in cells if c.server != "onnxruntime"}) or [1]
     for model in model_names:
         if not any(c.model == model for c in cells):
             continue
@@ -653,20 +691,25 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
             out.append(f"- {c.batching}, batch {c.extra['batch']}: {c.note}")
         if flagged:
             out.append("")
+        canned = baseline.canned_cells(cells, model)
+        out += baseline.summary(cells, model, min(concurrency), max(concurrency))
         out.append(
             "| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
-            "thr / ORT best | p50 / ORT b1 | avg batch | load1 | note |"
+            "thr / ORT best | p50 / ORT b1 | thr / canned | p50 / canned | avg batch | load1 | "
+            "note |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c in cells:
             if c.model != model or c.server == "onnxruntime":
                 continue
             thr_ratio = "—" if c.throughput is None else f"{c.throughput / lim['throughput']:.2f}"
             lat_ratio = "—" if c.p50_us is None else f"{c.p50_us / lim['p50_us']:.1f}"
+            thr_canned, p50_canned = baseline.cell_ratios(c, canned)
             thr = "—" if c.throughput is None else f"{c.throughput:.1f}"
             out.append(
                 f"| {c.server} | {c.batching} | {c.client} | {c.concurrency} | {thr} | "
                 f"{_ms(c.p50_us)} | {_ms(c.p99_us)} | {thr_ratio} | {lat_ratio} | "
+                f"{thr_canned} | {p50_canned} | "
                 f"{c.extra.get('avg_batch', '')} | {c.extra.get('load1', '')} | {c.note} |"
             )
         out.append("")
@@ -758,6 +801,8 @@ def main() -> None:
             f"{lim['throughput_batch']})",
             flush=True,
         )
+        if model in CANNED_MODELS:
+            cells += bench_canned(model, prof, scratch, data, body, skip=frozenset(missing))
         cells += bench_inferd(model, prof, scratch, data, body, skip=frozenset(missing))
         # the comparison models; the wide MLP only measures inferd's batching
         if model != "wide":
