@@ -52,6 +52,14 @@ class LoadContext:
 
 
 class ModelInstance(Protocol):
+    """One instance of a loaded model.
+
+    An instance class may set ``inline_safe = True`` when it may run on any thread (an
+    in-process runtime with no thread-bound state): the instance pool then runs batches it has
+    measured to be very short on the event loop thread, saving the hand-off to the instance
+    thread. Calls are never concurrent either way.
+    """
+
     def execute(self, requests: Sequence[InferRequest]) -> list[Result]: ...
 
     def close(self) -> None: ...

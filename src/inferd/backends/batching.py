@@ -153,6 +153,9 @@ class StackingInstance(Generic[F]):
     runtime's feeds) and ``run``.
     """
 
+    # in-process runtimes with no thread-bound state: a short batch may run on the event loop
+    inline_safe = True
+
     _spec: ModelSpec
     _batched: bool
     _output_names: list[str]

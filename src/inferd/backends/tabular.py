@@ -135,6 +135,8 @@ def cast_output(array: Array, tensor: TensorSpec) -> Array:
 class TabularInstance:
     """Runs a tabular model's ``predict`` over a batch of requests (one call per batch)."""
 
+    inline_safe = True  # in-process libraries: a short batch may run on the event loop
+
     def __init__(
         self,
         model_name: str,

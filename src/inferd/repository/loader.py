@@ -45,6 +45,9 @@ class LoadOptions:
     default_max_batch_size: int = 4
     # instances one model version may ask for (each may be a thread, a process, an arena)
     max_instances: int = 64
+    # a batch expected to run within this many microseconds runs on the event loop thread
+    # (runtimes that allow it; 0: always on the instance threads)
+    inline_max_us: int = 100
 
 
 @dataclass(slots=True)
@@ -180,6 +183,8 @@ def load_version(
     registry: BackendRegistry,
     loop: asyncio.AbstractEventLoop,
     stats: ModelStats | None = None,
+    *,
+    inline_max_us: int = 0,
 ) -> LoadedVersion:
     """Load one version and start its instances. Blocking.
 
@@ -217,7 +222,9 @@ def load_version(
         raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
     if stats is None:
         stats = ModelStats(name, version)
-    pool = InstancePool(f"{name}-{version}", instances, stats, loop)
+    pool = InstancePool(
+        f"{name}-{version}", instances, stats, loop, inline_bound_ns=inline_max_us * 1000
+    )
     scheduler: DirectScheduler | DynamicBatcher
     if spec.dynamic_batching is not None and spec.max_batch_size > 0:
         scheduler = DynamicBatcher(spec, pool, stats)

@@ -318,7 +318,15 @@ class RepositoryManager:
                 record.stats[version] = ModelStats(name, version)
         results = await asyncio.gather(
             *(
-                asyncio.to_thread(load_version, prepared, v, self._registry, loop, record.stats[v])
+                asyncio.to_thread(
+                    load_version,
+                    prepared,
+                    v,
+                    self._registry,
+                    loop,
+                    record.stats[v],
+                    inline_max_us=self._options.inline_max_us,
+                )
                 for v in prepared.versions
             ),
             return_exceptions=True,

@@ -134,11 +134,16 @@ class DynamicBatcher:
             self._wake.clear()
 
     def _step(self) -> None:
+        queues = self._queues
         while True:
+            if not queues or (not self._pool.free and not queues.has_deadlines):
+                return  # nothing to do until a request arrives or an instance is free
             now = self._clock.monotonic_ns()
-            entries = self._queues.ordered(now)
-            if not entries:
-                return
+            # with no timeouts to check, the policy needs only the requests that could join the
+            # next batch (each has at least one row, or ends it): O(batch), not O(queue)
+            entries = queues.ordered(
+                now, None if queues.has_deadlines else self._policy.max_batch_size + 1
+            )
             decision = decide([e.view for e in entries], now, self._policy, self._pool.free)
             expired = [entries[i] for i in decision.expired]
             for entry in expired:

@@ -1,9 +1,19 @@
-"""Instance pools: one worker thread per model instance.
+"""Instance pools: one worker thread per model instance, and inline runs for tiny models.
 
 Native runtimes release the GIL while they compute, so each instance runs on its own thread and
-several instances compute in parallel. Work reaches the threads through one shared queue, so a
-batch goes to whichever instance is free first; results come back to the event loop with a single
-``call_soon_threadsafe`` per batch, where statistics are counted and waiters resolved.
+several instances compute in parallel. The pool knows which instances are idle (on the event
+loop thread) and hands a batch straight to one of them: each instance thread waits on its own
+inbox, so a batch wakes exactly the thread that runs it. Results come back to the event loop
+with a single ``call_soon_threadsafe`` per batch, where statistics are counted and waiters
+resolved.
+
+A thread hand-off costs two wake-ups (loop → instance thread → loop), tens of microseconds on
+a virtual machine — more than a small model's whole computation. So an instance that may run on
+any thread (``inline_safe``) runs a batch directly on the event loop thread when the pool's
+measured cost of such a batch is below ``inline_bound_ns``: the loop is then blocked for at most
+about that long, and the batch costs no wake-up at all. The first executions always run on the
+instance threads, to measure; the estimate keeps following every execution, inline or not, so
+a model that becomes slower moves back to its threads by itself.
 """
 
 from __future__ import annotations
@@ -12,20 +22,30 @@ import asyncio
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.backends.base import ExecutionTimes, ModelInstance, Result, TimedInstance
 from inferd.backends.execution import each_request
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
-from inferd.errors import InferdError, InternalError, RequestCancelledError
+from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
 from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.scheduling")
 
 Waiter = asyncio.Future[Any]
+
+# executions measured on the instance threads before a batch may run inline
+INLINE_WARM_UP = 8
+# weight of the newest execution in the cost estimate (an exponential moving average)
+_EWMA_WEIGHT = 0.125
+
+
+# a batch's per-request results, the phases' times, when it started, whether anything ran
+_Outcome = tuple[list[Result | BaseException], ExecutionTimes, int, bool]
 
 
 @dataclass(slots=True)
@@ -36,11 +56,47 @@ class WorkItem:
     rows: int  # total batch rows
 
 
+@dataclass(slots=True, eq=False)
+class _Slot:
+    """One instance, its thread's inbox, and the lock held while it executes or closes."""
+
+    instance: ModelInstance
+    timed: Any  # the bound ``execute_timed``, or None
+    inline_safe: bool
+    inbox: queue.SimpleQueue[WorkItem | None] = field(default_factory=queue.SimpleQueue)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+
+
+class _CostEstimate:
+    """The measured cost of a batch, scaled by its rows (updated from any thread; a lost update
+    under a race only delays the estimate by one sample)."""
+
+    __slots__ = ("calls", "ns", "rows")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.ns = 0.0
+        self.rows = 1.0
+
+    def add(self, ns: int, rows: int) -> None:
+        if self.calls == 0:
+            self.ns, self.rows = float(ns), float(max(rows, 1))
+        else:
+            self.ns += _EWMA_WEIGHT * (ns - self.ns)
+            self.rows += _EWMA_WEIGHT * (max(rows, 1) - self.rows)
+        self.calls += 1
+
+    def predict(self, rows: int) -> float:
+        return self.ns * max(1.0, rows / self.rows)
+
+
 class InstancePool:
     """Owns the instance threads of one model version.
 
-    ``free`` counts instances with no work assigned (maintained on the event loop thread);
-    ``on_free`` is called on the loop each time an instance finishes a batch.
+    ``free`` counts idle instances (maintained on the event loop thread); ``on_free`` is called
+    on the loop each time an instance finishes a batch. ``inline_bound_ns`` (0: never) is the
+    longest a batch may be expected to take to run on the event loop thread.
     """
 
     def __init__(
@@ -50,59 +106,110 @@ class InstancePool:
         stats: ModelStats,
         loop: asyncio.AbstractEventLoop,
         clock: Clock | None = None,
+        *,
+        inline_bound_ns: int = 0,
     ) -> None:
         if not instances:
             raise InternalError(f"model '{name}' has no instances")
         self._name = name
-        self._instances = list(instances)
+        self._slots = [
+            _Slot(
+                inst,
+                inst.execute_timed if isinstance(inst, TimedInstance) else None,
+                bool(getattr(inst, "inline_safe", False)),
+            )
+            for inst in instances
+        ]
         self._stats = stats
         self._loop = loop
         self._clock = clock or SystemClock()
-        self._queue: queue.SimpleQueue[WorkItem | None] = queue.SimpleQueue()
-        self._assigned = 0
+        self._idle: list[_Slot] = list(reversed(self._slots))  # a stack: the warmest first
+        self._inline_bound_ns = max(0, inline_bound_ns)
+        self._cost = _CostEstimate()
+        self._backlog: deque[WorkItem] = deque()  # put while no instance was idle
+        self._handing_out = False
         self.on_free: Callable[[], None] | None = None
         # threads still running, and what to run once the last one has closed its instance
-        self._alive = len(self._instances)
+        self._alive = len(self._slots)
         self._exit_lock = threading.Lock()
         self._after_close: Callable[[], None] | None = None
         self._threads = [
-            threading.Thread(target=self._run, args=(inst,), name=f"inferd-{name}-{i}", daemon=True)
-            for i, inst in enumerate(self._instances)
+            threading.Thread(target=self._run, args=(slot,), name=f"inferd-{name}-{i}", daemon=True)
+            for i, slot in enumerate(self._slots)
         ]
         for thread in self._threads:
             thread.start()
 
     @property
     def size(self) -> int:
-        return len(self._instances)
+        return len(self._slots)
 
     @property
     def free(self) -> int:
-        return len(self._instances) - self._assigned
+        return len(self._idle)
 
     def put(self, item: WorkItem) -> None:
-        """Hand a batch to the first free instance (call on the event loop thread)."""
-        self._assigned += 1
-        self._queue.put(item)
+        """Hand a batch to an idle instance, or queue it until one is idle (call on the event
+        loop thread). Batches run in the order they were put.
+
+        A batch cheap enough runs here and now, inline; its waiters are resolved before this
+        returns."""
+        self._backlog.append(item)
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        if self._handing_out:  # an inline batch completing inside the loop below
+            return
+        self._handing_out = True
+        try:
+            while self._backlog and self._idle:
+                item = self._backlog.popleft()
+                slot = self._idle.pop()
+                if slot.inline_safe and self._inline_bound_ns and self._runs_inline(item.rows):
+                    self._run_inline(slot, item)
+                else:
+                    slot.inbox.put(item)
+        finally:
+            self._handing_out = False
+
+    def _runs_inline(self, rows: int) -> bool:
+        cost = self._cost
+        return cost.calls >= INLINE_WARM_UP and cost.predict(rows) <= self._inline_bound_ns
+
+    def _run_inline(self, slot: _Slot, item: WorkItem) -> None:
+        with slot.lock:
+            if slot.closed:  # the pool is closing: the batch is not run
+                gone = UnavailableError(f"model '{self._name}' is unloading")
+                outcome: _Outcome = ([gone for _ in item.requests], ExecutionTimes(), 0, False)
+            else:
+                outcome = self._execute_item(slot, item)
+        self._complete(slot, item, *outcome)
 
     # -- worker threads ------------------------------------------------------------------------
 
-    def _run(self, instance: ModelInstance) -> None:
+    def _run(self, slot: _Slot) -> None:
         """Run batches until told to stop; the thread closes its own instance when it ends, so
         an instance is never closed while it is executing."""
-        timed = instance.execute_timed if isinstance(instance, TimedInstance) else None
         try:
             while True:
-                item = self._queue.get()
-                if item is None or not self._run_one(instance, timed, item):
+                item = slot.inbox.get()
+                if item is None:
                     return
-                # the batch's locals died with _run_one: outputs may pin runtime or shared memory
-                del item
+                with slot.lock:
+                    outcome = self._execute_item(slot, item)
+                try:
+                    self._loop.call_soon_threadsafe(self._complete, slot, item, *outcome)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    return
+                # the batch's locals die here: outputs may pin runtime or shared memory
+                del item, outcome
         finally:
-            try:
-                instance.close()
-            except Exception:
-                _log.exception("closing an instance of model '%s' failed", self._name)
+            with slot.lock:
+                slot.closed = True
+                try:
+                    slot.instance.close()
+                except Exception:
+                    _log.exception("closing an instance of model '%s' failed", self._name)
             with self._exit_lock:
                 self._alive -= 1
                 after = self._after_close if self._alive == 0 else None
@@ -111,8 +218,9 @@ class InstancePool:
             if after is not None:
                 after()
 
-    def _run_one(self, instance: ModelInstance, timed: Any, item: WorkItem) -> bool:
-        """Execute one batch and hand the results to the loop; False once the loop is gone."""
+    def _execute_item(self, slot: _Slot, item: WorkItem) -> _Outcome:
+        """Execute one batch (under the slot's lock): per-request results, the phases' times,
+        when it started, and whether anything ran."""
         start_ns = self._clock.monotonic_ns()
         live = [i for i, w in enumerate(item.waiters) if not w.done()]
         times = ExecutionTimes()
@@ -125,31 +233,23 @@ class InstancePool:
                 if len(live) == len(item.requests)
                 else [item.requests[i] for i in live]
             )
-            produced = self._execute(instance, timed, requests, times)
+            produced = self._execute(slot, requests, times)
             for i, result in zip(live, produced, strict=True):
                 results[i] = result
-            if timed is None:
-                times.infer_ns = self._clock.monotonic_ns() - start_ns
-        try:
-            self._loop.call_soon_threadsafe(
-                self._complete, item, results, times, start_ns, bool(live)
-            )
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            return False
-        return True
+            elapsed = self._clock.monotonic_ns() - start_ns
+            if slot.timed is None:
+                times.infer_ns = elapsed
+            self._cost.add(elapsed, item.rows)
+        return results, times, start_ns, bool(live)
 
     def _execute(
-        self,
-        instance: ModelInstance,
-        timed: Any,
-        requests: list[InferRequest],
-        times: ExecutionTimes,
+        self, slot: _Slot, requests: list[InferRequest], times: ExecutionTimes
     ) -> list[Result | BaseException]:
         try:
-            if timed is not None:
-                out: list[Result] = timed(requests, times)
+            if slot.timed is not None:
+                out: list[Result] = slot.timed(requests, times)
             else:
-                out = instance.execute(requests)
+                out = slot.instance.execute(requests)
             if len(out) != len(requests):
                 raise InternalError(
                     f"model '{self._name}' returned {len(out)} results for {len(requests)} requests"
@@ -165,13 +265,13 @@ class InstancePool:
 
     def _complete(
         self,
+        slot: _Slot,
         item: WorkItem,
         results: list[Result | BaseException],
         times: ExecutionTimes,
         start_ns: int,
         executed: bool,
     ) -> None:
-        self._assigned -= 1
         stats = self._stats
         now = self._clock.monotonic_ns()
         if executed:
@@ -191,6 +291,8 @@ class InstancePool:
                     total, start_ns - arrival, times.input_ns, times.infer_ns, times.output_ns
                 )
                 waiter.set_result(result)
+        self._idle.append(slot)
+        self._hand_out()
         if self.on_free is not None:
             self.on_free()
 
@@ -207,8 +309,8 @@ class InstancePool:
             self._after_close = None if run_now else then
         if then is not None and run_now:
             then()
-        for _ in self._threads:
-            self._queue.put(None)
+        for slot in self._slots:
+            slot.inbox.put(None)
         for thread in self._threads:
             thread.join(timeout_s)
         busy = [t.name for t in self._threads if t.is_alive()]

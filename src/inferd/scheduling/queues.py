@@ -10,6 +10,7 @@ import asyncio
 from collections import deque
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from inferd.core.inference import InferRequest
@@ -71,8 +72,10 @@ class AdmissionQueues:
             level: _Level(spec.priority_queue_policy.get(level, spec.default_queue_policy))
             for level in range(1, count + 1)
         }
+        self._level_list = [self._levels[level] for level in sorted(self._levels)]  # served first
         self._delayed: deque[Entry] = deque()
         self._size = 0
+        self._timed = 0  # waiting entries with a queue timeout
 
     def __len__(self) -> int:
         return self._size
@@ -111,45 +114,75 @@ class AdmissionQueues:
         entry = Entry(request, waiter, view, level)
         queue.items.append(entry)
         self._size += 1
+        if deadline is not None:
+            self._timed += 1
         return entry
 
-    def ordered(self, now_ns: int) -> list[Entry]:
-        """Entries in service order; DELAY entries past their deadline move behind all others."""
-        for level in self._levels.values():
-            if any(
-                e.view.deadline_ns is not None
-                and not e.view.reject_on_timeout
-                and e.view.deadline_ns <= now_ns
-                for e in level.items
-            ):
+    @property
+    def has_deadlines(self) -> bool:
+        """True while some waiting request has a queue timeout (REJECT or DELAY)."""
+        return self._timed > 0
+
+    def ordered(self, now_ns: int, limit: int | None = None) -> list[Entry]:
+        """Entries in service order (the first ``limit`` of them); DELAY entries past their
+        deadline move behind all others."""
+        if self._timed:
+            self._demote_delayed(now_ns)
+        out: list[Entry] = []
+        for level in self._level_list:
+            if limit is None:
+                out.extend(level.items)
+            else:
+                out.extend(islice(level.items, limit - len(out)))
+                if len(out) >= limit:
+                    return out
+        out.extend(self._delayed if limit is None else islice(self._delayed, limit - len(out)))
+        return out
+
+    def _demote_delayed(self, now_ns: int) -> None:
+        for level in self._level_list:
+            if any(_delay_passed(e, now_ns) for e in level.items):
                 keep: deque[Entry] = deque()
                 for e in level.items:
-                    if (
-                        not e.view.reject_on_timeout
-                        and e.view.deadline_ns is not None
-                        and e.view.deadline_ns <= now_ns
-                    ):
+                    if _delay_passed(e, now_ns):
                         e.delayed = True
                         self._delayed.append(e)
                     else:
                         keep.append(e)
                 level.items = keep
-        out: list[Entry] = []
-        for level_id in sorted(self._levels):
-            out.extend(self._levels[level_id].items)
-        out.extend(self._delayed)
-        return out
 
     def remove(self, entries: Iterator[Entry] | list[Entry]) -> None:
-        gone = set(map(id, entries))
+        """Take entries out of the queues (entries no longer queued are ignored). Removing the
+        heads of the queues, as a dispatched batch does, costs O(removed)."""
+        gone = {id(e): e for e in entries}
         if not gone:
             return
-        for level in self._levels.values():
+        left = len(gone)
+        for items in (*(level.items for level in self._level_list), self._delayed):
+            while items and left and id(items[0]) in gone:
+                self._forget(items.popleft())
+                left -= 1
+        if not left:
+            return
+        for level in self._level_list:  # not at the heads: rebuild what holds any of them
             if any(id(e) in gone for e in level.items):
-                level.items = deque(e for e in level.items if id(e) not in gone)
+                level.items = self._without(level.items, gone)
         if any(id(e) in gone for e in self._delayed):
-            self._delayed = deque(e for e in self._delayed if id(e) not in gone)
-        self._size = sum(len(level.items) for level in self._levels.values()) + len(self._delayed)
+            self._delayed = self._without(self._delayed, gone)
+
+    def _without(self, items: deque[Entry], gone: dict[int, Entry]) -> deque[Entry]:
+        keep: deque[Entry] = deque()
+        for e in items:
+            if id(e) in gone:
+                self._forget(e)
+            else:
+                keep.append(e)
+        return keep
+
+    def _forget(self, entry: Entry) -> None:
+        self._size -= 1
+        if entry.view.deadline_ns is not None:
+            self._timed -= 1
 
     def drain_all(self) -> list[Entry]:
         out = self.ordered(0)
@@ -157,4 +190,11 @@ class AdmissionQueues:
             level.items = deque()
         self._delayed = deque()
         self._size = 0
+        self._timed = 0
         return out
+
+
+def _delay_passed(entry: Entry, now_ns: int) -> bool:
+    view = entry.view
+    deadline = view.deadline_ns
+    return not view.reject_on_timeout and deadline is not None and deadline <= now_ns

@@ -25,6 +25,7 @@ class ServerConfig:
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
     model_max_instances: int = 64  # instances one model version may ask for
+    inline_execution_max_us: int = 100  # batches this short run on the event loop (0: never)
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
@@ -65,6 +66,8 @@ class ServerConfig:
                 raise InvalidArgumentError(f"--{port_name.replace('_', '-')} {port} is not a port")
         if self.model_max_instances < 1:
             raise InvalidArgumentError("--model-max-instances must be >= 1")
+        if self.inline_execution_max_us < 0:
+            raise InvalidArgumentError("--inline-execution-max-us must be >= 0")
         if self.repository_poll_secs <= 0:
             raise InvalidArgumentError("--repository-poll-secs must be > 0")
         if self.http_max_input_bytes <= 0:

@@ -63,6 +63,7 @@ class Server:
                 config_name=cfg.model_config_name,
                 default_max_batch_size=cfg.default_max_batch_size,
                 max_instances=cfg.model_max_instances,
+                inline_max_us=cfg.inline_execution_max_us,
             ),
             load_parallelism=cfg.model_load_thread_count,
             allow_model_upload=cfg.allow_model_upload,

@@ -126,8 +126,15 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     # -- inference ----------------------------------------------------------------------------
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
-        async with self._mapped_errors(context, request.id):
-            return await self._infer(request)
+        # the hot path: errors mapped by hand rather than by the context manager's generator
+        try:
+            infer = decode_infer_request(request)
+            infer.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, None)
+            return encode_infer_response(await self._engine.infer(infer))
+        except Exception as exc:
+            code, details = status_for(exc, log=self._log, request_id=self._request_id(request.id))
+            set_status(context, code, details)
+            return None
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterable[Any], context: Any
