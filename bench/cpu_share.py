@@ -3,13 +3,15 @@
 On a 2-core machine one busy process elsewhere takes half the capacity, and a 2-thread ONNX
 Runtime session, whose threads meet at a barrier after every operator, loses more than that.
 :func:`watch` reads the machine-wide busy time (``/proc/stat``) and this process's own CPU time
-around a window, so every figure can carry how many cores *other* processes took meanwhile, and
-the busiest of them by name. Linux only; elsewhere the readings are ``None``.
+(and those of the benchmark's own children and server) around a window, so every figure can
+carry how many cores *other* processes took meanwhile, and the busiest of them by name. Linux
+only; elsewhere the readings are ``None``.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,9 +32,9 @@ def machine_busy_s() -> float | None:
     return (user + nice + system + irq + softirq + steal) * TICK_S
 
 
-def _process_cpu() -> dict[int, tuple[str, float]]:
-    """CPU seconds (user + system, threads included) of every process, keyed by pid."""
-    found: dict[int, tuple[str, float]] = {}
+def _process_cpu() -> dict[int, tuple[str, int, float]]:
+    """(name, process group, CPU seconds: user + system, threads included) by pid."""
+    found: dict[int, tuple[str, int, float]] = {}
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit():
             continue
@@ -42,7 +44,7 @@ def _process_cpu() -> dict[int, tuple[str, float]]:
             continue  # gone meanwhile
         name = text[text.find("(") + 1 : text.rfind(")")]
         rest = text[text.rfind(")") + 2 :].split()
-        found[int(entry.name)] = (name, (int(rest[11]) + int(rest[12])) * TICK_S)
+        found[int(entry.name)] = (name, int(rest[2]), (int(rest[11]) + int(rest[12])) * TICK_S)
     return found
 
 
@@ -51,7 +53,7 @@ class Share:
     """Filled in when the ``watch`` block ends."""
 
     wall_s: float = 0.0
-    own_cores: float | None = None  # this process, all its threads
+    own_cores: float | None = None  # ours: see watch()
     others_cores: float | None = None  # everything else on the machine (and the hypervisor)
     busiest: list[str] = field(default_factory=list)  # "name[pid] 0.93" of the top others
 
@@ -62,29 +64,40 @@ class Share:
         return text + (f" ({', '.join(self.busiest)})" if self.busiest else "")
 
 
+def _own_s(groups: frozenset[int], table: dict[int, tuple[str, int, float]]) -> float:
+    """This process, its waited-for children, and the processes in ``groups``."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    others = sum(cpu for _, group, cpu in table.values() if group in groups)
+    return time.process_time() + children.ru_utime + children.ru_stime + others
+
+
 @contextmanager
-def watch(name_busiest: bool = True, threshold_cores: float = 0.1) -> Iterator[Share]:
+def watch(groups: frozenset[int] = frozenset(), threshold_cores: float = 0.1) -> Iterator[Share]:
     """Measure the CPU that other processes use during the block (cores = CPU s / wall s).
 
-    With ``name_busiest``, the processes that took more than ``threshold_cores`` are named.
+    "Ours" is this process, the children it waited for (a load generator run to its end) and
+    every process in the process ``groups`` (a server started in its own session). The other
+    processes that took more than ``threshold_cores`` are named.
     """
     share = Share()
-    before = _process_cpu() if name_busiest else {}
-    busy0, own0, t0 = machine_busy_s(), time.process_time(), time.perf_counter()
+    before = _process_cpu()
+    busy0, own0, t0 = machine_busy_s(), _own_s(groups, before), time.perf_counter()
     yield share
-    busy1, own1, t1 = machine_busy_s(), time.process_time(), time.perf_counter()
+    t1 = time.perf_counter()
+    after = _process_cpu()
+    busy1, own1 = machine_busy_s(), _own_s(groups, after)
     share.wall_s = t1 - t0
     if share.wall_s <= 0 or busy0 is None or busy1 is None:
         return
     share.own_cores = (own1 - own0) / share.wall_s
     share.others_cores = max(0.0, (busy1 - busy0) / share.wall_s - share.own_cores)
-    if name_busiest and share.others_cores > threshold_cores:
-        after = _process_cpu()
-        me = os.getpid()
-        used = sorted(
-            ((after[pid][1] - cpu) / share.wall_s, f"{name}[{pid}]")
-            for pid, (name, cpu) in before.items()
-            if pid != me and pid in after
-        )
-        top = [(cores, who) for cores, who in used[::-1][:3] if cores >= threshold_cores]
-        share.busiest = [f"{who} {cores:.2f}" for cores, who in top]
+    if share.others_cores <= threshold_cores:
+        return
+    me, mine = os.getpid(), {*groups, os.getpgid(0)}
+    used = sorted(
+        ((after[pid][2] - cpu) / share.wall_s, f"{name}[{pid}]")
+        for pid, (name, group, cpu) in before.items()
+        if pid != me and group not in mine and pid in after
+    )
+    top = [(cores, who) for cores, who in used[::-1][:3] if cores >= threshold_cores]
+    share.busiest = [f"{who} {cores:.2f}" for cores, who in top]

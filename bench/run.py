@@ -51,6 +51,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import baseline  # noqa: E402
+import cpu_share  # noqa: E402
 import envs  # noqa: E402
 import models as bench_models  # noqa: E402
 import raw_ort  # noqa: E402
@@ -456,8 +458,9 @@ def bench_inferd(
             "18002",
         ]
         log = scratch / f"inferd-{model}-{variant}.log"
-        with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log):
-            cells += _drive(model, "inferd", variant, 18000, 18001, prof, scratch, data, body, skip)
+        with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log) as proc:
+            ports = (proc.pid, 18000, 18001)
+            cells += _drive(model, "inferd", variant, ports, prof, scratch, data, body, skip)
     return cells
 
 
@@ -475,40 +478,46 @@ def bench_canned(
     cmd = [sys.executable, str(BENCH / "servers" / "canned.py"), str(model_dir)]
     cmd += ["--host", LOCAL, "--http-port", "18300", "--grpc-port", "18301"]
     log = scratch / f"canned-{model}.log"
-    with process(cmd, f"http://{LOCAL}:18300/v2/models/{model}/ready", log):
-        return _drive(model, "canned", "canned", 18300, 18301, prof, scratch, data, body, skip)
+    with process(cmd, f"http://{LOCAL}:18300/v2/models/{model}/ready", log) as proc:
+        ports = (proc.pid, 18300, 18301)
+        return _drive(model, "canned", "canned", ports, prof, scratch, data, body, skip)
 
 
 def _drive(
     model: str,
     server: str,
     variant: str,
-    http_port: int,
-    grpc_port: int,
+    ports: tuple[int, int, int],
     prof: Profile,
     scratch: Path,
     data: Path,
     body: Path,
     skip: frozenset[str],
 ) -> list[Cell]:
-    """Every client at every concurrency against one running server."""
+    """Every client at every concurrency against one running server; ``ports`` is the server's
+    process group (its pid: it leads its own session), HTTP port and gRPC port. Each cell
+    records the CPU that processes other than the server and the load generator took."""
     cells: list[Cell] = []
+    group, http_port, grpc_port = ports
     http, grpc = f"{LOCAL}:{http_port}", f"{LOCAL}:{grpc_port}"
-    pa_clients = {} if "perf_analyzer" in skip else PA_CLIENTS
-    for client, (protocol, fmt, port) in pa_clients.items():
-        url = http if port == "http" else grpc
+    runs: list[tuple[str, int, Callable[[], dict[str, Any]]]] = []
+    if "perf_analyzer" not in skip:
+        for client, (protocol, fmt, port) in PA_CLIENTS.items():
+            url = http if port == "http" else grpc
+            for c in prof.concurrency:
+                pa = partial(perf_analyzer, model, url, protocol, fmt, c, data, prof, scratch)
+                runs.append((client, c, pa))
+    if "wrk" not in skip:
+        url = f"http://{http}/v2/models/{model}/infer"
         for c in prof.concurrency:
-            before = _stats(http, model)
-            result = perf_analyzer(model, url, protocol, fmt, c, data, prof, scratch)
-            after = _stats(http, model)
-            cells.append(_cell(model, server, variant, client, c, result, before, after))
-    if "wrk" in skip:
-        return cells
-    for c in prof.concurrency:
+            runs.append(("wrk/http-json", c, partial(wrk, url, body, c, prof.wrk_seconds, scratch)))
+    for client, c, measure in runs:
         before = _stats(http, model)
-        result = wrk(f"http://{http}/v2/models/{model}/infer", body, c, prof.wrk_seconds, scratch)
+        with cpu_share.watch(frozenset({group})) as share:
+            result = measure()
         after = _stats(http, model)
-        cells.append(_cell(model, server, variant, "wrk/http-json", c, result, before, after))
+        cell = _cell(model, server, variant, client, c, result, before, after, share)
+        cells.append(cell)
     return cells
 
 
@@ -521,6 +530,7 @@ def _cell(
     result: dict[str, Any],
     before: tuple[int, int] = (0, 0),
     after: tuple[int, int] = (0, 0),
+    share: cpu_share.Share | None = None,
 ) -> Cell:
     cell = Cell(model, server, batching, client, c)
     if "error" in result:
@@ -537,6 +547,12 @@ def _cell(
         }
     # other work on the machine skews every figure: keep the 1-minute load average with each cell
     cell.extra["load1"] = round(os.getloadavg()[0], 2)
+    if share is not None and share.others_cores is not None:
+        cell.extra["others_cores"] = round(share.others_cores, 2)
+        if share.others_cores > raw_ort.QUIET_CORES:
+            busiest = f" ({', '.join(share.busiest)})" if share.busiest else ""
+            disturbed = f"other processes took {share.others_cores:.2f} cores{busiest}"
+            cell.note = f"{cell.note}; {disturbed}" if cell.note else disturbed
     executions = after[1] - before[1]
     if executions > 0:
         cell.extra["avg_batch"] = round((after[0] - before[0]) / executions, 2)
@@ -696,9 +712,9 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
         out.append(
             "| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
             "thr / ORT best | p50 / ORT b1 | thr / canned | p50 / canned | avg batch | load1 | "
-            "note |"
+            "others (cores) | note |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for c in cells:
             if c.model != model or c.server == "onnxruntime":
                 continue
@@ -710,7 +726,8 @@ def tables(cells: list[Cell], model_names: list[str]) -> str:
                 f"| {c.server} | {c.batching} | {c.client} | {c.concurrency} | {thr} | "
                 f"{_ms(c.p50_us)} | {_ms(c.p99_us)} | {thr_ratio} | {lat_ratio} | "
                 f"{thr_canned} | {p50_canned} | "
-                f"{c.extra.get('avg_batch', '')} | {c.extra.get('load1', '')} | {c.note} |"
+                f"{c.extra.get('avg_batch', '')} | {c.extra.get('load1', '')} | "
+                f"{c.extra.get('others_cores', '')} | {c.note} |"
             )
         out.append("")
     return "\n".join(out)
