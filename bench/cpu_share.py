@@ -101,3 +101,29 @@ def watch(groups: frozenset[int] = frozenset(), threshold_cores: float = 0.1) ->
     )
     top = [(cores, who) for cores, who in used[::-1][:3] if cores >= threshold_cores]
     share.busiest = [f"{who} {cores:.2f}" for cores, who in top]
+
+
+class QuietGate:
+    """Waits, before a measurement, until other processes leave the CPUs (below ``cores`` over
+    a ``probe_s`` probe), at most ``max_wait_s`` each time and ``budget_s`` in all."""
+
+    def __init__(
+        self, budget_s: float, max_wait_s: float = 15.0, cores: float = 0.25, probe_s: float = 0.5
+    ) -> None:
+        self.budget_s = budget_s
+        self.max_wait_s = max_wait_s
+        self.cores = cores
+        self.probe_s = probe_s
+
+    def wait(self) -> float:
+        """Seconds waited (0 when already quiet or out of budget)."""
+        t0 = time.perf_counter()
+        limit = min(self.max_wait_s, self.budget_s)
+        while time.perf_counter() - t0 < limit:
+            with watch(threshold_cores=float("inf")) as share:
+                time.sleep(self.probe_s)
+            if share.others_cores is None or share.others_cores < self.cores:
+                break
+        waited = time.perf_counter() - t0
+        self.budget_s = max(0.0, self.budget_s - waited)
+        return waited if waited > self.probe_s else 0.0

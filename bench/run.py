@@ -8,8 +8,13 @@ then for each model measures, one after the other on this machine:
 
 1. raw ONNX Runtime in-process ("the limit"): batch-1 latency with one session of 1 and of 2
    intra-op threads, and throughput for batch sizes 1..64 over three layouts: 1 session x 1
-   thread, 1 session x 2 threads, 2 sessions x 1 thread driven by 2 Python threads;
-2. inferd (`inferd serve`) with batching off, on, and its defaults, driven by perf_analyzer over
+   thread, 1 session x 2 threads, 2 sessions x 1 thread driven by 2 Python threads, each point
+   the best of several windows and cross-checked by a plain loop in a fresh process
+   (bench/raw_ort.py);
+2. for the small MLP, a canned-response server (bench/servers/canned.py): inferd's HTTP and
+   gRPC stacks answering precomputed bytes, the network stacks' own minimum, which inferd's
+   figures are then divided by;
+   inferd (`inferd serve`) with batching off, on, and its defaults, driven by perf_analyzer over
    HTTP JSON, HTTP binary and gRPC;
 3. MLServer (custom onnxruntime runtime) and LitServe (onnxruntime LitAPI), adaptive batching off
    and on, each in its own venv (perf_analyzer cannot drive MLServer: it needs Triton's model
@@ -20,7 +25,9 @@ at concurrency 1, 8 and 32. It prints the tables and writes bench/results/<date>
 The full run takes about 25-30 minutes; --quick about 10 (shorter windows, concurrency 1 and 32,
 fewer batch sizes); a first run adds about 4 minutes to build the models and virtualenvs.
 Figures are only comparable within one run: the load generator shares the two cores with the
-server, as it would on any one-box deployment.
+server, as it would on any one-box deployment. Other processes on the machine are not: before
+each measurement the run waits (within a budget) until they leave the CPUs, and every figure
+records the cores they took during it (bench/cpu_share.py); a disturbed figure says so.
 
 --smoke is the check that CI runs: it builds the models like any run, then measures every cell
 at concurrency 1 for about a second (about 2 minutes in all), MLServer and LitServe only if
@@ -90,11 +97,12 @@ class Profile:
     pa_window_ms: int
     pa_trials: int
     wrk_seconds: int
+    quiet_budget_s: float  # in all, waiting for other processes to leave the CPUs before cells
 
 
-FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.0, 3, 2000, 2000, 6, 5)
-QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 3, 500, 1000, 4, 2)
-SMOKE = Profile([1], [1, 8], 0.2, 1, 100, 500, 3, 1)
+FULL = Profile([1, 8, 32], [1, 2, 4, 8, 16, 32, 64], 1.0, 3, 2000, 2000, 6, 5, 300)
+QUICK = Profile([1, 32], [1, 8, 32, 64], 0.5, 3, 500, 1000, 4, 2, 120)
+SMOKE = Profile([1], [1, 8], 0.2, 1, 100, 500, 3, 1, 0)
 
 # the canned-response server (the network stacks' minimum) answers for these models
 CANNED_MODELS = frozenset({"mlp"})
@@ -194,9 +202,12 @@ def _raw_note(point: raw_ort.Point, check: raw_ort.Point | None) -> str:
     return "; ".join(notes)
 
 
-def raw_onnxruntime(model: str, prof: Profile, scratch: Path) -> list[Cell]:
+def raw_onnxruntime(
+    model: str, prof: Profile, scratch: Path, gate: cpu_share.QuietGate | None = None
+) -> list[Cell]:
     """Batch-1 latency (1 and 2 intra-op threads) and the throughput grid, each throughput
     point measured in-process and cross-checked in a fresh process (bench/raw_ort.py)."""
+    gate = gate or cpu_share.QuietGate(0.0)
     path = bench_models.model_path(model)
     inputs = model_inputs(model)
     inputs_npz = scratch / f"{model}-inputs.npz"
@@ -220,7 +231,9 @@ def raw_onnxruntime(model: str, prof: Profile, scratch: Path) -> list[Cell]:
         )
     for layout, (sessions, threads) in raw_ort.LAYOUTS.items():
         args = (layout, prof.batch_sizes, prof.raw_seconds, prof.raw_repeats)
+        gate.wait()
         points = raw_ort.grid(path, inputs, *args)
+        gate.wait()
         checked = raw_ort.run_check(path, inputs_npz, *args)
         checks = {} if isinstance(checked, str) else {c.batch: c for c in checked}
         for point in points:
@@ -436,6 +449,7 @@ def bench_inferd(
     data: Path,
     body: Path,
     skip: frozenset[str] = frozenset(),
+    gate: cpu_share.QuietGate | None = None,
 ) -> list[Cell]:
     """inferd with batching off, on and its defaults; ``skip`` names load generators to leave out
     (``perf_analyzer``, ``wrk``)."""
@@ -460,7 +474,7 @@ def bench_inferd(
         log = scratch / f"inferd-{model}-{variant}.log"
         with process(cmd, f"http://{LOCAL}:18000/v2/models/{model}/ready", log) as proc:
             ports = (proc.pid, 18000, 18001)
-            cells += _drive(model, "inferd", variant, ports, prof, scratch, data, body, skip)
+            cells += _drive(model, "inferd", variant, ports, prof, scratch, data, body, skip, gate)
     return cells
 
 
@@ -471,6 +485,7 @@ def bench_canned(
     data: Path,
     body: Path,
     skip: frozenset[str] = frozenset(),
+    gate: cpu_share.QuietGate | None = None,
 ) -> list[Cell]:
     """The canned-response server (bench/servers/canned.py): inferd's HTTP and gRPC stacks with
     precomputed replies, the network stacks' own minimum; the same clients as inferd."""
@@ -480,7 +495,7 @@ def bench_canned(
     log = scratch / f"canned-{model}.log"
     with process(cmd, f"http://{LOCAL}:18300/v2/models/{model}/ready", log) as proc:
         ports = (proc.pid, 18300, 18301)
-        return _drive(model, "canned", "canned", ports, prof, scratch, data, body, skip)
+        return _drive(model, "canned", "canned", ports, prof, scratch, data, body, skip, gate)
 
 
 def _drive(
@@ -493,6 +508,7 @@ def _drive(
     data: Path,
     body: Path,
     skip: frozenset[str],
+    gate: cpu_share.QuietGate | None,
 ) -> list[Cell]:
     """Every client at every concurrency against one running server; ``ports`` is the server's
     process group (its pid: it leads its own session), HTTP port and gRPC port. Each cell
@@ -512,11 +528,14 @@ def _drive(
         for c in prof.concurrency:
             runs.append(("wrk/http-json", c, partial(wrk, url, body, c, prof.wrk_seconds, scratch)))
     for client, c, measure in runs:
+        waited = gate.wait() if gate is not None else 0.0
         before = _stats(http, model)
         with cpu_share.watch(frozenset({group})) as share:
             result = measure()
         after = _stats(http, model)
         cell = _cell(model, server, variant, client, c, result, before, after, share)
+        if waited:
+            cell.extra["waited_for_quiet_s"] = round(waited, 1)
         cells.append(cell)
     return cells
 
@@ -775,6 +794,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     prof = SMOKE if args.smoke else QUICK if args.quick else FULL
+    # before each measurement, wait (within the profile's budget) for other processes to go quiet
+    gate = cpu_share.QuietGate(prof.quiet_budget_s)
     model_names = args.only or ["mlp", "wide", "minilm"]
 
     missing = missing_generators()
@@ -809,7 +830,7 @@ def main() -> None:
         data = perf_analyzer_data(inputs, scratch / f"{model}-data.json")
         body = scratch / f"{model}-body.json"
         body.write_text(v2_json_body(inputs))
-        raw = raw_onnxruntime(model, prof, scratch)
+        raw = raw_onnxruntime(model, prof, scratch, gate)
         cells += raw
         lim = limits(raw, model)
         print(
@@ -819,8 +840,8 @@ def main() -> None:
             flush=True,
         )
         if model in CANNED_MODELS:
-            cells += bench_canned(model, prof, scratch, data, body, skip=frozenset(missing))
-        cells += bench_inferd(model, prof, scratch, data, body, skip=frozenset(missing))
+            cells += bench_canned(model, prof, scratch, data, body, frozenset(missing), gate)
+        cells += bench_inferd(model, prof, scratch, data, body, frozenset(missing), gate)
         # the comparison models; the wide MLP only measures inferd's batching
         if model != "wide":
             if "mlserver" in others:
@@ -842,6 +863,7 @@ def main() -> None:
         "versions": versions(),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}",
         "skipped": missing,
+        "waited_for_quiet_s": round(prof.quiet_budget_s - gate.budget_s, 1),
     }
     header = (
         f"# inferd benchmark {meta['started']}\n\nCommand: `{meta['command']}` "
