@@ -67,6 +67,20 @@ class Point:
     busiest: list[str] = field(default_factory=list)
 
 
+def merge(first: Point, again: Point) -> Point:
+    """One point from two measurements of it: every window, the best one's figures."""
+    best = first if first.throughput >= again.throughput else again
+    return Point(
+        best.layout,
+        best.batch,
+        best.throughput,
+        first.windows + again.windows,
+        best.calls,
+        best.others_cores,
+        best.busiest,
+    )
+
+
 def _calls_for(pool: list[Any], data: dict[str, np.ndarray], window_s: float) -> int:
     """Warm every session at this batch size; size a window from the fastest warm call."""
     durations = []
