@@ -3,6 +3,12 @@
 One ``InferenceSession`` per instance (ONNX Runtime releases the GIL while it runs, so each
 instance runs on its own worker thread). Session options come from the config ``parameters``
 with the keys Triton's ONNX Runtime backend reads; values it cannot honour are rejected.
+
+Thread layout when the config sets no ``intra_op_thread_count``: the instances share the cores
+(two instances on two cores get one intra-op thread each, the best layout under load), and the
+model also gets one *solo* session with a thread per core, which an instance uses for a batch
+it starts while no other instance of the model is running one: a lone request gets every core,
+concurrent ones get one core each (see :class:`SoloSession`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from inferd.backends.batching import StackingInstance
 from inferd.backends.model_io import ModelTensor, check_io
 from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.runtime_errors import Blame, RuntimeFamily
-from inferd.backends.threads import default_intra_op_threads
+from inferd.backends.threads import available_cores, default_intra_op_threads
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec, TensorSpec
 from inferd.errors import (
     ConfigError,
@@ -90,6 +96,8 @@ class SessionSettings:
     """Session options parsed once from the config; applied to every instance's session."""
 
     intra_op_threads: int = 1
+    # threads of the model's solo session (0: no solo session, see SoloSession)
+    solo_threads: int = 0
     inter_op_threads: int = 0
     parallel_execution: bool = False
     graph_level: int = 0
@@ -98,9 +106,11 @@ class SessionSettings:
     config_entries: tuple[tuple[str, str], ...] = ()
     run_config_entries: tuple[tuple[str, str], ...] = ()
 
-    def session_options(self) -> ort.SessionOptions:
+    def session_options(self, intra_op_threads: int | None = None) -> ort.SessionOptions:
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.intra_op_threads
+        options.intra_op_num_threads = (
+            self.intra_op_threads if intra_op_threads is None else intra_op_threads
+        )
         options.inter_op_num_threads = self.inter_op_threads
         options.execution_mode = (
             ort.ExecutionMode.ORT_PARALLEL
@@ -124,8 +134,11 @@ class SessionSettings:
         return options
 
 
-def parse_settings(spec: ModelSpec) -> SessionSettings:
-    """Read the session settings from the config; raise :class:`ConfigError` on a bad value."""
+def parse_settings(spec: ModelSpec, cores: int | None = None) -> SessionSettings:
+    """Read the session settings from the config; raise :class:`ConfigError` on a bad value.
+
+    ``cores`` (default: the cores this process may use) sizes the default thread layout.
+    """
     params = spec.parameters
     execution_mode = _int_param(params, "execution_mode", 0, minimum=0)
     if execution_mode not in (0, 1):
@@ -147,10 +160,12 @@ def parse_settings(spec: ModelSpec) -> SessionSettings:
     shrinkage = params.get("memory.enable_memory_arena_shrinkage")
     if shrinkage is not None:
         run_entries.append(("memory.enable_memory_arena_shrinkage", shrinkage))
+    available = cores if cores is not None else available_cores()
+    shared = default_intra_op_threads(spec, available)
+    explicit = "intra_op_thread_count" in params
     return SessionSettings(
-        intra_op_threads=_int_param(
-            params, "intra_op_thread_count", default_intra_op_threads(spec), minimum=0
-        ),
+        intra_op_threads=_int_param(params, "intra_op_thread_count", shared, minimum=0),
+        solo_threads=0 if explicit or not _wants_solo(spec, shared, available) else available,
         inter_op_threads=_int_param(params, "inter_op_thread_count", 0, minimum=0),
         parallel_execution=execution_mode == 1,
         graph_level=graph_level,
@@ -159,6 +174,43 @@ def parse_settings(spec: ModelSpec) -> SessionSettings:
         config_entries=tuple(entries),
         run_config_entries=tuple(run_entries),
     )
+
+
+def _wants_solo(spec: ModelSpec, shared: int, cores: int) -> bool:
+    """A solo session pays when the default layout gives each CPU instance fewer than all the
+    cores (several instances); GPU instances compute on the device and get none."""
+    cpu_only = all(group.kind == "KIND_CPU" for group in spec.instance_groups)
+    return cpu_only and bool(spec.instance_groups) and shared < cores
+
+
+class SoloSession:
+    """A session with a thread per core, shared by the instances of one model.
+
+    An instance runs a batch on it when no other instance of the model is running one, and on
+    its own session (with its share of the cores) otherwise. A lone request then gets every core
+    (the best batch-1 latency), and concurrent requests one core each (the best throughput,
+    with no intra-op threads competing for the cores). ``enter``/``leave`` count the runs in
+    progress across the model's instance threads.
+    """
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self._lock = threading.Lock()
+        self._running = 0
+        self.runs = 0  # batches run on the solo session (for tests and diagnostics)
+
+    def enter(self) -> ort.InferenceSession | None:
+        """Start a run: the solo session if nothing else of the model is running, else None."""
+        with self._lock:
+            self._running += 1
+            if self._running > 1:
+                return None
+            self.runs += 1
+            return self.session
+
+    def leave(self) -> None:
+        with self._lock:
+            self._running -= 1
 
 
 def _providers(group: InstanceGroupSpec, spec: ModelSpec) -> list[Any]:
@@ -315,10 +367,12 @@ class OnnxRuntimeInstance(StackingInstance[dict[str, np.ndarray[Any, Any]]]):
         spec: ModelSpec,
         session: ort.InferenceSession,
         run_options: ort.RunOptions,
+        solo: SoloSession | None = None,
     ) -> None:
         self._spec = spec
         self._session: ort.InferenceSession | None = session
         self._run_options = run_options
+        self._solo = solo
         ranks = {a.name: len(a.shape) for a in session.get_inputs()}
         out_ranks = {a.name: len(a.shape) for a in session.get_outputs()}
         self._inputs = {t.name: _Plan(t, ranks.get(t.name)) for t in spec.inputs}
@@ -348,8 +402,17 @@ class OnnxRuntimeInstance(StackingInstance[dict[str, np.ndarray[Any, Any]]]):
         session = self._session
         if session is None:
             raise InternalError(f"an instance of model '{self._spec.name}' was used after close")
+        solo = self._solo
         try:
-            produced = session.run(output_names, feeds, self._run_options)
+            if solo is None:
+                produced = session.run(output_names, feeds, self._run_options)
+            else:
+                wide = solo.enter()
+                try:
+                    chosen = session if wide is None else wide
+                    produced = chosen.run(output_names, feeds, self._run_options)
+                finally:
+                    solo.leave()
         except Exception as exc:  # translated once, here, at the runtime boundary
             raise FAMILY.translate(exc, self._spec.name) from exc
         return {
@@ -361,6 +424,7 @@ class OnnxRuntimeInstance(StackingInstance[dict[str, np.ndarray[Any, Any]]]):
 
     def close(self) -> None:
         self._session = None
+        self._solo = None
 
 
 class OnnxRuntimeModel:
@@ -372,14 +436,17 @@ class OnnxRuntimeModel:
         self._path = path
         self._spare: tuple[str, ort.InferenceSession] | None = None
         self._lock = threading.Lock()
+        self.solo: SoloSession | None = None
 
-    def build_session(self, group: InstanceGroupSpec) -> ort.InferenceSession:
+    def build_session(
+        self, group: InstanceGroupSpec, intra_op_threads: int | None = None
+    ) -> ort.InferenceSession:
         spec = self._ctx.spec
         providers = _providers(group, spec)
         try:
             return ort.InferenceSession(
                 str(self._path),
-                sess_options=self._settings.session_options(),
+                sess_options=self._settings.session_options(intra_op_threads),
                 providers=providers,
             )
         except Exception as exc:
@@ -398,10 +465,11 @@ class OnnxRuntimeModel:
             session = spare[1]
         else:
             session = self.build_session(group)
-        return OnnxRuntimeInstance(self._ctx.spec, session, self._settings.run_options())
+        return OnnxRuntimeInstance(self._ctx.spec, session, self._settings.run_options(), self.solo)
 
     def close(self) -> None:
         self._spare = None
+        self.solo = None
 
 
 def _model_tensor(arg: Any, kind: str) -> ModelTensor:
@@ -480,14 +548,18 @@ class OnnxRuntimeBackend:
             if spec.instance_groups
             else InstanceGroupSpec(name=spec.name, kind="KIND_CPU", count=1)
         )
-        session = model.build_session(first_group)
+        solo = settings.solo_threads > 0
+        session = model.build_session(first_group, settings.solo_threads if solo else None)
         try:
             _check_io(spec, session)
         except ConfigError as exc:
             raise ModelLoadError(
                 f"failed to load '{spec.name}' version {ctx.version}: {exc}"
             ) from exc
-        model.keep_spare(first_group, session)
+        if solo:
+            model.solo = SoloSession(session)
+        else:
+            model.keep_spare(first_group, session)
         return model
 
 
