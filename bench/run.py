@@ -67,11 +67,12 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-import baseline  # noqa: E402
 import cpu_share  # noqa: E402
 import envs  # noqa: E402
 import models as bench_models  # noqa: E402
 import raw_ort  # noqa: E402
+import report  # noqa: E402
+from report import limits  # noqa: E402
 
 WORK = BENCH / ".work"
 RESULTS = BENCH / "results"
@@ -186,7 +187,7 @@ def perf_analyzer_data(inputs: dict[str, np.ndarray], path: Path) -> Path:
 
 # -- raw ONNX Runtime ---------------------------------------------------------------------------
 
-CHECK_TOLERANCE = 0.15  # grid and cross-check further apart than this: the cell says so
+CHECK_TOLERANCE = 0.15  # grid and cross-check further apart: the cell says so (report.py too)
 
 
 def _raw_note(point: raw_ort.Point, check: raw_ort.Point | None) -> str:
@@ -683,105 +684,6 @@ def bench_litserve(model: str, prof: Profile, scratch: Path, body: Path) -> list
     return cells
 
 
-# -- report -------------------------------------------------------------------------------------
-
-
-def _raw_best(cell: Cell) -> float:
-    """A raw throughput point's figure for the limit: the better of the grid and its
-    cross-check (disturbances only ever lower a figure)."""
-    check = cell.extra.get("check") or {}
-    return max(cell.throughput or 0.0, check.get("throughput") or 0.0)
-
-
-def limits(cells: list[Cell], model: str) -> dict[str, Any]:
-    raw = [c for c in cells if c.model == model and c.server == "onnxruntime"]
-    lat = [c for c in raw if c.extra.get("kind") == "latency"]
-    thr = [c for c in raw if c.extra.get("kind") == "throughput"]
-    best_lat = min(lat, key=lambda c: c.p50_us or 1e18)
-    best_thr = max(thr, key=_raw_best)
-    by_batch: dict[int, float] = {}
-    for c in thr:
-        b = c.extra["batch"]
-        by_batch[b] = max(by_batch.get(b, 0.0), _raw_best(c))
-    return {
-        "p50_us": best_lat.p50_us,
-        "p99_us": best_lat.p99_us,
-        "latency_layout": best_lat.batching,
-        "throughput": _raw_best(best_thr),
-        "throughput_layout": best_thr.batching,
-        "throughput_batch": best_thr.extra["batch"],
-        "throughput_by_batch": by_batch,
-    }
-
-
-def _ms(us: float | None) -> str:
-    return "—" if us is None else f"{us / 1e3:.2f}"
-
-
-def _raw_pair(cell: Cell) -> str:
-    check = (cell.extra.get("check") or {}).get("throughput")
-    text = f"{cell.throughput or 0:.0f} / " + ("—" if check is None else f"{check:.0f}")
-    return text + (" !" if cell.note else "")
-
-
-def tables(cells: list[Cell], model_names: list[str]) -> str:
-    out: list[str] = []
-    concurrency = sorted({c.concurrency for c in cells if c.server != "onnxruntime"}) or [1]
-    for model in model_names:
-        if not any(c.model == model for c in cells):
-            continue
-        lim = limits(cells, model)
-        out.append(f"### {model}\n")
-        out.append(
-            f"Raw ONNX Runtime (the limit): batch-1 p50 {_ms(lim['p50_us'])} ms, p99 "
-            f"{_ms(lim['p99_us'])} ms ({lim['latency_layout']}); best throughput "
-            f"{lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
-            f"{lim['throughput_batch']}).\n"
-        )
-        grid = [c for c in cells if c.model == model and c.extra.get("kind") == "throughput"]
-        layouts = sorted({c.batching for c in grid})
-        batches = sorted({c.extra["batch"] for c in grid})
-        out.append(
-            "| raw ORT throughput (inferences/s): grid / cross-check | "
-            + " | ".join(f"batch {b}" for b in batches)
-            + " |"
-        )
-        out.append("|---|" + "---|" * len(batches))
-        for layout in layouts:
-            row = {c.extra["batch"]: _raw_pair(c) for c in grid if c.batching == layout}
-            out.append(f"| {layout} | " + " | ".join(row.get(b, "—") for b in batches) + " |")
-        out.append("")
-        flagged = [c for c in grid if c.note]
-        for c in flagged:
-            out.append(f"- {c.batching}, batch {c.extra['batch']}: {c.note}")
-        if flagged:
-            out.append("")
-        canned = baseline.canned_cells(cells, model)
-        out += baseline.summary(cells, model, min(concurrency), max(concurrency))
-        out.append(
-            "| server | batching | client | conc | infer/s | p50 ms | p99 ms | "
-            "thr / ORT best | p50 / ORT b1 | thr / canned | p50 / canned | avg batch | load1 | "
-            "others (cores) | note |"
-        )
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for c in cells:
-            if c.model != model or c.server == "onnxruntime":
-                continue
-            thr_ratio = "—" if c.throughput is None else f"{c.throughput / lim['throughput']:.2f}"
-            lat_ratio = "—" if c.p50_us is None else f"{c.p50_us / lim['p50_us']:.1f}"
-            thr_canned, p50_canned = baseline.cell_ratios(c, canned)
-            thr = "—" if c.throughput is None else f"{c.throughput:.1f}"
-            out.append(
-                f"| {c.server} | {c.batching} | {c.client} | {c.concurrency} | {thr} | "
-                f"{_ms(c.p50_us)} | {_ms(c.p99_us)} | {thr_ratio} | {lat_ratio} | "
-                f"{thr_canned} | {p50_canned} | "
-                f"{c.extra.get('avg_batch', '')} | {c.extra.get('load1', '')} | "
-                f"{c.extra.get('others_cores', '')} | {c.note} |"
-            )
-        out.append("")
-    return "\n".join(out)
-
-
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     import onnxruntime
@@ -864,7 +766,7 @@ def main() -> None:
         cells += raw
         lim = limits(raw, model)
         print(
-            f"  onnxruntime batch-1 p50 {_ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
+            f"  onnxruntime batch-1 p50 {report.ms(lim['p50_us'])} ms ({lim['latency_layout']}), "
             f"best {lim['throughput']:.1f}/s ({lim['throughput_layout']}, batch "
             f"{lim['throughput_batch']})",
             flush=True,
@@ -884,7 +786,7 @@ def main() -> None:
     # a smoke run's figures are not results: they stay with the run's logs
     target = scratch if args.smoke else RESULTS
     target.mkdir(exist_ok=True)
-    text = tables(cells, model_names)
+    text = report.tables(cells, model_names)
     meta = {
         "started": started.isoformat(timespec="seconds"),
         "minutes": round(minutes, 1),
