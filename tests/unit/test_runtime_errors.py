@@ -184,6 +184,7 @@ def test_model_fault_fails_the_batch_once_logged_with_the_request_ids(
 ) -> None:
     instance = _instance(_write(tmp_path, "cast", cast_text_to_float(), CAST_CONFIG, "model.onnx"))
     session = instance._session = _FailingSession()
+    instance._solo = None  # every run on the failing session, none on the shared solo session
     requests = [_text("1"), _text("2"), _text("3")]
     for i, request in enumerate(requests):
         request.id = f"r{i}"
