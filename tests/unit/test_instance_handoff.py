@@ -19,7 +19,6 @@ from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.instances import INLINE_WARM_UP, InstancePool
 from inferd.scheduling.stats import ModelStats
-from inferd.testing import FakeClock
 
 
 @dataclass
@@ -47,24 +46,26 @@ class _Echo:
         self.closed = True
 
 
-class _SlowClock(FakeClock):
-    """Every reading is 1 ms after the last: each batch seems to take a millisecond."""
+class _SlowCpu:
+    """A CPU clock on which every reading is 1 ms after the last: each batch seems to cost a
+    millisecond of CPU."""
 
-    def monotonic_ns(self) -> int:
-        self.advance(1_000_000)
-        return super().monotonic_ns()
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1_000_000
+        return self.now
 
 
 def _request(value: float) -> InferRequest:
     return InferRequest("m", {"INPUT0": np.full((1, 2), value, np.float32)})
 
 
-async def _serve(
-    instances: list[_Echo], values: list[float], *, bound_ns: int, clock: FakeClock | None = None
-) -> list[object]:
+async def _serve(instances: list[_Echo], values: list[float], *, bound_ns: int) -> list[object]:
     loop = asyncio.get_running_loop()
     stats = ModelStats("m", 1)
-    pool = InstancePool("m", instances, stats, loop, clock, inline_bound_ns=bound_ns)
+    pool = InstancePool("m", instances, stats, loop, inline_bound_ns=bound_ns)
     scheduler = DirectScheduler(pool, stats)
     try:
         results = await asyncio.gather(
@@ -113,8 +114,8 @@ async def test_batches_stay_on_the_instance_threads(bound_ns: int) -> None:
     echo = _Echo()
     loop = asyncio.get_running_loop()
     stats = ModelStats("m", 1)
-    # with the slow clock every batch measures 1 ms, over the 100 µs bound
-    pool = InstancePool("m", [echo], stats, loop, _SlowClock(), inline_bound_ns=bound_ns)
+    # with the slow CPU clock every batch measures 1 ms, over the 100 µs bound
+    pool = InstancePool("m", [echo], stats, loop, inline_bound_ns=bound_ns, cpu_clock=_SlowCpu())
     scheduler = DirectScheduler(pool, stats)
     try:
         for value in range(INLINE_WARM_UP * 2):

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class InstancePool:
         clock: Clock | None = None,
         *,
         inline_bound_ns: int = 0,
+        cpu_clock: Callable[[], int] = time.thread_time_ns,
     ) -> None:
         if not instances:
             raise InternalError(f"model '{name}' has no instances")
@@ -126,6 +128,7 @@ class InstancePool:
         self._idle: list[_Slot] = list(reversed(self._slots))  # a stack: the warmest first
         self._inline_bound_ns = max(0, inline_bound_ns)
         self._cost = _CostEstimate()
+        self._cpu_clock = cpu_clock
         self._backlog: deque[WorkItem] = deque()  # put while no instance was idle
         self._handing_out = False
         self.on_free: Callable[[], None] | None = None
@@ -222,6 +225,7 @@ class InstancePool:
         """Execute one batch (under the slot's lock): per-request results, the phases' times,
         when it started, and whether anything ran."""
         start_ns = self._clock.monotonic_ns()
+        cpu_ns = self._cpu_clock()
         live = [i for i, w in enumerate(item.waiters) if not w.done()]
         times = ExecutionTimes()
         results: list[Result | BaseException] = [
@@ -236,10 +240,12 @@ class InstancePool:
             produced = self._execute(slot, requests, times)
             for i, result in zip(live, produced, strict=True):
                 results[i] = result
-            elapsed = self._clock.monotonic_ns() - start_ns
             if slot.timed is None:
-                times.infer_ns = elapsed
-            self._cost.add(elapsed, item.rows)
+                times.infer_ns = self._clock.monotonic_ns() - start_ns
+            # the estimate counts the thread's CPU time, not the wall clock: on an instance
+            # thread the wall clock also counts waiting for the GIL while the loop holds it,
+            # which would make a 10 µs model look slow exactly when the loop is busiest
+            self._cost.add(self._cpu_clock() - cpu_ns, item.rows)
         return results, times, start_ns, bool(live)
 
     def _execute(
