@@ -3,7 +3,8 @@
 Native runtimes release the GIL while they compute, so each instance runs on its own thread and
 several instances compute in parallel. The pool knows which instances are idle (on the event
 loop thread) and hands a batch straight to one of them: each instance thread waits on its own
-inbox, so a batch wakes exactly the thread that runs it. Results come back to the event loop
+inbox, so a batch wakes exactly the thread that runs it. A batch put while every instance is
+busy waits in a backlog, which the instance threads themselves take from as they finish. Results come back to the event loop
 with a single ``call_soon_threadsafe`` per batch, where statistics are counted and waiters
 resolved.
 
@@ -166,7 +167,9 @@ class InstancePool:
         self._handing_out = True
         try:
             while self._backlog and self._idle:
-                item = self._backlog.popleft()
+                item = self._next_backlogged()  # an instance thread may have taken the last
+                if item is None:
+                    break
                 slot = self._idle.pop()
                 if slot.inline_safe and self._inline_bound_ns and self._runs_inline(item.rows):
                     self._run_inline(slot, item)
@@ -174,6 +177,13 @@ class InstancePool:
                     slot.inbox.put(item)
         finally:
             self._handing_out = False
+
+    def _next_backlogged(self) -> WorkItem | None:
+        """The oldest batch waiting for an instance (from any thread: deque pops are atomic)."""
+        try:
+            return self._backlog.popleft()
+        except IndexError:
+            return None
 
     def _runs_inline(self, rows: int) -> bool:
         cost = self._cost
@@ -194,18 +204,22 @@ class InstancePool:
         """Run batches until told to stop; the thread closes its own instance when it ends, so
         an instance is never closed while it is executing."""
         try:
-            while True:
-                item = slot.inbox.get()
-                if item is None:
-                    return
+            item = slot.inbox.get()
+            while item is not None:
                 with slot.lock:
                     outcome = self._execute_item(slot, item)
+                # work that waits for an instance is taken here and now: going through the loop
+                # would leave this instance idle until the loop gets round to it
+                following = self._next_backlogged()
                 try:
-                    self._loop.call_soon_threadsafe(self._complete, slot, item, *outcome)
+                    self._loop.call_soon_threadsafe(
+                        self._complete, slot, item, *outcome, following is not None
+                    )
                 except RuntimeError:  # the loop is closed: nobody is waiting any more
                     return
                 # the batch's locals die here: outputs may pin runtime or shared memory
                 del item, outcome
+                item = following if following is not None else slot.inbox.get()
         finally:
             with slot.lock:
                 slot.closed = True
@@ -277,6 +291,7 @@ class InstancePool:
         times: ExecutionTimes,
         start_ns: int,
         executed: bool,
+        still_busy: bool = False,  # the instance's thread went on with a backlogged batch
     ) -> None:
         stats = self._stats
         now = self._clock.monotonic_ns()
@@ -297,6 +312,8 @@ class InstancePool:
                     total, start_ns - arrival, times.input_ns, times.infer_ns, times.output_ns
                 )
                 waiter.set_result(result)
+        if still_busy:
+            return
         self._idle.append(slot)
         self._hand_out()
         if self.on_free is not None:
