@@ -4,9 +4,9 @@ Native runtimes release the GIL while they compute, so each instance runs on its
 several instances compute in parallel. The pool knows which instances are idle (on the event
 loop thread) and hands a batch straight to one of them: each instance thread waits on its own
 inbox, so a batch wakes exactly the thread that runs it. A batch put while every instance is
-busy waits in a backlog, which the instance threads themselves take from as they finish. Results come back to the event loop
-with a single ``call_soon_threadsafe`` per batch, where statistics are counted and waiters
-resolved.
+busy waits in a backlog, which the instance threads themselves take from as they finish.
+Results come back to the event loop with a single ``call_soon_threadsafe`` per batch, where
+statistics are counted and waiters resolved.
 
 A thread hand-off costs two wake-ups (loop → instance thread → loop), tens of microseconds on
 a virtual machine — more than a small model's whole computation. So an instance that may run on
