@@ -86,6 +86,7 @@ _KERNEL_STATUSES: tuple[type[Exception], ...] = (_ORT_STATE.Fail, _ORT_STATE.Run
 _KERNEL_FAILURE = "Non-zero status code returned while running "
 # The executor logs each failing kernel at ERROR; inferd reports and logs failures itself.
 _RUN_LOG_SEVERITY_FATAL = 4
+_ALLOW_SPINNING = "session.intra_op.allow_spinning"
 
 
 # -- settings -----------------------------------------------------------------------------------
@@ -106,7 +107,12 @@ class SessionSettings:
     config_entries: tuple[tuple[str, str], ...] = ()
     run_config_entries: tuple[tuple[str, str], ...] = ()
 
-    def session_options(self, intra_op_threads: int | None = None) -> ort.SessionOptions:
+    def session_options(
+        self, intra_op_threads: int | None = None, *, spin: bool = True
+    ) -> ort.SessionOptions:
+        """``spin=False`` stops the intra-op threads from spinning after a run (unless the
+        config sets it): for the solo session, whose threads would otherwise keep the cores
+        busy while the instances' own sessions run next."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = (
             self.intra_op_threads if intra_op_threads is None else intra_op_threads
@@ -124,6 +130,8 @@ class SessionSettings:
             options.enable_mem_pattern = self.enable_mem_pattern
         for key, value in self.config_entries:
             options.add_session_config_entry(key, value)
+        if not spin and all(key != _ALLOW_SPINNING for key, _ in self.config_entries):
+            options.add_session_config_entry(_ALLOW_SPINNING, "0")
         return options
 
     def run_options(self) -> ort.RunOptions:
@@ -439,14 +447,14 @@ class OnnxRuntimeModel:
         self.solo: SoloSession | None = None
 
     def build_session(
-        self, group: InstanceGroupSpec, intra_op_threads: int | None = None
+        self, group: InstanceGroupSpec, intra_op_threads: int | None = None, *, spin: bool = True
     ) -> ort.InferenceSession:
         spec = self._ctx.spec
         providers = _providers(group, spec)
         try:
             return ort.InferenceSession(
                 str(self._path),
-                sess_options=self._settings.session_options(intra_op_threads),
+                sess_options=self._settings.session_options(intra_op_threads, spin=spin),
                 providers=providers,
             )
         except Exception as exc:
@@ -549,7 +557,9 @@ class OnnxRuntimeBackend:
             else InstanceGroupSpec(name=spec.name, kind="KIND_CPU", count=1)
         )
         solo = settings.solo_threads > 0
-        session = model.build_session(first_group, settings.solo_threads if solo else None)
+        session = model.build_session(
+            first_group, settings.solo_threads if solo else None, spin=not solo
+        )
         try:
             _check_io(spec, session)
         except ConfigError as exc:
