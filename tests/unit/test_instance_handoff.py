@@ -181,3 +181,35 @@ def test_every_request_gets_its_own_answer_exactly_once(
     ran = sorted(v for echo in echoes for batch in echo.batches for v in batch)
     assert ran == sorted(values)
     assert all(echo.closed for echo in echoes)
+
+
+async def test_a_caller_submitting_in_a_loop_lets_other_tasks_run() -> None:
+    """An inline run finishes before ``submit`` awaits; the submit must still give the loop a
+    turn, or a client that submits in a loop starves every other task (here: the one that
+    tells it to stop)."""
+    loop = asyncio.get_running_loop()
+    stats = ModelStats("m", 1)
+    echo = _Echo()
+    pool = InstancePool("m", [echo], stats, loop, inline_bound_ns=10**12)
+    scheduler = DirectScheduler(pool, stats)
+    stop, warm = asyncio.Event(), asyncio.Event()
+    submitted = 0
+
+    async def client() -> None:
+        nonlocal submitted
+        while not stop.is_set() and submitted < 10_000:
+            await scheduler.submit(_request(1.0))
+            submitted += 1
+            if submitted > INLINE_WARM_UP:
+                warm.set()
+
+    async def stopper() -> None:
+        await warm.wait()
+        stop.set()
+
+    try:
+        await asyncio.gather(client(), stopper())
+    finally:
+        await asyncio.to_thread(pool.close)
+    assert threading.get_ident() in echo.threads  # the inline path was taken
+    assert submitted < 10_000, "the submitting client never let the stopping task run"

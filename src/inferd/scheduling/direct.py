@@ -33,6 +33,10 @@ class DirectScheduler:
         self._idle.clear()
         try:
             self._pool.put(WorkItem([request], [waiter], [self._clock.monotonic_ns()], rows))
+            if waiter.done():
+                # run inline: awaiting a finished future does not suspend, so a caller that
+                # submits in a loop would never let the event loop run anything else
+                await asyncio.sleep(0)
             return await waiter  # type: ignore[no-any-return]
         finally:
             self._in_flight -= 1
