@@ -19,6 +19,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from inferd.core.datatypes import from_config_name
 from inferd.core.model_spec import (
     DynamicBatchingSpec,
+    EnsembleStepSpec,
     InstanceGroupSpec,
     ModelSpec,
     OptimizationSpec,
@@ -222,6 +223,20 @@ def _warmups(config: ModelConfig) -> tuple[WarmupSpec, ...]:
     )
 
 
+def _ensemble_steps(config: ModelConfig) -> tuple[EnsembleStepSpec, ...]:
+    if config.WhichOneof("scheduling_choice") != "ensemble_scheduling":
+        return ()
+    return tuple(
+        EnsembleStepSpec(
+            model_name=step.model_name,
+            model_version=int(step.model_version) if step.model_version > 0 else None,
+            input_map=dict(step.input_map),
+            output_map=dict(step.output_map),
+        )
+        for step in config.ensemble_scheduling.step
+    )
+
+
 def _optimization(config: ModelConfig) -> OptimizationSpec:
     opt = config.optimization
     return OptimizationSpec(
@@ -258,6 +273,7 @@ def spec_from_proto(config: ModelConfig) -> ModelSpec:
         dynamic_batching=_dynamic_batching(config),
         has_sequence_batching=config.WhichOneof("scheduling_choice") == "sequence_batching",
         is_ensemble=config.platform == "ensemble",
+        ensemble_steps=_ensemble_steps(config),
         decoupled=bool(config.model_transaction_policy.decoupled),
         warmups=_warmups(config),
         optimization=_optimization(config),

@@ -15,6 +15,7 @@ from inferd.core.datatypes import DataType
 
 __all__ = [
     "DynamicBatchingSpec",
+    "EnsembleStepSpec",
     "InstanceGroupSpec",
     "ModelSpec",
     "OptimizationSpec",
@@ -95,6 +96,20 @@ class OptimizationSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EnsembleStepSpec:
+    """One step of an ensemble: the model it calls and how its tensors map to the ensemble's.
+
+    ``input_map`` is step-model input -> ensemble tensor; ``output_map`` is step-model output
+    -> ensemble tensor. ``model_version`` None means the latest ready version.
+    """
+
+    model_name: str
+    model_version: int | None
+    input_map: dict[str, str]
+    output_map: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     name: str
     platform: str
@@ -108,6 +123,7 @@ class ModelSpec:
     dynamic_batching: DynamicBatchingSpec | None = None
     has_sequence_batching: bool = False
     is_ensemble: bool = False
+    ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
     decoupled: bool = False
     warmups: tuple[WarmupSpec, ...] = ()
     optimization: OptimizationSpec = OptimizationSpec()
