@@ -275,6 +275,7 @@ def spec_from_proto(config: ModelConfig) -> ModelSpec:
         is_ensemble=config.platform == "ensemble",
         ensemble_steps=_ensemble_steps(config),
         decoupled=bool(config.model_transaction_policy.decoupled),
+        response_cache=bool(config.response_cache.enable),
         warmups=_warmups(config),
         optimization=_optimization(config),
         config=to_json_dict(config),

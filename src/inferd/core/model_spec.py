@@ -125,6 +125,7 @@ class ModelSpec:
     is_ensemble: bool = False
     ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
     decoupled: bool = False
+    response_cache: bool = False  # response_cache.enable: answers may come from the cache
     warmups: tuple[WarmupSpec, ...] = ()
     optimization: OptimizationSpec = OptimizationSpec()
     # the normalised configuration as Triton renders it in JSON (plain data, never modified)
