@@ -90,3 +90,4 @@ class StatsSnapshot:
     pending: int
     latency_us: Histogram
     batch_rows: Histogram
+    response_cache: bool = False  # the version answers from the response cache

@@ -36,6 +36,9 @@ class ModelStats:
         self.compute_input = Duration()
         self.compute_infer = Duration()
         self.compute_output = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
+        self.response_cache = False  # set at load: whether answers may come from the cache
         self.batch_stats: dict[int, BatchStat] = {}
         self.failures: Counter[str] = Counter()
         self.rejections: Counter[str] = Counter()
@@ -66,6 +69,20 @@ class ModelStats:
         self.compute_output.add(output_ns)
         self.latency_us.observe(total_ns / 1000)
 
+    def record_cache_hit(self, total_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success with a queue time (until the
+        lookup began) and a cache hit, and no compute phase, execution or inference count."""
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        self.cache_hit.add(lookup_ns)
+        self.latency_us.observe(total_ns / 1000)
+
+    def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
+        """A successful request that missed: its lookup and insertion also count in its
+        request time."""
+        self.success.ns += lookup_and_insert_ns
+        self.cache_miss.add(lookup_and_insert_ns)
+
     def record_failure(self, total_ns: int, reason: str) -> None:
         self.fail.add(total_ns)
         self.failures[reason] += 1
@@ -91,8 +108,8 @@ class ModelStats:
             compute_input=d(self.compute_input),
             compute_infer=d(self.compute_infer),
             compute_output=d(self.compute_output),
-            cache_hit=Duration(),
-            cache_miss=Duration(),
+            cache_hit=d(self.cache_hit),
+            cache_miss=d(self.cache_miss),
             batch_stats={
                 k: BatchStat(d(v.compute_input), d(v.compute_infer), d(v.compute_output))
                 for k, v in sorted(self.batch_stats.items())
@@ -103,4 +120,5 @@ class ModelStats:
             pending=self.pending_source(),
             latency_us=self.latency_us.copy(),
             batch_rows=self.batch_rows.copy(),
+            response_cache=self.response_cache,
         )
