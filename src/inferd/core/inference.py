@@ -6,6 +6,7 @@ the wire without copying where the wire allows (``np.frombuffer``); backends rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,10 @@ class InferRequest:
     outputs: list[RequestedOutput] | None = None  # None = every model output
     parameters: dict[str, ParamValue] = field(default_factory=dict)
     binary_output_default: bool = False  # HTTP `binary_data_output`
+    # called on the event loop when the request succeeds, with its queue and compute times in
+    # ns (queue, input, infer, output): how a caller that runs it for another request (an
+    # ensemble step) adds those times to its own statistics
+    on_timings: Callable[[int, int, int, int], None] | None = None
 
 
 @dataclass(slots=True)

@@ -297,7 +297,9 @@ class InstancePool:
         now = self._clock.monotonic_ns()
         if executed:
             stats.record_execution(item.rows, times.input_ns, times.infer_ns, times.output_ns)
-        for waiter, result, arrival in zip(item.waiters, results, item.arrivals_ns, strict=True):
+        for request, waiter, result, arrival in zip(
+            item.requests, item.waiters, results, item.arrivals_ns, strict=True
+        ):
             total = now - arrival
             if waiter.done():
                 stats.record_failure(total, "CANCELED")
@@ -308,9 +310,12 @@ class InstancePool:
                 )
                 waiter.set_exception(result)
             else:
+                queue_ns = start_ns - arrival
                 stats.record_success(
-                    total, start_ns - arrival, times.input_ns, times.infer_ns, times.output_ns
+                    total, queue_ns, times.input_ns, times.infer_ns, times.output_ns
                 )
+                if request.on_timings is not None:
+                    request.on_timings(queue_ns, times.input_ns, times.infer_ns, times.output_ns)
                 waiter.set_result(result)
         if still_busy:
             return
