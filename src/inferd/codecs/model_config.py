@@ -16,6 +16,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from inferd.codecs.sequence_config import sequence_batching_spec
 from inferd.core.datatypes import from_config_name
 from inferd.core.model_spec import (
     DynamicBatchingSpec,
@@ -272,6 +273,7 @@ def spec_from_proto(config: ModelConfig) -> ModelSpec:
         default_model_filename=config.default_model_filename,
         dynamic_batching=_dynamic_batching(config),
         has_sequence_batching=config.WhichOneof("scheduling_choice") == "sequence_batching",
+        sequence_batching=sequence_batching_spec(config),
         is_ensemble=config.platform == "ensemble",
         ensemble_steps=_ensemble_steps(config),
         decoupled=bool(config.model_transaction_policy.decoupled),

@@ -9,9 +9,12 @@ Python models that receive it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.core.datatypes import DataType
+
+if TYPE_CHECKING:
+    from inferd.core.sequence_spec import SequenceBatchingSpec
 
 __all__ = [
     "DynamicBatchingSpec",
@@ -122,6 +125,7 @@ class ModelSpec:
     default_model_filename: str
     dynamic_batching: DynamicBatchingSpec | None = None
     has_sequence_batching: bool = False
+    sequence_batching: SequenceBatchingSpec | None = None
     is_ensemble: bool = False
     ensemble_steps: tuple[EnsembleStepSpec, ...] = ()
     decoupled: bool = False

@@ -90,4 +90,6 @@ class StatsSnapshot:
     pending: int
     latency_us: Histogram
     batch_rows: Histogram
+    # sequence models only: active, backlogged, started, ended, released_idle
+    sequences: dict[str, int] = field(default_factory=dict)
     response_cache: bool = False  # the version answers from the response cache

@@ -24,6 +24,12 @@ from typing import Any
 from inferd.errors import AlreadyExistsError, UnavailableError
 from inferd.examples.common import Built, ExampleBuildError, ExampleSkipped
 from inferd.examples.digits_models import build_digits, build_python, digits_split
+from inferd.examples.sequence_models import (
+    build_signal_filter,
+    build_simple_dyna_sequence,
+    build_simple_sequence,
+    build_simple_string_dyna_sequence,
+)
 from inferd.examples.simple_models import build_simple
 from inferd.examples.tabular_models import build_fraud_xgboost, build_wine_pipeline, fraud_split
 from inferd.examples.torch_models import build_digits_cnn
@@ -38,6 +44,10 @@ MODEL_NAMES: tuple[str, ...] = (
     "digits_cnn",
     "fraud_xgboost",
     "wine_pipeline",
+    "simple_sequence",
+    "simple_dyna_sequence",
+    "simple_string_dyna_sequence",
+    "signal_filter",
 )
 
 __all__ = [
@@ -60,6 +70,10 @@ _BUILDERS: dict[str, Callable[[str, Path], Built]] = {
     "digits_cnn": build_digits_cnn,
     "fraud_xgboost": build_fraud_xgboost,
     "wine_pipeline": build_wine_pipeline,
+    "simple_sequence": build_simple_sequence,
+    "simple_dyna_sequence": build_simple_dyna_sequence,
+    "simple_string_dyna_sequence": build_simple_string_dyna_sequence,
+    "signal_filter": build_signal_filter,
 }
 
 

@@ -11,7 +11,11 @@ def check_supported(config: ModelConfig) -> None:
     problems: list[str] = []
     scheduling = config.WhichOneof("scheduling_choice")
     if scheduling == "sequence_batching":
-        problems.append("sequence_batching (stateful sequences)")
+        seq = config.sequence_batching
+        if seq.iterative_sequence:
+            problems.append("sequence_batching.iterative_sequence")
+        if seq.WhichOneof("strategy_choice") == "oldest" and seq.oldest.preserve_ordering:
+            problems.append("sequence_batching.oldest.preserve_ordering")
     if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
         problems.append("ensemble models")
     if config.model_transaction_policy.decoupled:

@@ -10,6 +10,7 @@ from pathlib import Path
 from inferd.backends.base import LoadContext, LoadedModel, ModelInstance
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import ModelConfig, spec_from_proto
+from inferd.core.sequence_spec import execution_spec
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import (
     ConfigError,
@@ -33,6 +34,9 @@ from inferd.repository.warmup import warm_up
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.pinned import PinnedPools
+from inferd.scheduling.sequence import SequenceBatcher
+from inferd.scheduling.state import check_initial_states
 from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
@@ -64,8 +68,8 @@ class PreparedModel:
 class LoadedVersion:
     serving: ServingModel
     loaded: LoadedModel
-    pool: InstancePool
-    scheduler: DirectScheduler | DynamicBatcher
+    pool: InstancePool | PinnedPools
+    scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
 
     def close(self) -> None:
         """Stop the instance threads, then release the model once no instance is running
@@ -140,6 +144,7 @@ def prepare(
         check_supported(proto)
         _check_instance_count(proto, options.max_instances)
         spec = spec_from_proto(proto)
+        check_initial_states(spec.sequence_batching, model_dir)
     except InferdError as exc:
         raise load_failure(name, exc) from exc
     versions = select_versions(proto, available)
@@ -196,7 +201,7 @@ def load_version(
     try:
         backend = registry.for_spec(spec)
         ctx = LoadContext(
-            spec=spec,
+            spec=execution_spec(spec),  # a sequence model's runtime also gets controls, state
             version=version,
             model_dir=prepared.model_dir,
             version_dir=prepared.model_dir / str(version),
@@ -222,13 +227,22 @@ def load_version(
         raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
     if stats is None:
         stats = ModelStats(name, version)
-    pool = InstancePool(
-        f"{name}-{version}", instances, stats, loop, inline_bound_ns=inline_max_us * 1000
-    )
-    scheduler: DirectScheduler | DynamicBatcher
-    if spec.dynamic_batching is not None and spec.max_batch_size > 0:
+    pool: InstancePool | PinnedPools
+    scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
+    if spec.sequence_batching is not None:
+        pool = PinnedPools(
+            f"{name}-{version}", instances, stats, loop, inline_bound_ns=inline_max_us * 1000
+        )
+        scheduler = SequenceBatcher(spec, pool, stats, prepared.model_dir)
+    elif spec.dynamic_batching is not None and spec.max_batch_size > 0:
+        pool = InstancePool(
+            f"{name}-{version}", instances, stats, loop, inline_bound_ns=inline_max_us * 1000
+        )
         scheduler = DynamicBatcher(spec, pool, stats)
     else:
+        pool = InstancePool(
+            f"{name}-{version}", instances, stats, loop, inline_bound_ns=inline_max_us * 1000
+        )
         scheduler = DirectScheduler(pool, stats)
     serving = ServingModel(
         spec=spec, version=version, scheduler=scheduler, stats=stats, labels=labels

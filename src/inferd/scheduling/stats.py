@@ -46,6 +46,8 @@ class ModelStats:
         self.latency_us = Histogram.with_bounds(LATENCY_BUCKETS_US)
         self.batch_rows = Histogram.with_bounds(BATCH_BUCKETS)
         self.pending_source: Callable[[], int] = lambda: 0  # requests not yet executing
+        # sequence models: sequences active, backlogged, started, ended, released when idle
+        self.sequence_source: Callable[[], dict[str, int]] = dict
 
     def record_execution(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         self.execution_count += 1
@@ -118,6 +120,7 @@ class ModelStats:
             rejections=dict(self.rejections),
             batch_close_reasons=dict(self.close_reasons),
             pending=self.pending_source(),
+            sequences=self.sequence_source(),
             latency_us=self.latency_us.copy(),
             batch_rows=self.batch_rows.copy(),
             response_cache=self.response_cache,
