@@ -14,6 +14,7 @@ from inferd.errors import InferdError
 from inferd.frontends.access import Api, parse_restriction
 from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
+from inferd.scheduling.response_cache import parse_cache_config
 from inferd.server import Server, ServerConfig, StartupError
 
 _log = logging.getLogger("inferd")
@@ -154,6 +155,22 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=[],
         metavar="BACKEND,KEY=VALUE",
         help="backend setting, e.g. onnxruntime,default-max-batch-size=8",
+    )
+
+    cache = p.add_argument_group("response cache")
+    cache.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="CACHE,KEY=VALUE",
+        help="the server's response cache, e.g. local,size=1048576 (an LRU of that many bytes); "
+        "models use it when their config.pbtxt has response_cache { enable: true }",
+    )
+    cache.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        metavar="BYTES",
+        help="the older spelling of --cache-config local,size=BYTES",
     )
 
     life = p.add_argument_group("startup and shutdown")
@@ -324,6 +341,16 @@ def _backend_settings(items: list[str]) -> int:
     return default_max_batch
 
 
+def _cache_bytes(args: argparse.Namespace) -> int | None:
+    if args.response_cache_byte_size is None:
+        return parse_cache_config(args.cache_config)
+    if args.cache_config:
+        raise InferdError(
+            "--response-cache-byte-size and --cache-config are both given: use one of them"
+        )
+    return parse_cache_config([f"local,size={args.response_cache_byte_size}"])
+
+
 def _tls(args: argparse.Namespace, proto: str) -> TlsSettings | None:
     use = getattr(args, f"{proto}_use_ssl")
     mutual = getattr(args, f"{proto}_use_ssl_mutual")
@@ -406,6 +433,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_model_upload=args.allow_model_upload,
         allow_code_upload=args.allow_code_upload,
         admin_token=_admin_token(args),
+        response_cache_bytes=_cache_bytes(args),
     )
 
 

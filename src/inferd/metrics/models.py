@@ -27,6 +27,10 @@ TRITON_COUNTERS = (
     "nv_inference_compute_input_duration_us",
     "nv_inference_compute_infer_duration_us",
     "nv_inference_compute_output_duration_us",
+    "nv_cache_num_hits_per_model",
+    "nv_cache_num_misses_per_model",
+    "nv_cache_hit_duration_per_model",
+    "nv_cache_miss_duration_per_model",
 )
 
 
@@ -57,6 +61,29 @@ class _TritonCounter(Metric):
 
     def add(self, values: list[str], value: float) -> None:
         self.add_sample(self.name, dict(zip(self._labels, values, strict=True)), value)
+
+
+def _cache_counters(snaps: Sequence[StatsSnapshot]) -> Iterator[Metric]:
+    """Triton's response-cache counters, for the versions that use the cache (only those)."""
+    for name, doc, value in (
+        ("nv_cache_num_hits_per_model", "Number of cache hits per model", "hit_count"),
+        ("nv_cache_num_misses_per_model", "Number of cache misses per model", "miss_count"),
+        (
+            "nv_cache_hit_duration_per_model",
+            "Total cache hit duration per model, in microseconds",
+            "hit_us",
+        ),
+        (
+            "nv_cache_miss_duration_per_model",
+            "Total cache miss (insert+lookup) duration per model, in microseconds",
+            "miss_us",
+        ),
+    ):
+        family = _TritonCounter(name, doc)
+        for s in snaps:
+            d = s.cache_hit if value.startswith("hit") else s.cache_miss
+            family.add([s.name, s.version], d.count if value.endswith("count") else d.ns / 1000)
+        yield family
 
 
 class ModelCollector(Collector):
@@ -122,6 +149,7 @@ class ModelCollector(Collector):
             ),
         ):
             yield counter(name, f"{doc} in microseconds", _microseconds(attr))
+        yield from _cache_counters([s for s in snaps if s.response_cache])
         pending = GaugeMetricFamily(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",

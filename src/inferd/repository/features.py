@@ -20,8 +20,6 @@ def check_supported(config: ModelConfig) -> None:
         problems.append("ensemble models")
     if config.model_transaction_policy.decoupled:
         problems.append("model_transaction_policy.decoupled: true")
-    if config.response_cache.enable:
-        problems.append("response_cache.enable: true")
     if len(config.batch_input) or len(config.batch_output):
         problems.append("batch_input / batch_output (ragged batching helpers)")
     if len(config.model_repository_agents.agents):

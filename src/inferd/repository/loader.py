@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from inferd.repository.warmup import warm_up
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.instances import InstancePool
+from inferd.scheduling.response_cache import check_model_cache
 from inferd.scheduling.pinned import PinnedPools
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.state import check_initial_states
@@ -52,6 +54,8 @@ class LoadOptions:
     # a batch expected to run within this many microseconds runs on the event loop thread
     # (runtimes that allow it; 0: always on the instance threads)
     inline_max_us: int = 100
+    # the server has a response cache: models may enable response_cache
+    response_cache: bool = False
 
 
 @dataclass(slots=True)
@@ -141,6 +145,7 @@ def prepare(
         )
         check_config_paths(proto)
         normalize_and_validate(proto, model_dir)
+        check_model_cache(proto, options.response_cache)
         check_supported(proto)
         _check_instance_count(proto, options.max_instances)
         spec = spec_from_proto(proto)
@@ -227,6 +232,7 @@ def load_version(
         raise ModelLoadError(f"failed to load '{name}' version {version}: {exc}") from exc
     if stats is None:
         stats = ModelStats(name, version)
+    stats.response_cache = spec.response_cache  # prepare() refused it without a server cache
     pool: InstancePool | PinnedPools
     scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
     if spec.sequence_batching is not None:
@@ -245,6 +251,11 @@ def load_version(
         )
         scheduler = DirectScheduler(pool, stats)
     serving = ServingModel(
-        spec=spec, version=version, scheduler=scheduler, stats=stats, labels=labels
+        spec=spec,
+        version=version,
+        scheduler=scheduler,
+        stats=stats,
+        labels=labels,
+        cache_epoch=time.monotonic_ns(),
     )
     return LoadedVersion(serving=serving, loaded=loaded, pool=pool, scheduler=scheduler)

@@ -33,6 +33,9 @@ class ServingModel:
     scheduler: Scheduler
     stats: ModelStats
     labels: dict[str, list[str]] = field(default_factory=dict)  # output name -> class labels
+    # distinct for every load of this version: response-cache keys include it, so a reloaded
+    # version never answers from the entries of an earlier load
+    cache_epoch: int = 0
 
 
 class ModelManager(Protocol):

@@ -50,6 +50,7 @@ class ServerConfig:
     allow_model_upload: bool = False  # `file:` parameters of load requests (explicit mode)
     allow_code_upload: bool = False  # uploads that run code (Python models, pickles)
     admin_token: str | None = field(default=None, repr=False)  # Bearer token for admin APIs
+    response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
 
     def __post_init__(self) -> None:
         if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:
@@ -79,6 +80,8 @@ class ServerConfig:
                 "--http-header-timeout-secs, --http-body-timeout-secs and "
                 "--http-idle-timeout-secs must be > 0"
             )
+        if self.response_cache_bytes is not None and self.response_cache_bytes <= 0:
+            raise InvalidArgumentError("--cache-config local,size must be > 0")
         if self.http_max_connections < 1:
             raise InvalidArgumentError("--http-max-connections must be >= 1")
         if self.allow_code_upload and not self.allow_model_upload:

@@ -18,6 +18,7 @@ from inferd.engine import Engine
 from inferd.errors import InferdError, UnavailableError
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
+from inferd.scheduling.response_cache import ResponseCache
 from inferd.server.config import ServerConfig
 from inferd.server.exposure import exposure_warnings
 
@@ -43,6 +44,7 @@ class Server:
     registry: BackendRegistry | None = None
     manager: RepositoryManager = field(init=False)
     engine: Engine = field(init=False)
+    response_cache: ResponseCache | None = field(default=None, init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
     _listeners: list[_Listener] = field(default_factory=list, init=False)
     _poller: asyncio.Task[None] | None = field(default=None, init=False)
@@ -50,6 +52,8 @@ class Server:
 
     def __post_init__(self) -> None:
         cfg = self.config
+        if cfg.response_cache_bytes is not None:
+            self.response_cache = ResponseCache(cfg.response_cache_bytes)
         self.manager = RepositoryManager(
             cfg.model_repositories,
             self.registry
@@ -64,13 +68,17 @@ class Server:
                 default_max_batch_size=cfg.default_max_batch_size,
                 max_instances=cfg.model_max_instances,
                 inline_max_us=cfg.inline_execution_max_us,
+                response_cache=self.response_cache is not None,
             ),
             load_parallelism=cfg.model_load_thread_count,
             allow_model_upload=cfg.allow_model_upload,
             allow_code_upload=cfg.allow_code_upload,
         )
         self.engine = Engine(
-            self.manager, server_version=__version__, strict_readiness=cfg.strict_readiness
+            self.manager,
+            server_version=__version__,
+            strict_readiness=cfg.strict_readiness,
+            response_cache=self.response_cache,
         )
 
     async def start(self) -> None:
