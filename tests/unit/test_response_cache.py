@@ -231,7 +231,7 @@ def _requests(draw: st.DrawFn) -> tuple[Any, ...]:
             inputs[name] = array.view(dtype).reshape(shape)
         else:
             items = draw(st.lists(st.binary(max_size=3), min_size=1, max_size=3))
-            inputs[name] = np.array(items + [b""], dtype=np.object_)[:-1]
+            inputs[name] = np.array([*items, b""], dtype=np.object_)[:-1]
     return (
         draw(st.sampled_from(["m", "n"])),
         draw(st.integers(1, 2)),
@@ -328,7 +328,9 @@ def test_a_model_with_the_cache_loads_on_a_server_with_one() -> None:
 
 
 def test_a_model_with_the_cache_is_refused_by_a_server_without_one() -> None:
-    with pytest.raises(ConfigError, match=r"model 'cached' enables response_cache .*--cache-config"):
+    with pytest.raises(
+        ConfigError, match=r"model 'cached' enables response_cache .*--cache-config"
+    ):
         check_model_cache(_config(), server_cache=False)
 
 
