@@ -9,7 +9,7 @@ tensors or an :class:`~inferd.errors.InferdError`, so one bad request never fail
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -18,6 +18,7 @@ import numpy as np
 
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
+from inferd.core.streaming import StreamedResponse
 from inferd.errors import InferdError
 
 __all__ = [
@@ -28,11 +29,26 @@ __all__ = [
     "ModelInstance",
     "Outputs",
     "Result",
+    "ThreadCalls",
     "TimedInstance",
 ]
 
 Outputs = dict[str, np.ndarray[Any, Any]]
 Result = Outputs | InferdError
+
+
+class ThreadCalls(Protocol):
+    """Calls to other models of the same server, from a backend's own threads (models that
+    call models). ``deliver`` gets every response (the last one ``final``) on the server's
+    event loop thread; the returned function cancels the call (from any thread)."""
+
+    def start(
+        self,
+        request: InferRequest,
+        deliver: Callable[[StreamedResponse], None],
+        *,
+        timeout_s: float | None = None,
+    ) -> Callable[[], None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,7 @@ class LoadContext:
     version: int
     model_dir: Path  # <repo>/<model>
     version_dir: Path  # <repo>/<model>/<version>
+    calls: ThreadCalls | None = None  # None: models cannot call other models
 
     @property
     def model_path(self) -> Path:

@@ -123,6 +123,7 @@ class PythonModel:
             "model_file": str(self.model_file),
             "module_tag": re.sub(r"\W", "_", f"{self.spec.name}_{self.version}"),
             "max_batch_size": self.spec.max_batch_size,
+            "decoupled": self.spec.decoupled,
             "config": self._config_json,
             "parameters": dict(self.spec.parameters),
             "args": args,

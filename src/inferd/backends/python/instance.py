@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from inferd.backends.base import ExecutionTimes, Result
 from inferd.backends.execution import describe, each_request
 from inferd.backends.python import shm, transfer
+from inferd.backends.python.exchange import Exchange, Wakeup
 from inferd.backends.python.launcher import describe_exit
 from inferd.backends.python.protocol import Message, encode
 from inferd.backends.python.worker_handle import WorkerHandle, await_ready
@@ -49,6 +50,7 @@ class PythonInstance:
         self._lock = threading.Lock()
         self._closing = False
         self._worker: WorkerHandle | None = None
+        self._wakeup = Wakeup()
         self.restarts = 0
 
     @property
@@ -175,25 +177,41 @@ class PythonInstance:
                         f"the Python model worker for {self._label} cannot be reached"
                     ) from None
         t1 = time.perf_counter_ns()
-        while True:
-            reply = w.receive()
-            if reply is None:
-                return list(each_request(self._died(w, requests), len(requests)))
-            w.forget_name()  # any reply means the worker has mapped the current arena
-            op = reply["op"]
-            if op != "grow":
-                break
+        overloaded: list[OverloadedError] = []
+
+        def grow(reply: Message) -> bool:
             try:
                 self._grow(w, int(reply["needed"]), int(reply["minimum"]))
             except OverloadedError as exc:
                 w.send({"op": "abort", "message": exc.message})
-                return list(each_request(exc, len(requests)))
+                overloaded.append(exc)
+                return False
             w.send({"op": "arena", "path": str(w.arena.path), "size": w.arena.size})
+            return True
+
+        exchange = Exchange(
+            w,
+            requests,
+            self._spec,
+            wakeup=self._wakeup,
+            calls=self._model.ctx.calls,
+            grow=lambda handle, needed: self._grow(handle, needed),
+            window=(int(message["inputs_end"]), int(message["limit"])),
+            decoupled=self._spec.decoupled,
+        )
+        reply = exchange.run(grow)
+        if reply is None:
+            return list(each_request(self._died(w, requests), len(requests)))
+        if overloaded:
+            return list(each_request(overloaded[0], len(requests)))
+        op = reply["op"]
         t2 = time.perf_counter_ns()
-        if op == "failed":
+        if op == "returned":  # a decoupled batch: the responses went to each request's sink
+            results: list[Result] = list(exchange.results)
+        elif op == "failed":
             error = InternalError(f"Python model '{self._spec.name}' failed: {reply['message']}")
             log.error("%s failed %s: %s", self._label, describe([r.id for r in requests]), error)
-            results: list[Result] = list(each_request(error, len(requests)))
+            results = list(each_request(error, len(requests)))
         elif op == "result":
             assert w.space is not None
             results = transfer.read_outputs(w.space, reply["responses"], self._spec)
@@ -294,5 +312,6 @@ class PythonInstance:
             w.reap(timeout_s=2.0)
             w.release()
         finally:
+            self._wakeup.close()
             if acquired:
                 self._lock.release()

@@ -131,6 +131,11 @@ class Arena:
     def unlink(self) -> None:
         self.path.unlink(missing_ok=True)
 
+    def detach(self) -> bool:
+        """Unmap without unlinking (a segment handed to the other process, which unlinks it)."""
+        self._owner = False
+        return self.close()
+
 
 # -- tensors in the arena ------------------------------------------------------------------------
 

@@ -6,8 +6,9 @@ pb_utils``) runs unchanged. It covers what such models use: :class:`Tensor`,
 :class:`InferenceRequest`, :class:`InferenceResponse`, :class:`TritonError`,
 :class:`TritonModelException`, the ``get_*_by_name`` helpers, the datatype conversions, the
 BYTES (de)serialisers, :class:`Logger` and the :class:`ModelConfig` builder given to
-``auto_complete_config``. Business logic scripting (``InferenceRequest.exec``), decoupled
-response senders and DLPack are not available; they fail with a clear message.
+``auto_complete_config``, decoupled response senders (``get_response_sender``, see
+``decoupled.py``) and business-logic scripting (``InferenceRequest.exec`` / ``async_exec``,
+which call other models through the server's engine, see ``streaming.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ _CODE_TO_NUMPY: dict[int, Any] = {d.config_code: d.dtype.type for d in _CONFIG_T
 _NUMPY_TO_CODE: dict[Any, int] = {d.dtype: d.config_code for d in _CONFIG_TYPES}
 
 _log = logging.getLogger("inferd.python_model")
+
+# the worker serving this process (set once by the worker; None outside a worker)
+_RUNTIME: Any = None
+
+
+def attach_runtime(worker: Any) -> None:
+    """Called by the worker: business-logic calls go through its channel."""
+    global _RUNTIME
+    _RUNTIME = worker
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
@@ -214,6 +224,8 @@ class InferenceRequest:
         model_name: str = "",
         parameters: dict[str, Any] | str | None = None,
         flags: int = 0,
+        model_version: int = -1,
+        timeout: int = 0,
         **_ignored: Any,
     ) -> None:
         self._inputs = list(inputs or [])
@@ -226,6 +238,13 @@ class InferenceRequest:
         else:
             self._parameters = json.dumps(parameters or {})
         self._flags = flags
+        self._model_version = int(model_version)
+        self._timeout_us = int(timeout)
+        self._sender: Any = None
+
+    def attach_sender(self, sender: Any) -> None:
+        """Called by the worker for requests of a decoupled model."""
+        self._sender = sender
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -250,23 +269,90 @@ class InferenceRequest:
         return self._model_name
 
     def is_cancelled(self) -> bool:
-        return False
+        """The client cancelled the request or went away (decoupled models)."""
+        return self._sender is not None and bool(self._sender.is_cancelled())
+
+    def timeout(self) -> int:
+        return self._timeout_us
 
     def get_input_tensor_by_name(self, name: str) -> Tensor | None:
         return get_input_tensor_by_name(self, name)
 
     def get_response_sender(self) -> Any:
-        raise TritonModelException(
-            "decoupled models (get_response_sender) are not supported by inferd yet"
-        )
+        if self._sender is None:
+            raise TritonModelException(
+                "only a decoupled model (model_transaction_policy { decoupled: true }) gets a "
+                "response sender in inferd; return the responses from execute() instead"
+            )
+        return self._sender
 
-    def exec(self, *args: Any, **kwargs: Any) -> Any:
-        raise TritonModelException(
-            "business logic scripting (InferenceRequest.exec) is not supported by inferd yet"
-        )
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on model ``model_name`` (business-logic scripting): its response,
+        or with ``decoupled=True`` an iterator over every response it sends."""
+        worker = _RUNTIME
+        if worker is None:
+            raise TritonModelException("InferenceRequest.exec() works only inside a model")
+        if not self._model_name:
+            raise TritonModelException("InferenceRequest.exec() needs a model_name")
+        try:
+            call = worker.calls.start(
+                self._model_name,
+                {t.name(): t.as_numpy() for t in self._inputs},
+                outputs=self._requested_output_names or None,
+                version="" if self._model_version < 0 else str(self._model_version),
+                request_id=self._request_id,
+                parameters=json.loads(self._parameters),
+                timeout_us=self._timeout_us,
+            )
+        except RuntimeError as exc:
+            raise TritonModelException(str(exc)) from None
+        iterator = ResponseIterator(worker.calls, call)
+        if decoupled:
+            return iterator
+        first: InferenceResponse | None = None
+        for response in iterator:  # read to the end, so the call is closed
+            if first is None:
+                first = response
+        return first if first is not None else InferenceResponse()
 
-    async def async_exec(self, *args: Any, **kwargs: Any) -> Any:
-        return self.exec(*args, **kwargs)
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """:meth:`exec` as an awaitable: several calls may be in flight at once."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
+
+
+_CODE_OF_NAME = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 2, "UNAVAILABLE": 4, "UNSUPPORTED": 5}
+_CODE_OF_NAME.update({"ALREADY_EXISTS": 6, "CANCELLED": 7, "INTERNAL": 1})
+
+
+class ResponseIterator:
+    """The responses of a business-logic call, as the called model sends them."""
+
+    def __init__(self, calls: Any, call: int) -> None:
+        self._calls = calls
+        self._call = call
+        self._done = False
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        while not self._done:
+            outputs, error, final = self._calls.next(self._call)
+            self._done = final
+            if error is not None:
+                code = _CODE_OF_NAME.get(error.code.value, TritonError.INTERNAL)
+                return InferenceResponse(error=TritonError(error.message, code))
+            if outputs is not None:
+                return InferenceResponse([Tensor(n, a) for n, a in outputs.items()])
+        raise StopIteration
+
+    def cancel(self) -> None:
+        """Stop the call: the called model sees ``is_cancelled()``."""
+        if not self._done:
+            self._done = True
+            self._calls.cancel(self._call)
 
 
 class InferenceResponse:

@@ -12,6 +12,8 @@ identity model) are not copied: their place in the arena is sent back as is.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
 import logging
 import signal
@@ -28,7 +30,9 @@ from inferd.backends.batching import check_rows, split_outputs
 from inferd.backends.execution import RetryPolicy, run_batch
 from inferd.backends.python import api, shm
 from inferd.backends.python import triton_python_backend_utils as pb_utils
+from inferd.backends.python.channel import Channel, ChannelClosed
 from inferd.backends.python.protocol import Message, decode, encode
+from inferd.backends.python.streaming import Calls, Outbox, Streams, read_call_answer
 from inferd.backends.python.user_model import find_model_class, load_module
 from inferd.errors import InferdError, InvalidArgumentError
 
@@ -62,17 +66,41 @@ class Worker:
         self.name: str = init["model_name"]
         self.arena: shm.Arena | None = None
         self.retired: list[shm.Arena] = []  # grown-out arenas still pinned by model-held views
+        self._batch_arena: shm.Arena | None = None  # the arena the current batch arrived in
         self.model: Any = None
         self.typed = False
         self.batching = int(init.get("max_batch_size", 0)) > 0
+        self.decoupled = bool(init.get("decoupled", False))
+        self.channel = Channel(conn, prepare=read_call_answer)
+        self.outbox = Outbox(self, self.channel)
+        self.streams = Streams(self.channel, self.outbox)
+        self.calls = Calls(self.channel, self.outbox, self)
+        self._executing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        pb_utils.attach_runtime(self)
+        api.attach_runtime(self)
+
+    @property
+    def in_batch(self) -> bool:
+        """A batch is being served: the model may call other models."""
+        return self._executing or (self.decoupled and self.streams.active)
+
+    def run_maybe_async(self, result: Any) -> Any:
+        """The value of ``result``, awaited on this worker's event loop if it is a coroutine
+        (``async def execute``)."""
+        if not inspect.isawaitable(result):
+            return result
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(result)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def send(self, message: Message) -> None:
-        self.conn.send_bytes(encode(message))
+        self.channel.send(message)
 
     def receive(self) -> Message:
-        return decode(self.conn.recv_bytes())
+        return self.channel.next_main()
 
     def start(self) -> None:
         model_file = Path(self.init["model_file"])
@@ -112,7 +140,7 @@ class Worker:
         while True:
             try:
                 message = self.receive()
-            except (EOFError, OSError):
+            except (ChannelClosed, EOFError, OSError):
                 return  # the server is gone
             op = message["op"]
             if op == "execute":
@@ -125,7 +153,8 @@ class Worker:
 
     # -- arenas ------------------------------------------------------------------------------
 
-    def _switch_arena(self, path: str, size: int) -> None:
+    def switch_arena(self, path: str, size: int) -> None:
+        """Map ``path`` as the current arena; the old mapping lives on while views pin it."""
         old = self.arena
         self.arena = shm.Arena.attach(path, size)
         if old is not None:
@@ -139,12 +168,18 @@ class Worker:
     def execute(self, message: Message) -> None:
         if message.get("arena"):
             path, size = message["arena"]
-            self._switch_arena(path, size)
+            self.switch_arena(path, size)
         arena = self.arena
         assert arena is not None
+        self._batch_arena = arena
+        self.outbox.reset(int(message.get("inputs_end", 0)), int(message.get("limit", arena.size)))
         requests: list[dict[str, Any]] = message["requests"]
         refs = [[shm.TensorRef.from_wire(r) for r in req["inputs"]] for req in requests]
         ids = [str(req.get("id", "")) for req in requests]
+        if self.decoupled:
+            self._execute_decoupled(requests, refs)
+            return
+        self._executing = True
         try:
             if self.typed:
                 results = self._predict(refs, ids)
@@ -152,12 +187,32 @@ class Worker:
                 results = self._execute_triton(requests, refs, ids)
         except Exception as exc:  # inferd's own failure around the model's code
             traceback.print_exc()
+            self._executing = False
             self.send({"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
             return
+        self._executing = False
         try:
             self.send({"op": "result", "responses": self._write_outputs(results, message)})
         except _Abort:
             return
+
+    def _execute_decoupled(
+        self, requests: list[dict[str, Any]], refs: list[list[shm.TensorRef]]
+    ) -> None:
+        """Responses leave as the model sends them; ``returned`` tells the server that
+        ``execute`` is over (requests still open are answered later, from the model's threads).
+        """
+        from inferd.backends.python.decoupled import run_decoupled
+
+        self.streams.begin(len(requests))
+        try:
+            run_decoupled(self, requests, refs)
+        except Exception as exc:
+            traceback.print_exc()
+            self.streams.fail_open(exc)
+        finally:
+            self.streams.returned()
+            self.send({"op": "returned"})
 
     def _execute_triton(
         self, requests: list[dict[str, Any]], refs: list[list[shm.TensorRef]], ids: list[str]
@@ -190,7 +245,7 @@ class Worker:
             )
             for req, rs in items
         ]
-        responses = self.model.execute(batch)
+        responses = self.run_maybe_async(self.model.execute(batch))
         if not isinstance(responses, list | tuple) or len(responses) != len(batch):
             got = len(responses) if isinstance(responses, list | tuple) else type(responses)
             raise TypeError(
@@ -304,7 +359,15 @@ class Worker:
         return ref if ref is not None else shm.stage(name, array)
 
     def _write_outputs(self, results: Sequence[Outcome], message: Message) -> list[dict[str, Any]]:
+        with self.outbox.lock:
+            return self._write_outputs_locked(results, message)
+
+    def _write_outputs_locked(
+        self, results: Sequence[Outcome], message: Message
+    ) -> list[dict[str, Any]]:
         start, inputs_end = int(message.get("start", 0)), int(message.get("inputs_end", 0))
+        if self.arena is not self._batch_arena:  # moved to a bigger arena during the batch
+            start = inputs_end = 0
         placed: list[list[shm.TensorRef | shm.Staged] | WireError] = []
         for result in results:
             if isinstance(result, tuple):
@@ -318,8 +381,8 @@ class Worker:
         copies = [item for item in items if isinstance(item, shm.Staged)]
         arena = self.arena
         assert arena is not None
-        limit = int(message.get("limit", arena.size))
-        offsets, end = shm.layout(copies, start=inputs_end)
+        limit = self.outbox.limit
+        offsets, end = shm.layout(copies, start=self.outbox.cursor)
         if end > limit:
             # Ask for room for inputs *and* outputs, so the next batch like this one fits
             # without growing again. This batch's outputs all go (copied, in-place ones too:
@@ -331,12 +394,12 @@ class Worker:
                 for item in items
             ]
             offsets, minimum = shm.layout(copies, start=0)
-            needed = inputs_end - start + minimum
+            needed = self.outbox.cursor - start + minimum
             self.send({"op": "grow", "needed": needed, "minimum": minimum})
-            reply = self.receive()
+            reply = self.channel.next_reply()
             if reply["op"] != "arena":
                 raise _Abort
-            self._switch_arena(reply["path"], int(reply["size"]))
+            self.switch_arena(reply["path"], int(reply["size"]))
             arena = self.arena
             assert arena is not None
             swapped = iter(copies)

@@ -1,0 +1,135 @@
+"""Running a request as a stream of responses: the in-process entry the front ends' streaming
+endpoints and models that call models use.
+
+A decoupled model answers through the request's :class:`~inferd.core.streaming.ResponseSink`
+(zero, one or many responses, then a final flag); any other model answers once, which becomes
+one final response. Leaving the stream early (a client that cancels or disconnects) cancels
+the sink, which reaches the model, and the scheduled request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from inferd.core.inference import InferRequest, InferResponse
+from inferd.core.streaming import ResponseSink, StreamedResponse
+from inferd.core.validation import validate_request
+from inferd.errors import InferdError, InvalidArgumentError
+from inferd.repository.manager_types import ServingModel
+
+__all__ = ["StreamEvent", "StreamingCaller", "stream_model"]
+
+Outputs = dict[str, np.ndarray[Any, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One response of a stream as the front ends see it; ``response`` is None for a final
+    flag that carries no response, ``error`` set for an error response."""
+
+    response: InferResponse | None
+    error: InferdError | None
+    final: bool
+    model_name: str = ""
+    model_version: str = ""
+
+
+async def stream_model(
+    model: ServingModel, request: InferRequest, rows: int
+) -> AsyncGenerator[StreamedResponse, None]:
+    """Every response of ``model`` to ``request`` (already validated), the last one final."""
+    if not model.spec.decoupled:
+        outputs = await model.scheduler.submit(request, rows)
+        yield StreamedResponse(outputs, None, True)
+        return
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[StreamedResponse] = asyncio.Queue()
+
+    def deliver(item: StreamedResponse) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    sink = ResponseSink(deliver)
+    request.sink = sink
+    task = asyncio.ensure_future(model.scheduler.submit(request, rows))
+    finished = False
+    try:
+        while not task.done() or not queue.empty():
+            if queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    continue
+                item = getter.result()
+            else:
+                item = queue.get_nowait()
+            yield item
+            if item.final:
+                finished = True
+                return
+        error = task.exception()
+        if error is not None:
+            if not isinstance(error, InferdError):
+                raise error
+            yield StreamedResponse(None, error, True)
+        else:
+            outputs = task.result()
+            yield StreamedResponse(outputs or None, None, True)  # a backend that answered once
+        finished = True
+    finally:
+        if not finished:
+            sink.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _select(request: InferRequest, outputs: Outputs) -> Outputs:
+    if request.outputs is None:
+        return outputs
+    return {o.name: outputs[o.name] for o in request.outputs if o.name in outputs}
+
+
+class StreamingCaller:
+    """``caller.stream(request)``: the responses of the model ``request`` names, with only
+    the requested outputs. ``get`` resolves a model name and version (None: latest)."""
+
+    def __init__(self, get: Callable[[str, int | None], ServingModel]) -> None:
+        self._get = get
+
+    def resolve(self, request: InferRequest) -> ServingModel:
+        version = request.model_version
+        if version and not version.isdigit():
+            raise InvalidArgumentError(
+                f"model version '{version}' of model '{request.model_name}' is not an integer"
+            )
+        return self._get(request.model_name, int(version) if version else None)
+
+    async def stream(
+        self, request: InferRequest, model: ServingModel | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        if model is None:
+            model = self.resolve(request)
+        rows = validate_request(request, model.spec)
+        name, version = model.spec.name, str(model.version)
+        async with contextlib.aclosing(stream_model(model, request, rows)) as items:
+            async for item in items:
+                response = None
+                if item.outputs is not None:
+                    outputs = _select(request, item.outputs)
+                    response = InferResponse(name, version, outputs, request.id)
+                yield StreamEvent(response, item.error, item.final, name, version)
+
+    async def stream_outputs(self, request: InferRequest) -> AsyncGenerator[StreamedResponse, None]:
+        """:meth:`stream` as bare outputs (for models that call models)."""
+        async with contextlib.aclosing(self.stream(request)) as events:
+            async for event in events:
+                outputs = event.response.outputs if event.response is not None else None
+                yield StreamedResponse(outputs, event.error, event.final)
