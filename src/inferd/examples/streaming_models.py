@@ -122,8 +122,8 @@ class TritonPythonModel:
             target = pb_utils.get_input_tensor_by_name(request, "MODEL").as_numpy()[0]
             name = target.decode() if isinstance(target, bytes) else str(target)
             inputs = [
-                pb_utils.Tensor("INPUT0", pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()[None]),
-                pb_utils.Tensor("INPUT1", pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()[None]),
+                pb_utils.Tensor(n, pb_utils.get_input_tensor_by_name(request, n).as_numpy()[None])
+                for n in ("INPUT0", "INPUT1")
             ]
             call = pb_utils.InferenceRequest(
                 model_name=name, requested_output_names=["OUTPUT0", "OUTPUT1"], inputs=inputs
