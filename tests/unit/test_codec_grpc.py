@@ -335,16 +335,16 @@ def test_unknown_datatype_negative_dims_and_duplicates() -> None:
     assert "output 'Y' is requested more than once" in _decode_error(msg)
 
 
-def test_shared_memory_is_unsupported() -> None:
+def test_shared_memory_without_a_registry_is_unsupported() -> None:
     infer_input = grpcclient.InferInput("X", [1], "INT32")
     infer_input.set_shared_memory("region", 4)
     msg = _get_inference_request("m", [infer_input], "", "", None, 0, False, False, 0, None, None)
-    with pytest.raises(UnsupportedError, match="shared memory is not supported"):
+    with pytest.raises(UnsupportedError, match="shared memory, which is not enabled"):
         decode_infer_request(msg)
     output = grpcclient.InferRequestedOutput("Y")
     output.set_shared_memory("region", 4)
     msg = build_request(("X", "INT32", np.zeros(1, np.int32)), outputs=[output])
-    with pytest.raises(UnsupportedError, match="requested output 'Y'"):
+    with pytest.raises(UnsupportedError, match="output 'Y' uses shared memory"):
         decode_infer_request(msg)
 
 

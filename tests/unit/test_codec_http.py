@@ -493,12 +493,14 @@ def test_unsupported_features_are_unsupported_errors() -> None:
         "name": "X",
         "datatype": "INT32",
         "shape": [1],
-        "parameters": {"shared_memory_region": "r"},
+        "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4},
     }
-    with pytest.raises(UnsupportedError, match="shared memory"):
+    # without a registry of regions (a server with the extension off)
+    with pytest.raises(UnsupportedError, match="shared memory, which is not enabled"):
         v2_http.decode_infer_request("m", "", orjson.dumps({"inputs": [shm]}), None)
-    out = {"inputs": [], "outputs": [{"name": "Y", "parameters": {"shared_memory_region": "r"}}]}
-    with pytest.raises(UnsupportedError, match="shared memory"):
+    params = {"shared_memory_region": "r", "shared_memory_byte_size": 4}
+    out = {"inputs": [], "outputs": [{"name": "Y", "parameters": params}]}
+    with pytest.raises(UnsupportedError, match="output 'Y' uses shared memory"):
         v2_http.decode_infer_request("m", "", orjson.dumps(out), None)
 
 

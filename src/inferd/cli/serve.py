@@ -271,6 +271,19 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "pickled files; needs --allow-model-upload",
     )
     sec.add_argument(
+        "--allow-shared-memory",
+        "--allow-client-shm",
+        dest="allow_shared_memory",
+        type=parse_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="let clients register their own system shared-memory regions (/dev/shm/<key>) and "
+        "name them as inference inputs and outputs; false turns the shared-memory extension "
+        "off (default: true)",
+    )
+    sec.add_argument(
         "--admin-token-file",
         type=Path,
         metavar="FILE",
@@ -433,6 +446,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_model_upload=args.allow_model_upload,
         allow_code_upload=args.allow_code_upload,
         admin_token=_admin_token(args),
+        allow_shared_memory=args.allow_shared_memory,
         response_cache_bytes=_cache_bytes(args),
     )
 

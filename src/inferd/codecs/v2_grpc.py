@@ -8,7 +8,12 @@ Requests carry tensor data either in ``raw_input_contents`` (what tritonclient a
 send: one bytes element per input that has data, in ``inputs`` order) or in typed ``contents``.
 Raw data is wrapped with ``np.frombuffer``, so the arrays handed to the engine share memory with
 the message's bytes and are read-only. Responses always carry ``raw_output_contents``, one element
-per output in ``outputs`` order, because the C++ client indexes it unconditionally.
+per output in ``outputs`` order, because the C++ client indexes it unconditionally (an output
+written to shared memory gets an empty element, as Triton sends it).
+
+Tensors in shared memory (``shared_memory_region`` as a ``string_param``, ``shared_memory_offset``
+and ``shared_memory_byte_size`` as ``int64_param``) are resolved through the resolver the caller
+passes (:mod:`inferd.codecs.shared_memory`).
 """
 
 from __future__ import annotations
@@ -23,12 +28,29 @@ from tritonclient.grpc import service_pb2
 from inferd.codecs.limits import check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
+from inferd.codecs.shared_memory import (
+    KEYS as SHM_KEYS,
+)
+from inferd.codecs.shared_memory import (
+    SharedMemoryResolver,
+    ShmParams,
+    input_tensor,
+    output_buffer,
+    shm_params,
+    write_output,
+)
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
-from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
+from inferd.core.inference import (
+    InferRequest,
+    InferResponse,
+    OutputBuffer,
+    ParamValue,
+    RequestedOutput,
+)
 from inferd.core.metadata import IndexEntry, ModelMetadata
 from inferd.core.names import check_model_name
-from inferd.errors import InvalidArgumentError, UnsupportedError
+from inferd.errors import InvalidArgumentError
 
 __all__ = [
     "ENABLE_EMPTY_FINAL_RESPONSE",
@@ -42,7 +64,11 @@ __all__ = [
 
 ENABLE_EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 
-_SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+_SHM_KINDS = {
+    "shared_memory_region": ("string_param",),
+    "shared_memory_offset": ("int64_param", "uint64_param"),
+    "shared_memory_byte_size": ("int64_param", "uint64_param"),
+}
 
 # typed ``InferTensorContents`` field -> the numpy dtype the wire uses for it
 _WIRE_DTYPES: dict[str, np.dtype[Any]] = {
@@ -107,13 +133,20 @@ def encode_parameters(values: Mapping[str, ParamValue], target: Any) -> None:
             param.string_param = str(value)
 
 
-def _reject_shm(params: Mapping[str, Any], what: str, model: str) -> None:
-    for key in _SHM_KEYS:
-        if key in params:
-            raise UnsupportedError(
-                f"shared memory is not supported by this server: {what} of the request for "
-                f"model '{model}' sets '{key}'; send tensor data in the request instead"
+def _shm_params(params: Mapping[str, Any], what: str) -> ShmParams | None:
+    values: list[object] = []
+    for key in SHM_KEYS:
+        if key not in params:
+            values.append(None)
+            continue
+        kind = params[key].WhichOneof("parameter_choice")
+        if kind not in _SHM_KINDS[key]:
+            raise InvalidArgumentError(
+                f"invalid value type for '{key}' parameter for {what}, expected "
+                f"{' or '.join(_SHM_KINDS[key])}"
             )
+        values.append(getattr(params[key], kind))
+    return shm_params(*values, what=what)
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -156,18 +189,29 @@ def _from_contents(
     return wide.reshape(shape)
 
 
-def _decode_outputs(outputs: Iterable[Any], model: str) -> list[RequestedOutput] | None:
+def _decode_outputs(
+    outputs: Iterable[Any], shm: SharedMemoryResolver | None
+) -> list[RequestedOutput] | None:
     requested: list[RequestedOutput] = []
     seen: set[str] = set()
     for out in outputs:
-        what = f"requested output '{out.name}'"
+        what = f"output '{out.name}'"
         if out.name in seen:
             raise duplicate_output(out.name)
         seen.add(out.name)
-        _reject_shm(out.parameters, what, model)
+        target = _shm_params(out.parameters, what)
         params = decode_parameters(out.parameters)
         wanted = RequestedOutput(name=out.name)
+        if target is not None:
+            if params.get("classification"):
+                raise InvalidArgumentError(
+                    f"output '{out.name}' can't set both 'shared_memory_region' and "
+                    "'classification'"
+                )
+            wanted.shared_memory = output_buffer(shm, target, what)
         for key, value in params.items():
+            if key in SHM_KEYS:
+                continue
             if key == "classification":
                 wanted.classification = classification_count(out.name, value)
             elif key == "binary_data":
@@ -178,8 +222,13 @@ def _decode_outputs(outputs: Iterable[Any], model: str) -> list[RequestedOutput]
     return requested or None
 
 
-def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
-    """A ``ModelInferRequest`` -> :class:`InferRequest`; raise :class:`InvalidArgumentError`."""
+def decode_infer_request(
+    msg: service_pb2.ModelInferRequest, shm: SharedMemoryResolver | None = None
+) -> InferRequest:
+    """A ``ModelInferRequest`` -> :class:`InferRequest`; raise :class:`InvalidArgumentError`.
+
+    ``shm`` resolves shared-memory regions (``None``: tensors in shared memory are refused as
+    unsupported)."""
     model = check_model_name(msg.model_name)
     raw_contents = msg.raw_input_contents
     raw_count = len(raw_contents)
@@ -190,12 +239,20 @@ def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
         what = f"input '{name}' for model '{model}'"
         if name in inputs:
             raise duplicate_input(name)
-        _reject_shm(tensor.parameters, f"input '{name}'", model)
+        target = _shm_params(tensor.parameters, f"input '{name}'")
         try:
             dtype = datatypes.from_name(tensor.datatype)
         except InvalidArgumentError:
             raise InvalidArgumentError(f"invalid datatype '{tensor.datatype}' for {what}") from None
         shape = check_shape(tensor.shape, f"input '{name}'")  # the same bounds as HTTP
+        if target is not None:
+            if tensor.HasField("contents"):
+                raise InvalidArgumentError(
+                    f"unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{name}' for model '{model}'"
+                )
+            inputs[name] = input_tensor(shm, target, dtype, shape, what)
+            continue
         if tensor.HasField("contents"):
             if raw_count:
                 raise InvalidArgumentError(
@@ -220,7 +277,7 @@ def decode_infer_request(msg: service_pb2.ModelInferRequest) -> InferRequest:
         inputs=inputs,
         model_version=msg.model_version,
         id=msg.id,
-        outputs=_decode_outputs(msg.outputs, model),
+        outputs=_decode_outputs(msg.outputs, shm),
         parameters=decode_parameters(msg.parameters),
     )
 
@@ -238,13 +295,20 @@ def _raw_output(array: np.ndarray[Any, Any]) -> tuple[DataType, bytes]:
 
 
 def encode_infer_response(
-    response: InferResponse, *, into: service_pb2.ModelInferResponse | None = None
+    response: InferResponse,
+    *,
+    into: service_pb2.ModelInferResponse | None = None,
+    request: InferRequest | None = None,
 ) -> service_pb2.ModelInferResponse:
     """An :class:`InferResponse` -> ``ModelInferResponse`` with raw output contents only.
 
     ``into`` fills an existing (empty) message, e.g. the ``infer_response`` field of a stream
-    response, which saves copying the tensor bytes once more.
+    response, which saves copying the tensor bytes once more. Outputs that ``request`` asked
+    for in shared memory are written there (their raw contents stay empty).
     """
+    targets: dict[str, OutputBuffer] = {}
+    if request is not None and request.outputs is not None:
+        targets = {o.name: o.shared_memory for o in request.outputs if o.shared_memory is not None}
     msg = service_pb2.ModelInferResponse() if into is None else into
     msg.model_name = response.model_name
     msg.model_version = response.model_version
@@ -252,7 +316,11 @@ def encode_infer_response(
     if response.parameters:
         encode_parameters(response.parameters, msg.parameters)
     for name, array in response.outputs.items():
-        dtype, raw = _raw_output(array)
+        target = targets.get(name)
+        if target is not None:
+            dtype, raw = write_output(target, name, array), b""
+        else:
+            dtype, raw = _raw_output(array)
         out = msg.outputs.add()
         out.name = name
         out.datatype = dtype.name

@@ -8,12 +8,14 @@ Wire rules (see PROTOCOL.md §1.7, §1.8, §2.1):
 
 * Each input carries exactly one of ``data`` (JSON, flat or nested, row-major),
   ``parameters.binary_data_size`` (raw little-endian bytes after the JSON header, in input order)
-  or ``parameters.shared_memory_region`` (not supported yet).
+  or ``parameters.shared_memory_region`` (read from a registered region through the resolver
+  the caller passes; see :mod:`inferd.codecs.shared_memory`).
 * BYTES elements are JSON strings (UTF-8 encoded into ``bytes``) or, in binary, a 4-byte
   little-endian length followed by that many bytes, per element.
 * Binary inputs are views into the request body (``np.frombuffer``), so they are read-only.
 * Output format: per-output ``binary_data`` wins, then the request's ``binary_data_output``,
-  default JSON. JSON outputs carry no ``parameters`` key at all.
+  default JSON. JSON outputs carry no ``parameters`` key at all. An output requested in shared
+  memory is written there and listed with only its name, datatype and shape (as Triton does).
 
 Choices this codec makes where Triton leaves a gap:
 
@@ -38,9 +40,26 @@ from inferd.codecs.json_tensor import json_tensor
 from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
+from inferd.codecs.shared_memory import (
+    KEYS as SHM_KEYS,
+)
+from inferd.codecs.shared_memory import (
+    SharedMemoryResolver,
+    ShmParams,
+    input_tensor,
+    output_buffer,
+    shm_params,
+    write_output,
+)
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
-from inferd.core.inference import InferRequest, InferResponse, ParamValue, RequestedOutput
+from inferd.core.inference import (
+    InferRequest,
+    InferResponse,
+    OutputBuffer,
+    ParamValue,
+    RequestedOutput,
+)
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata
 from inferd.errors import InvalidArgumentError, UnsupportedError
 
@@ -68,11 +87,13 @@ def decode_infer_request(
     model_version: str,
     body: bytes | memoryview,
     header_length: int | None,
+    shm: SharedMemoryResolver | None = None,
 ) -> InferRequest:
     """Decode a v2 inference request body; raise :class:`InvalidArgumentError` on any flaw.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` header (``None`` when absent:
-    the whole body is JSON).
+    the whole body is JSON). ``shm`` resolves shared-memory regions (``None``: tensors in shared
+    memory are refused as unsupported).
     """
     view = memoryview(body) if not isinstance(body, memoryview) else body
     if view.ndim != 1 or view.itemsize != 1:
@@ -118,6 +139,10 @@ def decode_infer_request(
         dtype = _input_datatype(raw, name)
         shape = _shape(raw.get("shape"), name)
         size = _binary_size(raw, name)
+        if isinstance(size, ShmParams):
+            what = f"input '{name}' for model '{model_name}'"
+            inputs[name] = input_tensor(shm, size, dtype, shape, what)
+            continue
         if size is None:
             inputs[name] = json_tensor(raw["data"], dtype, shape, name)
             continue
@@ -138,7 +163,7 @@ def decode_infer_request(
             f"{body_bytes - offset} bytes after the last binary input"
         )
 
-    outputs = _requested_outputs(header.get("outputs"))
+    outputs = _requested_outputs(header.get("outputs"), shm)
     return InferRequest(
         model_name=model_name,
         model_version=model_version,
@@ -219,9 +244,9 @@ def _shape(value: Any, name: str) -> tuple[int, ...]:
     return check_shape(value, f"input '{name}'")
 
 
-def _binary_size(raw: dict[str, Any], name: str) -> int | None:
-    """The ``binary_data_size``, or ``None`` for JSON ``data``; errors for none, several, or
-    shared memory."""
+def _binary_size(raw: dict[str, Any], name: str) -> int | ShmParams | None:
+    """The ``binary_data_size``, the shared-memory parameters, or ``None`` for JSON ``data``;
+    errors for none or several."""
     params = raw.get("parameters")
     if params is None:
         params = {}
@@ -235,10 +260,7 @@ def _binary_size(raw: dict[str, Any], name: str) -> int | None:
         problem = "none of them is set" if count == 0 else "more than one is set"
         raise InvalidArgumentError(_ONE_OF_MESSAGE.format(problem=problem, name=name))
     if has_shm:
-        raise UnsupportedError(
-            f"input '{name}' uses shared memory, which this server does not support yet; "
-            "send the data in the request body"
-        )
+        return shm_params(*(params.get(key) for key in SHM_KEYS), what=f"input '{name}'")
     if has_data:
         return None
     size = params["binary_data_size"]
@@ -249,7 +271,7 @@ def _binary_size(raw: dict[str, Any], name: str) -> int | None:
     return int(size)
 
 
-def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
+def _requested_outputs(raw: Any, shm: SharedMemoryResolver | None) -> list[RequestedOutput] | None:
     if raw is None:
         return None
     if not isinstance(raw, list):
@@ -271,6 +293,14 @@ def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
         elif not isinstance(params, dict):
             raise InvalidArgumentError(f"'parameters' of output '{name}' must be a JSON object")
         wanted = RequestedOutput(name=name)
+        what = f"output '{name}'"
+        target = shm_params(*(params.get(key) for key in SHM_KEYS), what=what)
+        if target is not None:
+            if params.get("classification"):
+                raise InvalidArgumentError(
+                    f"output '{name}' can't set both 'shared_memory_region' and 'classification'"
+                )
+            wanted.shared_memory = output_buffer(shm, target, what)
         for key, value in params.items():
             if key == "binary_data":
                 if not isinstance(value, bool):
@@ -280,11 +310,8 @@ def _requested_outputs(raw: Any) -> list[RequestedOutput] | None:
                 wanted.binary = value
             elif key == "classification":
                 wanted.classification = classification_count(name, value)
-            elif key.startswith("shared_memory_"):
-                raise UnsupportedError(
-                    f"output '{name}' asks for shared memory, which this server does not "
-                    "support yet"
-                )
+            elif key in SHM_KEYS:
+                continue
             else:
                 wanted.parameters[key] = _scalar_param(key, value, f"output '{name}'")
         outputs.append(wanted)
@@ -306,15 +333,23 @@ def encode_infer_response(
     ``Inference-Header-Content-Length: len(header)``.
     """
     binary_by_name: dict[str, bool] = {}
+    shm_by_name: dict[str, OutputBuffer] = {}
     if request.outputs is not None:
         for wanted in request.outputs:
             if wanted.binary is not None:
                 binary_by_name[wanted.name] = wanted.binary
+            if wanted.shared_memory is not None:
+                shm_by_name[wanted.name] = wanted.shared_memory
     default_binary = request.binary_output_default
 
     outputs: list[dict[str, Any]] = []
     blobs: list[Blob] = []
     for name, array in response.outputs.items():
+        target = shm_by_name.get(name)
+        if target is not None:
+            shm_type = write_output(target, name, array)
+            outputs.append({"name": name, "datatype": shm_type.name, "shape": list(array.shape)})
+            continue
         array = _little_endian(array)
         dtype = datatypes.from_dtype(array.dtype)
         entry: dict[str, Any] = {

@@ -12,9 +12,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["InferRequest", "InferResponse", "ParamValue", "RequestedOutput"]
+__all__ = ["InferRequest", "InferResponse", "OutputBuffer", "ParamValue", "RequestedOutput"]
 
 ParamValue = bool | int | float | str
+
+
+@dataclass(frozen=True, slots=True)
+class OutputBuffer:
+    """Memory a requested output is written into instead of being sent back: a writable window
+    (``view``, exactly the requested byte size) of the shared-memory region ``region``."""
+
+    region: str
+    view: memoryview
 
 
 @dataclass(slots=True)
@@ -25,6 +34,7 @@ class RequestedOutput:
     binary: bool | None = None  # None: fall back to the request-level default
     classification: int = 0  # top-N classification extension, 0 = off
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    shared_memory: OutputBuffer | None = None  # shared-memory extension: write it there
 
 
 @dataclass(slots=True)

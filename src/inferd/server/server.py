@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from inferd import __version__
+from inferd.backends.python.shm import PREFIX as PYTHON_SHM_PREFIX
 from inferd.backends.registry import BackendRegistry, default_registry
-from inferd.engine import Engine
+from inferd.engine import EXTENSIONS, Engine
 from inferd.errors import InferdError, UnavailableError
+from inferd.frontends.shared_memory import SHARED_MEMORY_EXTENSIONS, SharedMemoryRegistry
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
 from inferd.scheduling.response_cache import ResponseCache
@@ -44,6 +46,7 @@ class Server:
     registry: BackendRegistry | None = None
     manager: RepositoryManager = field(init=False)
     engine: Engine = field(init=False)
+    shared_memory: SharedMemoryRegistry = field(init=False)
     response_cache: ResponseCache | None = field(default=None, init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
     _listeners: list[_Listener] = field(default_factory=list, init=False)
@@ -74,8 +77,15 @@ class Server:
             allow_model_upload=cfg.allow_model_upload,
             allow_code_upload=cfg.allow_code_upload,
         )
+        self.shared_memory = SharedMemoryRegistry(
+            enabled=cfg.allow_shared_memory,
+            # the Python backend's segments, and those of Triton's python backend
+            reserved_prefixes=(PYTHON_SHM_PREFIX, "triton_python_backend_shm_region_"),
+            log=logging.getLogger("inferd.shared_memory"),
+        )
         self.engine = Engine(
             self.manager,
+            extensions=EXTENSIONS + (SHARED_MEMORY_EXTENSIONS if cfg.allow_shared_memory else ()),
             server_version=__version__,
             strict_readiness=cfg.strict_readiness,
             response_cache=self.response_cache,
@@ -127,6 +137,7 @@ class Server:
                 max_json_body_bytes=cfg.http_max_json_input_bytes,
                 access=cfg.http_access(),
                 log=logging.getLogger("inferd.http"),
+                shared_memory=self.shared_memory,
             )
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(
@@ -151,6 +162,7 @@ class Server:
                     log=logging.getLogger("inferd.grpc"),
                     access=cfg.grpc_access(),
                     tls=cfg.grpc_tls,
+                    shared_memory=self.shared_memory,
                 )
             self._add("GRPC", port, grpc_server.stop)
         if cfg.allow_metrics:
@@ -191,6 +203,7 @@ class Server:
             _log.warning("in-flight requests did not finish within %.1f s", grace)
         remaining = max(0.0, grace - (loop.time() - started))
         await self._stop_listeners(remaining)
+        self.shared_memory.close()
         await self.manager.close()
         if self.config.ready_file is not None:
             with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ from inferd.frontends.access import AccessPolicy
 from inferd.frontends.grpc.errors import set_status
 from inferd.frontends.grpc.handlers import API_BY_METHOD, HEALTH_API_BY_METHOD, service_handler
 from inferd.frontends.grpc.servicer import GrpcInferenceServicer
+from inferd.frontends.shared_memory import SharedMemoryRegistry
 from inferd.frontends.tls import TlsSettings
 
 __all__ = ["GrpcServer", "server_options", "start_grpc_server"]
@@ -131,16 +132,20 @@ async def start_grpc_server(
     max_stream_inflight: int = 1024,
     access: AccessPolicy | None = None,
     tls: TlsSettings | None = None,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> tuple[GrpcServer, int]:
     """Start serving on ``host:port`` (``port=0`` picks a free port); return the bound port.
 
     ``access`` decides who may call which RPC (default: everyone); ``tls`` serves over TLS,
-    mutual when it asks for client certificates.
+    mutual when it asks for client certificates; ``shared_memory`` is the server's registry of
+    client regions (default: the extension is off).
     """
     access = AccessPolicy() if access is None else access
     credentials = None if tls is None else server_credentials(tls)
     server = grpc.aio.server(options=server_options())
-    servicer = GrpcInferenceServicer(engine, log=log, max_stream_inflight=max_stream_inflight)
+    servicer = GrpcInferenceServicer(
+        engine, log=log, max_stream_inflight=max_stream_inflight, shared_memory=shared_memory
+    )
     server.add_generic_rpc_handlers(
         (service_handler(service_pb2, "GRPCInferenceService", servicer, API_BY_METHOD, access),)
     )

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import Any
 
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -30,11 +30,12 @@ from inferd.core.names import check_model_name
 from inferd.engine import Engine
 from inferd.errors import (
     InvalidArgumentError,
-    NotFoundError,
     UnsupportedError,
 )
 from inferd.frontends.grpc.errors import set_status, status_for
 from inferd.frontends.grpc.handlers import Undecodable
+from inferd.frontends.grpc.streaming import decoupled_responses
+from inferd.frontends.shared_memory import SharedMemoryRegistry
 
 __all__ = ["GrpcInferenceServicer"]
 
@@ -53,11 +54,19 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     """
 
     def __init__(
-        self, engine: Engine, *, log: logging.Logger, max_stream_inflight: int = 1024
+        self,
+        engine: Engine,
+        *,
+        log: logging.Logger,
+        max_stream_inflight: int = 1024,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         if max_stream_inflight < 1:
             raise ValueError("max_stream_inflight must be >= 1")
         self._engine = engine
+        self._shm = (
+            shared_memory if shared_memory is not None else SharedMemoryRegistry(enabled=False)
+        )
         self._log = log
         self._max_stream_inflight = max_stream_inflight
         self._ids = itertools.count(1)
@@ -79,11 +88,11 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             set_status(context, code, details)
 
     async def _infer(self, msg: Any, *, into: Any = None) -> Any:
-        request = decode_infer_request(msg)
+        request = decode_infer_request(msg, self._shm)
         # consumed here: it only shapes how a decoupled stream ends, it is not a model parameter
         request.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, None)
         response = await self._engine.infer(request)
-        return encode_infer_response(response, into=into)
+        return encode_infer_response(response, into=into, request=request)
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -128,9 +137,9 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         # the hot path: errors mapped by hand rather than by the context manager's generator
         try:
-            infer = decode_infer_request(request)
+            infer = decode_infer_request(request, self._shm)
             infer.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, None)
-            return encode_infer_response(await self._engine.infer(infer))
+            return encode_infer_response(await self._engine.infer(infer), request=infer)
         except Exception as exc:
             code, details = status_for(exc, log=self._log, request_id=self._request_id(request.id))
             set_status(context, code, details)
@@ -149,20 +158,29 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             key == _STREAM_ERRORS_AS_STATUS and str(value).lower() == "true"
             for key, value in (context.invocation_metadata() or ())
         )
-        pending: asyncio.Queue[asyncio.Task[_StreamResult] | None] = asyncio.Queue(
-            self._max_stream_inflight
-        )
+        pending: asyncio.Queue[
+            asyncio.Task[_StreamResult | AsyncGenerator[_StreamResult, None]] | None
+        ] = asyncio.Queue(self._max_stream_inflight)
         reader = asyncio.create_task(self._read_stream(request_iterator, pending))
         try:
             while True:
                 task = await pending.get()
                 if task is None:
                     break
-                response, failure = await task
-                if failure is not None and errors_as_status:
-                    set_status(context, *failure)
-                    return
-                yield response
+                result = await task
+                if isinstance(result, tuple):
+                    response, failure = result
+                    if failure is not None and errors_as_status:
+                        set_status(context, *failure)
+                        return
+                    yield response
+                    continue
+                async with contextlib.aclosing(result) as responses:  # a decoupled model's
+                    async for response, failure in responses:
+                        if failure is not None and errors_as_status:
+                            set_status(context, *failure)
+                            return
+                        yield response
             await reader  # a failure of the request stream itself ends the RPC with it
         finally:
             if reader.done() and not reader.cancelled():
@@ -176,7 +194,9 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def _read_stream(
         self,
         request_iterator: AsyncIterable[Any],
-        pending: asyncio.Queue[asyncio.Task[_StreamResult] | None],
+        pending: asyncio.Queue[
+            asyncio.Task[_StreamResult | AsyncGenerator[_StreamResult, None]] | None
+        ],
     ) -> None:
         try:
             async for msg in request_iterator:
@@ -191,11 +211,13 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             raise
         await pending.put(None)
 
-    async def _stream_one(self, msg: Any) -> _StreamResult:
+    async def _stream_one(self, msg: Any) -> _StreamResult | AsyncGenerator[_StreamResult, None]:
         out = service_pb2.ModelStreamInferResponse()
         try:
             if type(msg) is Undecodable:
                 raise InvalidArgumentError(msg.message)
+            if self._engine.is_decoupled(msg.model_name, msg.model_version):
+                return decoupled_responses(self._engine, msg, self._shm, self._stream_failure)
             await self._infer(msg, into=out.infer_response)
         except Exception as exc:
             code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))
@@ -203,6 +225,12 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             out.infer_response.id = msg.id
             return out, (code, details)
         return out, None
+
+    def _stream_failure(self, msg: Any, exc: Exception) -> _StreamResult:
+        code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))
+        out = service_pb2.ModelStreamInferResponse(error_message=details)
+        out.infer_response.id = msg.id
+        return out, (code, details)
 
     # -- model repository ---------------------------------------------------------------------
 
@@ -231,41 +259,45 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             )
             return service_pb2.RepositoryModelUnloadResponse()
 
-    # -- shared memory, trace, logging (not supported yet) ------------------------------------
-    # Nothing can be registered, so status lists nothing and unregister (all or one) succeeds:
-    # the shared-memory examples and perf_analyzer unregister everything at startup.
+    # -- shared memory (CUDA: as a server without GPUs) ---------------------------------------
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            if request.name:
-                raise NotFoundError(f"Unable to find system shared memory region: '{request.name}'")
-            return service_pb2.SystemSharedMemoryStatusResponse()
+            response = service_pb2.SystemSharedMemoryStatusResponse()
+            for region in self._shm.status(request.name):
+                entry = response.regions[region.name]
+                entry.name = region.name
+                entry.key = region.key
+                entry.offset = region.offset
+                entry.byte_size = region.byte_size
+            return response
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            raise UnsupportedError(
-                "system shared memory is not supported by this server: send tensor data in "
-                "the request instead"
-            )
+            self._shm.register(request.name, request.key, request.offset, request.byte_size)
+            return service_pb2.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return service_pb2.SystemSharedMemoryUnregisterResponse()
+        async with self._mapped_errors(context):
+            self._shm.unregister(request.name)
+            return service_pb2.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            if request.name:
-                raise NotFoundError(f"Unable to find cuda shared memory region: '{request.name}'")
+            self._shm.cuda_status(request.name)  # empty, or an error naming the region
             return service_pb2.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            raise UnsupportedError(
-                "CUDA shared memory is not supported by this server: send tensor data in the "
-                "request instead"
-            )
+            self._shm.cuda_register(request.name)
+            return service_pb2.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return service_pb2.CudaSharedMemoryUnregisterResponse()
+        async with self._mapped_errors(context):
+            self._shm.cuda_unregister(request.name)
+            return service_pb2.CudaSharedMemoryUnregisterResponse()
+
+    # -- trace, logging (not supported yet) ---------------------------------------------------
 
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):

@@ -30,6 +30,8 @@ from inferd.frontends.http.compression import (
 )
 from inferd.frontends.http.errors import HttpStatusError, describe_exception
 from inferd.frontends.http.routes import API, Endpoint, Route, match_route
+from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
+from inferd.frontends.shared_memory import SharedMemoryRegistry
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -111,10 +113,14 @@ class HttpApp:
         log: logging.Logger,
         max_json_body_bytes: int | None = None,
         access: AccessPolicy | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         self._engine = engine
+        self._shm = (
+            shared_memory if shared_memory is not None else SharedMemoryRegistry(enabled=False)
+        )
         self._max_body_bytes = max_body_bytes
         self._max_json_body_bytes = min(max_json_body_bytes or max_body_bytes, max_body_bytes)
         self._off_loop = OffLoop()
@@ -135,6 +141,7 @@ class HttpApp:
             Endpoint.REPOSITORY_INDEX: self._repository_index,
             Endpoint.REPOSITORY_LOAD: self._repository_load,
             Endpoint.REPOSITORY_UNLOAD: self._repository_unload,
+            **dict.fromkeys(SHARED_MEMORY_ENDPOINTS, self._shared_memory),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -297,6 +304,7 @@ class HttpApp:
             route.version,
             body,
             header_length,
+            self._shm,
         )
         del body  # JSON-only bodies are garbage from here on; binary inputs keep views of it
         response = await self._engine.infer(request)
@@ -317,6 +325,15 @@ class HttpApp:
             payload = await self._off_loop.run(len(payload), compress_response, payload, coding)
             reply_headers.append((b"content-encoding", coding.encode()))
         return Reply(200, payload, reply_headers)
+
+    # -- shared memory ------------------------------------------------------------------------
+
+    async def _shared_memory(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        body: dict[str, Any] = {}
+        if route.method == "POST":
+            body = await self._read_json_body(scope, receive, "shared memory request")
+        answer = shared_memory_answer(self._shm, route.endpoint, route.region, body)
+        return Reply(200) if answer is None else Reply.json(answer)
 
     # -- model repository ---------------------------------------------------------------------
 

@@ -30,6 +30,12 @@ class Endpoint(enum.Enum):
     REPOSITORY_INDEX = "repository_index"
     REPOSITORY_LOAD = "repository_load"
     REPOSITORY_UNLOAD = "repository_unload"
+    SYSTEM_SHM_STATUS = "system_shm_status"
+    SYSTEM_SHM_REGISTER = "system_shm_register"
+    SYSTEM_SHM_UNREGISTER = "system_shm_unregister"
+    CUDA_SHM_STATUS = "cuda_shm_status"
+    CUDA_SHM_REGISTER = "cuda_shm_register"
+    CUDA_SHM_UNREGISTER = "cuda_shm_unregister"
 
 
 METHOD: dict[Endpoint, str] = {
@@ -45,6 +51,12 @@ METHOD: dict[Endpoint, str] = {
     Endpoint.REPOSITORY_INDEX: "POST",
     Endpoint.REPOSITORY_LOAD: "POST",
     Endpoint.REPOSITORY_UNLOAD: "POST",
+    Endpoint.SYSTEM_SHM_STATUS: "GET",
+    Endpoint.SYSTEM_SHM_REGISTER: "POST",
+    Endpoint.SYSTEM_SHM_UNREGISTER: "POST",
+    Endpoint.CUDA_SHM_STATUS: "GET",
+    Endpoint.CUDA_SHM_REGISTER: "POST",
+    Endpoint.CUDA_SHM_UNREGISTER: "POST",
 }
 
 API: dict[Endpoint, Api] = {
@@ -60,6 +72,12 @@ API: dict[Endpoint, Api] = {
     Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_LOAD: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_UNLOAD: Api.MODEL_REPOSITORY,
+    Endpoint.SYSTEM_SHM_STATUS: Api.SHARED_MEMORY,
+    Endpoint.SYSTEM_SHM_REGISTER: Api.SHARED_MEMORY,
+    Endpoint.SYSTEM_SHM_UNREGISTER: Api.SHARED_MEMORY,
+    Endpoint.CUDA_SHM_STATUS: Api.SHARED_MEMORY,
+    Endpoint.CUDA_SHM_REGISTER: Api.SHARED_MEMORY,
+    Endpoint.CUDA_SHM_UNREGISTER: Api.SHARED_MEMORY,
 }
 
 _MODEL_SUFFIX = {
@@ -83,6 +101,18 @@ _MODEL_RE = re.compile(
     r"(?:/(?P<suffix>infer|ready|config|stats))?"
 )
 _REPOSITORY_RE = re.compile(r"/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload)")
+_SHM_RE = re.compile(
+    r"/v2/(?P<kind>system|cuda)sharedmemory(?:/region/(?P<region>[^/]+))?"
+    r"/(?P<action>status|register|unregister)"
+)
+_SHM_ENDPOINTS = {
+    ("system", "status"): Endpoint.SYSTEM_SHM_STATUS,
+    ("system", "register"): Endpoint.SYSTEM_SHM_REGISTER,
+    ("system", "unregister"): Endpoint.SYSTEM_SHM_UNREGISTER,
+    ("cuda", "status"): Endpoint.CUDA_SHM_STATUS,
+    ("cuda", "register"): Endpoint.CUDA_SHM_REGISTER,
+    ("cuda", "unregister"): Endpoint.CUDA_SHM_UNREGISTER,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +120,7 @@ class Route:
     endpoint: Endpoint
     model: str = ""
     version: str = ""  # "" = not given in the URL
+    region: str = ""  # shared-memory endpoints: the region named in the URL, "" = none
 
     @property
     def method(self) -> str:
@@ -137,7 +168,23 @@ def match_route(raw_path: str) -> Route | None:
             else Endpoint.REPOSITORY_UNLOAD
         )
         return Route(endpoint, _model_name(found.group("model")))
+    found = _SHM_RE.fullmatch(raw_path)
+    if found is not None:
+        region = found.group("region") or ""
+        return Route(
+            _SHM_ENDPOINTS[found.group("kind"), found.group("action")],
+            region=_region_name(region) if region else "",
+        )
     return None
+
+
+def _region_name(encoded: str) -> str:
+    try:
+        return unquote(encoded, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(
+            f"invalid region name {encoded!r}: its percent-encoding is not valid UTF-8"
+        ) from None
 
 
 __all__ = ["API", "METHOD", "Endpoint", "Route", "match_route"]
