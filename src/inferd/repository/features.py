@@ -16,8 +16,6 @@ def check_supported(config: ModelConfig) -> None:
             problems.append("sequence_batching.iterative_sequence")
         if seq.WhichOneof("strategy_choice") == "oldest" and seq.oldest.preserve_ordering:
             problems.append("sequence_batching.oldest.preserve_ordering")
-    if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
-        problems.append("ensemble models")
     if config.model_transaction_policy.decoupled:
         problems.append("model_transaction_policy.decoupled: true")
     if len(config.batch_input) or len(config.batch_output):

@@ -28,12 +28,13 @@ from inferd.repository.autocomplete import complete_config
 from inferd.repository.config import read_model_config
 from inferd.repository.features import check_supported
 from inferd.repository.layout import list_versions
-from inferd.repository.manager_types import ServingModel
+from inferd.repository.manager_types import Scheduler, ServingModel
 from inferd.repository.normalize import normalize_and_validate
 from inferd.repository.paths import check_config_paths, resolve_inside
 from inferd.repository.warmup import warm_up
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
+from inferd.scheduling.ensemble_graph import build_graph
 from inferd.scheduling.instances import InstancePool
 from inferd.scheduling.response_cache import check_model_cache
 from inferd.scheduling.pinned import PinnedPools
@@ -71,18 +72,20 @@ class PreparedModel:
 @dataclass(slots=True)
 class LoadedVersion:
     serving: ServingModel
-    loaded: LoadedModel
-    pool: InstancePool | PinnedPools
-    scheduler: DirectScheduler | DynamicBatcher | SequenceBatcher
+    loaded: LoadedModel | None  # None for a model with no runtime (an ensemble)
+    pool: InstancePool | PinnedPools | None
+    scheduler: Scheduler
 
     def close(self) -> None:
         """Stop the instance threads, then release the model once no instance is running
         (blocking for a bounded time; call off the loop)."""
-        self.pool.close(then=self._release)
+        if self.pool is not None:
+            self.pool.close(then=self._release)
 
     def _release(self) -> None:
         try:
-            self.loaded.close()
+            if self.loaded is not None:
+                self.loaded.close()
         except Exception:
             _log.exception("closing model '%s' failed", self.serving.spec.name)
 
@@ -150,6 +153,8 @@ def prepare(
         _check_instance_count(proto, options.max_instances)
         spec = spec_from_proto(proto)
         check_initial_states(spec.sequence_batching, model_dir)
+        if spec.is_ensemble or spec.ensemble_steps:
+            build_graph(spec)  # the steps' own configs are checked once they are loaded
     except InferdError as exc:
         raise load_failure(name, exc) from exc
     versions = select_versions(proto, available)

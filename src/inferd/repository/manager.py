@@ -27,6 +27,8 @@ from inferd.errors import (
     NotFoundError,
     UnavailableError,
 )
+from inferd.repository.calls import InProcessCaller
+from inferd.repository.ensembles import EnsembleDependencies, load_ensemble_version
 from inferd.repository.layout import duplicated, find_models
 from inferd.repository.loader import (
     LoadedVersion,
@@ -116,10 +118,17 @@ class RepositoryManager:
         self._background: set[asyncio.Task[None]] = set()
         self._expected: set[str] = set()  # models that should be loaded (for readiness)
         self._uploads = UploadArea()
+        self._caller = InProcessCaller(self.get)
+        self._ensembles = EnsembleDependencies(self._load, self._is_ready, self._model_dirs)
 
     @property
     def mode(self) -> ControlMode:
         return self._mode
+
+    @property
+    def caller(self) -> InProcessCaller:
+        """Runs a request on a READY model in process (ensemble steps, models calling models)."""
+        return self._caller
 
     # -- hot path ------------------------------------------------------------------------------
 
@@ -197,7 +206,7 @@ class RepositoryManager:
             if name in failures:
                 return
             try:
-                await self._load(name, dirs.get(name))
+                await self._ensembles.load_tracked(name, dirs.get(name))
             except InferdError as exc:
                 failures[name] = str(exc)
 
@@ -273,6 +282,15 @@ class RepositoryManager:
                 f"directory named '{name}' in the model repository"
             )
         record = self._records.setdefault(name, ModelRecord(name))
+        try:  # an ensemble's step models first, outside the load gate they may need
+            loaded = await self._ensembles.load_composing(
+                name, model_dir, self._options.config_name, override_json
+            )
+            if self._mode is ControlMode.EXPLICIT:
+                self._expected.update(loaded)
+        except InferdError as exc:
+            self._fail_all(record, str(exc))
+            raise
         async with record.lock, self._load_gate:
             try:
                 prepared = await asyncio.to_thread(
@@ -318,7 +336,9 @@ class RepositoryManager:
                 record.stats[version] = ModelStats(name, version)
         results = await asyncio.gather(
             *(
-                asyncio.to_thread(
+                self._ensemble_version(prepared, v, record.stats[v])
+                if prepared.spec.is_ensemble
+                else asyncio.to_thread(
                     load_version,
                     prepared,
                     v,
@@ -381,6 +401,7 @@ class RepositoryManager:
             )
         await self._unload(name)
         self._expected.discard(name)
+        await self._unload_dependents_of(name)
         if unload_dependents:
             # Triton's meaning: the models an ensemble is composed of are unloaded with it
             dependents = self._composing_models(name)
@@ -391,9 +412,39 @@ class RepositoryManager:
                 self._expected.discard(dependent)
 
     def _composing_models(self, name: str) -> tuple[str, ...]:
-        """The models that ``name`` calls as steps. Ensembles are refused at load
-        (``repository/features.py``), so a loaded model is never composed of others."""
-        return ()
+        """The models that ``name`` calls as steps (an ensemble; () for any other model)."""
+        return self._ensembles.composing(name)
+
+    # -- ensembles -----------------------------------------------------------------------------
+
+    def _is_ready(self, name: str) -> bool:
+        return name in self._ready
+
+    async def _model_dirs(self) -> dict[str, Path]:
+        dirs, _ = await asyncio.to_thread(self._scan)
+        return dirs
+
+    async def _ensemble_version(
+        self, prepared: PreparedModel, version: int, stats: ModelStats
+    ) -> LoadedVersion:
+        return load_ensemble_version(prepared, version, stats, self.get, self._caller)
+
+    async def _unload_dependents_of(self, name: str) -> None:
+        """Ensembles calling ``name`` cannot serve once it is gone: unload them too, with a
+        reason that says why (as Triton does)."""
+        for ensemble in self._ensembles.dependents(name):
+            record = self._records.get(ensemble)
+            if record is None or not record.loaded:
+                continue
+            versions = list(record.loaded)
+            await self._unload(ensemble)
+            for version in versions:
+                record.move(
+                    version,
+                    ModelState.UNAVAILABLE,
+                    f"ensemble '{ensemble}' depends on '{name}' which has no loaded version",
+                )
+            await self._unload_dependents_of(ensemble)
 
     async def _unload(self, name: str) -> None:
         record = self._records.get(name)
