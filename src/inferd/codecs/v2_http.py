@@ -259,8 +259,9 @@ def _binary_size(raw: dict[str, Any], name: str) -> int | ShmParams | None:
     if count != 1:
         problem = "none of them is set" if count == 0 else "more than one is set"
         raise InvalidArgumentError(_ONE_OF_MESSAGE.format(problem=problem, name=name))
-    if has_shm:
-        return shm_params(*(params.get(key) for key in SHM_KEYS), what=f"input '{name}'")
+    target = shm_params(*(params.get(key) for key in SHM_KEYS), what=f"input '{name}'")
+    if target is not None:
+        return target
     if has_data:
         return None
     size = params["binary_data_size"]

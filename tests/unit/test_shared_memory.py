@@ -1,0 +1,415 @@
+"""The registry of client shared-memory regions, and the codecs reading and writing tensors there.
+
+Regions are real files mapped for real: in a temporary folder standing for ``/dev/shm`` (the
+registry takes the folder), and once in ``/dev/shm`` itself.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc._utils import _get_inference_request
+
+from inferd.codecs import v2_grpc, v2_http
+from inferd.codecs.raw_tensor import serialize_bytes_elements
+from inferd.core.inference import InferResponse
+from inferd.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnsupportedError,
+)
+from inferd.frontends.shared_memory import SHM_DIR, RegionStatus, SharedMemoryRegistry
+
+SIZE = 3 * mmap.ALLOCATIONGRANULARITY
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "region").write_bytes(bytes(range(256)) * (SIZE // 256))
+    return tmp_path
+
+
+@pytest.fixture
+def registry(folder: Path) -> Iterator[SharedMemoryRegistry]:
+    reg = SharedMemoryRegistry(directory=folder, reserved_prefixes=("inferd-py-",))
+    yield reg
+    reg.close()
+
+
+# -- register, status, unregister -------------------------------------------------------------
+
+
+def test_register_status_unregister(registry: SharedMemoryRegistry) -> None:
+    registry.register("a", "/region", 0, 1024)
+    registry.register("b", "region", 100, 50)  # the leading "/" is optional, as for shm_open
+    assert registry.status() == [
+        RegionStatus("a", "/region", 0, 1024),
+        RegionStatus("b", "region", 100, 50),
+    ]
+    assert registry.status("b") == [RegionStatus("b", "region", 100, 50)]
+    with pytest.raises(NotFoundError, match="Unable to find system shared memory region: 'c'"):
+        registry.status("c")
+    registry.unregister("b")
+    registry.unregister("never-registered")  # not an error: clients clean up before they start
+    assert [r.name for r in registry.status()] == ["a"]
+    registry.unregister()  # no name: all
+    assert registry.status() == []
+
+
+def test_one_name_is_registered_once(registry: SharedMemoryRegistry) -> None:
+    registry.register("a", "/region", 0, 64)
+    with pytest.raises(AlreadyExistsError, match="shared memory region 'a' already in manager"):
+        registry.register("a", "/region", 64, 64)
+    assert registry.status() == [RegionStatus("a", "/region", 0, 64)]
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "/", "//", "a/b", "/a/b", "..", "/..", ".", "x\x00y", "../region", "x" * 256],
+)
+def test_keys_are_single_names(registry: SharedMemoryRegistry, key: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="invalid key"):
+        registry.register("r", key, 0, 64)
+
+
+def test_the_servers_own_segments_are_refused(registry: SharedMemoryRegistry, folder: Path) -> None:
+    (folder / "inferd-py-123-0").write_bytes(bytes(4096))
+    with pytest.raises(InvalidArgumentError, match="the server itself uses"):
+        registry.register("r", "/inferd-py-123-0", 0, 64)
+
+
+def test_a_missing_key_is_never_created(registry: SharedMemoryRegistry, folder: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"Unable to open shared memory region: '/nope'"):
+        registry.register("r", "/nope", 0, 64)
+    assert not (folder / "nope").exists()
+
+
+def test_links_and_folders_are_refused(registry: SharedMemoryRegistry, folder: Path) -> None:
+    secret = folder.parent / f"{folder.name}-secret"
+    secret.write_bytes(b"s" * 4096)
+    (folder / "link").symlink_to(secret)
+    with pytest.raises(InvalidArgumentError, match="Unable to open shared memory region"):
+        registry.register("r", "/link", 0, 64)
+    (folder / "sub").mkdir()
+    with pytest.raises(InvalidArgumentError, match="Is a directory"):
+        registry.register("r", "/sub", 0, 64)
+    os.mkfifo(folder / "fifo")
+    with pytest.raises(InvalidArgumentError, match="not a shared memory object"):
+        registry.register("r", "/fifo", 0, 64)
+    assert registry.status() == []
+
+
+@pytest.mark.parametrize(
+    ("offset", "byte_size", "message"),
+    [
+        (0, SIZE + 1, "goes beyond"),
+        (SIZE, 1, "goes beyond"),
+        (0, 0, "byte_size must be greater than 0"),
+        (-1, 4, "must not be negative"),
+    ],
+)
+def test_register_bounds(
+    registry: SharedMemoryRegistry, offset: int, byte_size: int, message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        registry.register("r", "/region", offset, byte_size)
+
+
+# -- windows ------------------------------------------------------------------------------------
+
+
+def test_windows_are_relative_to_the_registered_offset(
+    registry: SharedMemoryRegistry, folder: Path
+) -> None:
+    offset = mmap.ALLOCATIONGRANULARITY + 10  # not page-aligned: mapped from the page below
+    registry.register("r", "/region", offset, 200)
+    view = registry.window("r", 5, 3, writable=False)
+    assert view.readonly
+    assert bytes(view) == bytes((offset + 5 + i) % 256 for i in range(3))
+    out = registry.window("r", 0, 4, writable=True)
+    out[:] = b"\xff\xfe\xfd\xfc"
+    with (folder / "region").open("rb") as f:  # written through to the object itself
+        f.seek(offset)
+        assert f.read(4) == b"\xff\xfe\xfd\xfc"
+
+
+@pytest.mark.parametrize(
+    ("region", "offset", "byte_size", "message"),
+    [
+        ("other", 0, 4, "Unable to find shared memory region: 'other'"),
+        ("r", 100, 1, "Invalid offset for shared memory region: 'r'"),
+        ("r", 96, 8, r"Invalid offset \+ byte size for shared memory region: 'r'"),
+    ],
+)
+def test_window_bounds(
+    registry: SharedMemoryRegistry, region: str, offset: int, byte_size: int, message: str
+) -> None:
+    registry.register("r", "/region", 0, 100)
+    with pytest.raises(InvalidArgumentError, match=message):
+        registry.window(region, offset, byte_size, writable=False)
+
+
+def test_an_object_shrunk_after_registering_is_refused(
+    registry: SharedMemoryRegistry, folder: Path
+) -> None:
+    registry.register("r", "/region", 0, SIZE)
+    os.truncate(folder / "region", 100)  # reading past it would be SIGBUS
+    assert bytes(registry.window("r", 0, 100, writable=False))[:2] == b"\x00\x01"
+    with pytest.raises(InvalidArgumentError, match="was shrunk to 100 bytes"):
+        registry.window("r", 0, 4096, writable=False)
+
+
+def test_unregister_leaves_in_flight_views_valid(registry: SharedMemoryRegistry) -> None:
+    registry.register("r", "/region", 0, 64)
+    view = registry.window("r", 0, 8, writable=False)
+    array = np.frombuffer(view, dtype=np.uint8)
+    registry.unregister()  # the mapping outlives the registration while a request reads it
+    assert array.tolist() == list(range(8))
+    with pytest.raises(InvalidArgumentError, match="Unable to find"):
+        registry.window("r", 0, 8, writable=False)
+    registry.register("r", "/region", 0, 64)  # the name is free again
+    registry.close()
+    assert registry.status() == []
+
+
+def test_a_real_posix_object_in_dev_shm() -> None:
+    name = f"inferd-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path = SHM_DIR / name
+    path.write_bytes(np.arange(16, dtype=np.float32).tobytes())
+    registry = SharedMemoryRegistry()
+    try:
+        registry.register("r", f"/{name}", 0, 64)
+        values = np.frombuffer(registry.window("r", 16, 16, writable=False), np.float32)
+        assert values.tolist() == [4.0, 5.0, 6.0, 7.0]
+        registry.unregister("r")
+        assert path.exists()  # never unlinked by the server
+    finally:
+        registry.close()
+        path.unlink()
+
+
+# -- disabled, and CUDA on a machine without GPUs --------------------------------------------
+
+
+def test_disabled_refuses_everything(folder: Path) -> None:
+    registry = SharedMemoryRegistry(enabled=False, directory=folder)
+    calls = [
+        lambda: registry.register("r", "/region", 0, 64),
+        lambda: registry.unregister(),
+        lambda: registry.status(),
+        lambda: registry.window("r", 0, 4, writable=False),
+        lambda: registry.cuda_status(),
+        lambda: registry.cuda_unregister(),
+    ]
+    for call in calls:
+        with pytest.raises(UnsupportedError, match="--allow-shared-memory=false"):
+            call()
+
+
+def test_cuda_as_without_gpus(registry: SharedMemoryRegistry) -> None:
+    assert registry.cuda_status() == []
+    registry.cuda_unregister()
+    registry.cuda_unregister("x")
+    with pytest.raises(InvalidArgumentError, match="'c', GPUs not supported"):
+        registry.cuda_register("c")
+    with pytest.raises(NotFoundError, match="Unable to find cuda shared memory region: 'c'"):
+        registry.cuda_status("c")
+    registry.register("sys", "/region", 0, 64)
+    with pytest.raises(InvalidArgumentError, match="registered as system shared memory"):
+        registry.cuda_status("sys")
+
+
+# -- codecs -------------------------------------------------------------------------------------
+
+
+def _shm_input(name: str, datatype: str, shape: list[int], **params: object) -> dict[str, object]:
+    return {"name": name, "datatype": datatype, "shape": shape, "parameters": params}
+
+
+def _http(inputs: list[dict[str, object]], outputs: list[dict[str, object]] | None = None) -> bytes:
+    body: dict[str, object] = {"inputs": inputs}
+    if outputs is not None:
+        body["outputs"] = outputs
+    return orjson.dumps(body)
+
+
+def test_http_input_is_a_read_only_view_of_the_region(
+    registry: SharedMemoryRegistry, folder: Path
+) -> None:
+    registry.register("r", "/region", 0, 1024)
+    body = _http(
+        [
+            _shm_input(
+                "X",
+                "UINT8",
+                [2, 4],
+                shared_memory_region="r",
+                shared_memory_offset=8,
+                shared_memory_byte_size=8,
+            )
+        ]
+    )
+    x = v2_http.decode_infer_request("m", "", body, None, registry).inputs["X"]
+    assert x.tolist() == [[8, 9, 10, 11], [12, 13, 14, 15]]
+    assert not x.flags.writeable
+    with (folder / "region").open("r+b") as f:  # no copy: the client's later writes show
+        f.seek(8)
+        f.write(b"\x63")
+    assert x[0, 0] == 0x63
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"shared_memory_region": "r", "shared_memory_byte_size": 12}, "expecting 16 bytes"),
+        ({"shared_memory_region": "r"}, "but not 'shared_memory_byte_size'"),
+        ({"shared_memory_region": "q", "shared_memory_byte_size": 16}, "Unable to find"),
+        (
+            {
+                "shared_memory_region": "r",
+                "shared_memory_byte_size": 16,
+                "shared_memory_offset": 60,
+            },
+            "Invalid offset",
+        ),
+        ({"shared_memory_region": 7, "shared_memory_byte_size": 16}, "non-empty string"),
+        (
+            {"shared_memory_region": "r", "shared_memory_byte_size": -4},
+            "must be a non-negative integer",
+        ),
+        ({"shared_memory_byte_size": 16, "binary_data_size": 16}, "needs 'shared_memory_region'"),
+    ],
+)
+def test_http_input_errors(
+    registry: SharedMemoryRegistry, params: dict[str, object], message: str
+) -> None:
+    registry.register("r", "/region", 0, 64)
+    body = _http([_shm_input("X", "FP32", [4], **params)])
+    with pytest.raises(InvalidArgumentError, match=message):
+        v2_http.decode_infer_request("m", "", body, None, registry)
+
+
+def test_http_data_and_shared_memory_together_are_refused(registry: SharedMemoryRegistry) -> None:
+    registry.register("r", "/region", 0, 64)
+    item = _shm_input("X", "INT32", [1], shared_memory_region="r", shared_memory_byte_size=4)
+    item["data"] = [1]
+    with pytest.raises(InvalidArgumentError, match="more than one is set for input 'X'"):
+        v2_http.decode_infer_request("m", "", _http([item]), None, registry)
+
+
+def test_http_output_in_shared_memory(registry: SharedMemoryRegistry, folder: Path) -> None:
+    registry.register("out", "/region", 64, 128)
+    params = {
+        "shared_memory_region": "out",
+        "shared_memory_byte_size": 16,
+        "shared_memory_offset": 8,
+    }
+    body = _http([], [{"name": "Y", "parameters": params}, {"name": "Z"}])
+    request = v2_http.decode_infer_request("m", "", body, None, registry)
+    y = np.array([[1.5, -2.0], [3.0, 4.25]], dtype=np.float32)
+    response = InferResponse("m", "1", {"Y": y, "Z": np.array([7], dtype=np.int32)})
+    header, blobs = v2_http.encode_infer_response(response, request)
+    entries = orjson.loads(header)["outputs"]
+    assert entries[0] == {"name": "Y", "datatype": "FP32", "shape": [2, 2]}  # no data, no params
+    assert entries[1]["data"] == [7]
+    assert blobs == []
+    written = (folder / "region").read_bytes()[64 + 8 : 64 + 24]
+    assert np.frombuffer(written, np.float32).tolist() == [1.5, -2.0, 3.0, 4.25]
+
+
+def test_http_output_too_small_and_with_classification(registry: SharedMemoryRegistry) -> None:
+    registry.register("out", "/region", 0, 64)
+    params = {"shared_memory_region": "out", "shared_memory_byte_size": 8}
+    request = v2_http.decode_infer_request(
+        "m", "", _http([], [{"name": "Y", "parameters": params}]), None, registry
+    )
+    response = InferResponse("m", "1", {"Y": np.zeros(4, dtype=np.float32)})
+    with pytest.raises(InvalidArgumentError, match=r"\(8 bytes\) should be at least 16 bytes"):
+        v2_http.encode_infer_response(response, request)
+    both = {**params, "classification": 2}
+    with pytest.raises(InvalidArgumentError, match="can't set both"):
+        v2_http.decode_infer_request(
+            "m", "", _http([], [{"name": "Y", "parameters": both}]), None, registry
+        )
+
+
+def test_bytes_tensors_in_shared_memory(registry: SharedMemoryRegistry, folder: Path) -> None:
+    blob = serialize_bytes_elements([b"ab", b"", b"xyz"])
+    with (folder / "region").open("r+b") as f:
+        f.write(blob)
+    registry.register("r", "/region", 0, 256)
+    body = _http(
+        [
+            _shm_input(
+                "S", "BYTES", [3], shared_memory_region="r", shared_memory_byte_size=len(blob)
+            )
+        ],
+        [
+            {
+                "name": "T",
+                "parameters": {
+                    "shared_memory_region": "r",
+                    "shared_memory_byte_size": 4,
+                    "shared_memory_offset": 100,
+                },
+            }
+        ],
+    )
+    request = v2_http.decode_infer_request("m", "", body, None, registry)
+    assert request.inputs["S"].tolist() == [b"ab", b"", b"xyz"]
+    # an element length pointing past the window is caught, not read beyond it
+    short = _http(
+        [_shm_input("S", "BYTES", [3], shared_memory_region="r", shared_memory_byte_size=8)]
+    )
+    with pytest.raises(InvalidArgumentError, match="BYTES"):
+        v2_http.decode_infer_request("m", "", short, None, registry)
+    too_big = InferResponse("m", "1", {"T": np.array([b"long"], dtype=object)})
+    with pytest.raises(InvalidArgumentError, match="should be at least 8 bytes"):
+        v2_http.encode_infer_response(too_big, request)
+
+
+def test_grpc_input_and_output_in_shared_memory(
+    registry: SharedMemoryRegistry, folder: Path
+) -> None:
+    registry.register("r", "/region", 0, 256)
+    x = grpcclient.InferInput("X", [4], "UINT8")
+    x.set_shared_memory("r", 4, offset=4)
+    y = grpcclient.InferRequestedOutput("Y")
+    y.set_shared_memory("r", 8, offset=128)
+    msg = _get_inference_request("m", [x], "", "", [y], 0, False, False, 0, None, None)
+    assert len(msg.raw_input_contents) == 0
+    request = v2_grpc.decode_infer_request(msg, registry)
+    assert request.inputs["X"].tolist() == [4, 5, 6, 7]
+    response = InferResponse("m", "1", {"Y": np.array([9, -9], dtype=np.int32)})
+    encoded = v2_grpc.encode_infer_response(response, request=request)
+    assert [o.name for o in encoded.outputs] == ["Y"]
+    assert list(encoded.outputs[0].shape) == [2]
+    assert list(encoded.raw_output_contents) == [b""]  # kept aligned with the outputs
+    written = (folder / "region").read_bytes()[128:136]
+    assert np.frombuffer(written, np.int32).tolist() == [9, -9]
+
+
+def test_grpc_shared_memory_errors(registry: SharedMemoryRegistry) -> None:
+    registry.register("r", "/region", 0, 64)
+    x = grpcclient.InferInput("X", [4], "FP32")
+    x.set_shared_memory("r", 12)
+    msg = _get_inference_request("m", [x], "", "", None, 0, False, False, 0, None, None)
+    with pytest.raises(InvalidArgumentError, match="expecting 16 bytes"):
+        v2_grpc.decode_infer_request(msg, registry)
+    msg.inputs[0].parameters["shared_memory_region"].int64_param = 3
+    with pytest.raises(InvalidArgumentError, match="expected string_param"):
+        v2_grpc.decode_infer_request(msg, registry)
+    x.set_shared_memory("r", 16)
+    msg = _get_inference_request("m", [x], "", "", None, 0, False, False, 0, None, None)
+    msg.inputs[0].contents.fp32_contents.extend([1, 2, 3, 4])
+    with pytest.raises(InvalidArgumentError, match="unexpected 'content'"):
+        v2_grpc.decode_infer_request(msg, registry)
