@@ -25,6 +25,9 @@ ENTRY_POINT_GROUP = "inferd.backends"
 
 BackendFactory = Callable[[], Backend]
 
+#: platforms served by a scheduler alone, with no runtime (the repository builds them)
+NO_RUNTIME_PLATFORMS = frozenset({"ensemble"})
+
 
 @dataclass(slots=True)
 class _Entry:
@@ -95,6 +98,10 @@ class BackendRegistry:
         """The backend named ``backend_name``, else the one that serves ``platform``."""
         if backend_name:
             return self.get(backend_name)
+        if platform in NO_RUNTIME_PLATFORMS:
+            raise ConfigError(
+                f"platform '{platform}' has no backend: its models run on other models' backends"
+            )
         if platform:
             found = self.backend_name_for_platform(platform)
             if found is not None:
