@@ -1,0 +1,200 @@
+"""Sequence models end to end: Triton's own sequence client examples run unmodified against the
+example repository, every sequence error through tritonclient, idle release and the backlog."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, running_server
+
+pytestmark = pytest.mark.e2e
+
+# Triton client repository, src/python/examples, commit 58a44caa (kept byte for byte)
+TRITON_EXAMPLES = Path(__file__).parent / "triton_sequence_examples"
+ROOT = Path(__file__).parents[2]
+
+
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=90
+    )
+
+
+@pytest.mark.parametrize("dyna", [False, True], ids=["simple_sequence", "dyna"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "simple_http_sequence_sync_infer_client.py",
+        "simple_grpc_sequence_sync_infer_client.py",
+        "simple_grpc_sequence_stream_infer_client.py",
+        "simple_grpc_aio_sequence_stream_infer_client.py",
+    ],
+)
+def test_triton_sequence_examples_pass(server: ServerProcess, script: str, dyna: bool) -> None:
+    url = server.http_url if "_http_" in script else server.grpc_url
+    done = _run(TRITON_EXAMPLES / script, "-u", url, *(["-d"] if dyna else []))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "PASS" in done.stdout
+
+
+def test_signal_filter_client_example(server: ServerProcess) -> None:
+    done = _run(ROOT / "examples" / "clients" / "signal_filter_stream.py", "--url", server.grpc_url)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "PASS: signal_filter" in done.stdout
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def _one(value: int = 1) -> np.ndarray:
+    return np.full((1, 1), value, dtype=np.int32)
+
+
+def _http_infer(client: Any, model: str = "simple_sequence", data: Any = None, **kw: Any) -> Any:
+    data = _one() if data is None else data
+    item = httpclient.InferInput("INPUT", list(data.shape), "INT32")
+    item.set_data_from_numpy(data)
+    return client.infer(model, [item], **kw)
+
+
+def _grpc_infer(client: Any, model: str = "simple_sequence", **kw: Any) -> Any:
+    item = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+    item.set_data_from_numpy(_one())
+    return client.infer(model, [item], **kw)
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[Any]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def grpc(server: ServerProcess) -> Iterator[Any]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+ERRORS = [
+    ({}, "must specify a non-zero or non-empty correlation ID"),
+    ({"sequence_id": 4001}, "sequence 4001 .* must specify the START flag on the first request"),
+    ({"sequence_id": "never-started"}, "sequence never-started .* must specify the START flag"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), ERRORS)
+def test_requests_outside_a_sequence_are_refused(
+    http: Any, grpc: Any, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InferenceServerException, match=message) as caught:
+        _http_infer(http, **kwargs)
+    assert caught.value.status() == "400"
+    with pytest.raises(InferenceServerException, match=message) as caught:
+        _grpc_infer(grpc, **kwargs)
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_ended_and_twice_started_sequences_are_refused(http: Any, grpc: Any) -> None:
+    assert _http_infer(http, sequence_id=4100, sequence_start=True).as_numpy("OUTPUT")[0][0] == 2
+    with pytest.raises(InferenceServerException, match="has already started and not ended"):
+        _grpc_infer(grpc, sequence_id=4100, sequence_start=True)
+    _grpc_infer(grpc, sequence_id=4100, sequence_end=True)
+    with pytest.raises(InferenceServerException, match="continues a sequence that has already"):
+        _http_infer(http, sequence_id=4100)
+    # the id may start a new sequence once the old one has ended
+    assert _http_infer(http, sequence_id=4100, sequence_start=True, sequence_end=True)
+
+
+def test_batch_size_and_corrid_type_are_checked(http: Any, grpc: Any) -> None:
+    with pytest.raises(InferenceServerException, match="must specify batch-size 1"):
+        _http_infer(http, data=np.ones((2, 1), np.int32), sequence_id=7, sequence_start=True)
+    with pytest.raises(InferenceServerException, match="control 'CORRID' data-type is 'BYTES'"):
+        _grpc_infer(grpc, "simple_dyna_sequence", sequence_id="x1", sequence_start=True)
+    with pytest.raises(InferenceServerException, match="data-type is 'UINT64', but model"):
+        _http_infer(http, "simple_string_dyna_sequence", sequence_id=12, sequence_start=True)
+    start = httpclient.InferInput("START", [1, 1], "INT32")
+    start.set_data_from_numpy(_one())
+    value = httpclient.InferInput("INPUT", [1, 1], "INT32")
+    value.set_data_from_numpy(_one())
+    with pytest.raises(InferenceServerException, match="unexpected inference input 'START'"):
+        http.infer("simple_sequence", [value, start], sequence_id=8, sequence_start=True)
+
+
+def test_implicit_state_is_kept_per_sequence(http: Any) -> None:
+    model = "simple_string_dyna_sequence"
+    sums = {"301": 0, "302": 0}
+    for step, value in enumerate([5, 7, -2, 10]):
+        for key in sums:
+            sums[key] += value * (1 if key == "301" else 3)
+            got = _http_infer(
+                http,
+                model,
+                data=_one(value * (1 if key == "301" else 3)),
+                sequence_id=key,
+                sequence_start=step == 0,
+            )
+            assert got.as_numpy("OUTPUT")[0][0] == sums[key]
+    end = _http_infer(http, model, data=_one(0), sequence_id="301", sequence_end=True)
+    assert end.as_numpy("OUTPUT")[0][0] == sums["301"] + 301
+    stats = http.get_inference_statistics(model)["model_stats"][0]
+    assert stats["inference_count"] >= 9
+
+
+# -- idle release and the backlog ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_slot_server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """simple_sequence with one instance, one slot and a 300 ms idle limit."""
+    repo = tmp_path_factory.mktemp("one_slot")
+    target = repo / "simple_sequence"
+    shutil.copytree(example_repo / "simple_sequence", target)
+    config = (target / "config.pbtxt").read_text()
+    config = re.sub(r"max_batch_size: \d+", "max_batch_size: 1", config)
+    config = config.replace(
+        "sequence_batching {", "sequence_batching {\n  max_sequence_idle_microseconds: 300000"
+    )
+    (target / "config.pbtxt").write_text(config)
+    with running_server([repo]) as proc:
+        yield proc
+
+
+def test_idle_sequence_is_released_and_backlog_waits(one_slot_server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(one_slot_server.http_url, concurrency=2)
+    other = httpclient.InferenceServerClient(one_slot_server.http_url)
+    try:
+        _http_infer(client, sequence_id=1, sequence_start=True)
+        # the only slot is taken: sequence 2 waits in the backlog until sequence 1 lets go
+        result: dict[str, Any] = {}
+
+        def second() -> None:
+            result["out"] = _http_infer(other, sequence_id=2, sequence_start=True)
+
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        waiting.join(0.1)
+        assert waiting.is_alive()
+        # sequence 1 falls idle: after 300 ms its slot goes to sequence 2
+        waiting.join(10)
+        assert not waiting.is_alive()
+        assert result["out"].as_numpy("OUTPUT")[0][0] == 2
+        with pytest.raises(InferenceServerException, match="released after being idle"):
+            _http_infer(client, sequence_id=1)
+    finally:
+        client.close()
+        other.close()
