@@ -8,7 +8,9 @@ the model's configuration, hands it to that version's scheduler and shapes the r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import numpy as np
@@ -19,8 +21,9 @@ from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, Tens
 from inferd.core.model_spec import ModelSpec
 from inferd.core.statistics import StatsSnapshot
 from inferd.core.validation import validate_request
-from inferd.errors import InferdError, InvalidArgumentError, UnavailableError
+from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.repository.manager_types import ModelManager, ServingModel
+from inferd.repository.streaming import StreamEvent, StreamingCaller
 from inferd.scheduling.response_cache import ResponseCache, request_key
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
@@ -65,6 +68,7 @@ class Engine:
         response_cache: ResponseCache | None = None,
     ) -> None:
         self._manager = manager
+        self._streaming = StreamingCaller(manager.get)
         self._cache = response_cache
         self._now = time.monotonic_ns
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
@@ -133,6 +137,11 @@ class Engine:
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
         model = self._manager.get(request.model_name, parse_version(request.model_version))
+        if model.spec.decoupled:
+            raise UnsupportedError(
+                f"model '{model.spec.name}' is decoupled (it sends any number of responses per "
+                "request): call it through the gRPC stream (ModelStreamInfer)"
+            )
         rows = validate_request(request, model.spec)
         if model.spec.response_cache and self._cache is not None:
             return await self._infer_cached(request, model, rows, self._cache)
@@ -164,6 +173,24 @@ class Engine:
         cache.insert(key, response.outputs)
         model.stats.record_cache_miss(lookup_ns + now() - start)
         return response
+
+    async def stream_infer(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Every response of the model to ``request``: many, one or none for a decoupled
+        model, exactly one for any other; the last event is ``final``. Closing the iterator
+        early cancels the request (the model sees it)."""
+        if not self._accepting:
+            raise UnavailableError("the server is shutting down and accepts no new requests")
+        model = self._manager.get(request.model_name, parse_version(request.model_version))
+        async with contextlib.aclosing(self._streaming.stream(request, model)) as events:
+            async for event in events:
+                yield event
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        """The model may send any number of responses per request (False if unknown)."""
+        try:
+            return self._manager.get(name, parse_version(version)).spec.decoupled
+        except InferdError:
+            return False
 
     @staticmethod
     def _shape_response(

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from inferd.core.streaming import ResponseSink
+
 __all__ = ["InferRequest", "InferResponse", "OutputBuffer", "ParamValue", "RequestedOutput"]
 
 ParamValue = bool | int | float | str
@@ -50,6 +52,8 @@ class InferRequest:
     # ns (queue, input, infer, output): how a caller that runs it for another request (an
     # ensemble step) adds those times to its own statistics
     on_timings: Callable[[int, int, int, int], None] | None = None
+    # where a decoupled model sends its responses (set by the engine's streaming entry)
+    sink: ResponseSink | None = None
 
 
 @dataclass(slots=True)

@@ -16,8 +16,6 @@ def check_supported(config: ModelConfig) -> None:
             problems.append("sequence_batching.iterative_sequence")
         if seq.WhichOneof("strategy_choice") == "oldest" and seq.oldest.preserve_ordering:
             problems.append("sequence_batching.oldest.preserve_ordering")
-    if config.model_transaction_policy.decoupled:
-        problems.append("model_transaction_policy.decoupled: true")
     if len(config.batch_input) or len(config.batch_output):
         problems.append("batch_input / batch_output (ragged batching helpers)")
     if len(config.model_repository_agents.agents):

@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.backends.base import LoadContext, LoadedModel, ModelInstance
+from inferd.backends.base import LoadContext, LoadedModel, ModelInstance, ThreadCalls
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import ModelConfig, spec_from_proto
-from inferd.core.sequence_spec import execution_spec
 from inferd.core.model_spec import ModelSpec
+from inferd.core.sequence_spec import execution_spec
 from inferd.errors import (
     ConfigError,
     ErrorCode,
@@ -36,8 +36,8 @@ from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.ensemble_graph import build_graph
 from inferd.scheduling.instances import InstancePool
-from inferd.scheduling.response_cache import check_model_cache
 from inferd.scheduling.pinned import PinnedPools
+from inferd.scheduling.response_cache import check_model_cache
 from inferd.scheduling.sequence import SequenceBatcher
 from inferd.scheduling.state import check_initial_states
 from inferd.scheduling.stats import ModelStats
@@ -200,6 +200,7 @@ def load_version(
     stats: ModelStats | None = None,
     *,
     inline_max_us: int = 0,
+    calls: ThreadCalls | None = None,
 ) -> LoadedVersion:
     """Load one version and start its instances. Blocking.
 
@@ -215,6 +216,7 @@ def load_version(
             version=version,
             model_dir=prepared.model_dir,
             version_dir=prepared.model_dir / str(version),
+            calls=calls,
         )
         loaded = backend.load(ctx)
     except ModelLoadError:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.backends.calls import LoopCalls
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import parse_json_config
 from inferd.core.lifecycle import ModelState, check_transition
@@ -39,6 +40,7 @@ from inferd.repository.loader import (
 )
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
+from inferd.repository.streaming import StreamingCaller
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
 from inferd.scheduling.stats import ModelStats
 
@@ -346,6 +348,7 @@ class RepositoryManager:
                     loop,
                     record.stats[v],
                     inline_max_us=self._options.inline_max_us,
+                    calls=LoopCalls(loop, StreamingCaller(self.get).stream_outputs),
                 )
                 for v in prepared.versions
             ),
