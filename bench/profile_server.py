@@ -21,6 +21,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+import generators  # noqa: E402
 import models as bench_models  # noqa: E402
 import run as bench_run  # noqa: E402
 
@@ -85,7 +86,7 @@ def main() -> None:
         "18002",
     ]
     raw = OUT / f"{args.repo}-{args.client}-c{args.concurrency}.txt"
-    with bench_run.process(
+    with generators.process(
         cmd, f"http://127.0.0.1:18000/v2/models/{model}/ready", OUT / "inferd.log"
     ) as proc:
         spy = [
@@ -109,7 +110,7 @@ def main() -> None:
         def load() -> None:
             if args.client == "wrk":
                 result.update(
-                    bench_run.wrk(
+                    generators.wrk(
                         f"http://127.0.0.1:18000/v2/models/{model}/infer",
                         body,
                         args.concurrency,
@@ -123,10 +124,9 @@ def main() -> None:
                     if args.client == "grpc"
                     else ("http", "127.0.0.1:18000")
                 )
-                prof = bench_run.Profile([args.concurrency], [], 0, 0, 2000, 4, 0)
                 result.update(
-                    bench_run.perf_analyzer(
-                        model, url, protocol, "binary", args.concurrency, data, prof, OUT
+                    generators.perf_analyzer(
+                        model, url, protocol, "binary", args.concurrency, data, 2000, 4, OUT
                     )
                 )
 

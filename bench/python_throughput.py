@@ -56,6 +56,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(SERVERS))
 
 import envs  # noqa: E402
+import generators  # noqa: E402
 import py_features  # noqa: E402
 import run as bench_run  # noqa: E402
 
@@ -150,8 +151,8 @@ def tree_cpu_s(root_pid: int) -> tuple[float, float]:
 def measure(
     url: str, body: Path, concurrency: int, seconds: int, server_pid: int
 ) -> dict[str, Any]:
-    """bench/run.py's wrk run, with the server's CPU time read around the measured window."""
-    result = bench_run.wrk(
+    """bench/generators.py's wrk run, with the server's CPU time read around the measured window."""
+    result = generators.wrk(
         url, body, concurrency, seconds, WORK, around=lambda: tree_cpu_s(server_pid)
     )
     if "error" in result:
@@ -206,13 +207,13 @@ def make_cell(
 def serving(
     cmd: list[str], ready_url: str, log: Path, cwd: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """bench/run.py's process(), then wait until the server's whole process group is gone.
+    """bench/generators.py's process(), then wait until the server's whole process group is gone.
 
-    run.process() waits for the root process only; LitServe's workers outlive it for tens of
+    process() waits for the root process only; LitServe's workers outlive it for tens of
     seconds, busy on two cores, and would skew the next cells. SIGKILL after 15 s."""
     pgid = 0
     try:
-        with bench_run.process(cmd, ready_url, log, env=server_env(), cwd=cwd) as proc:
+        with generators.process(cmd, ready_url, log, env=server_env(), cwd=cwd) as proc:
             pgid = proc.pid
             yield proc
     finally:
