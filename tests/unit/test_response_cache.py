@@ -223,9 +223,9 @@ def _requests(draw: st.DrawFn) -> tuple[Any, ...]:
         if draw(st.booleans()):
             dtype = draw(st.sampled_from(_DTYPES))
             shape = tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=2)))
-            raw = draw(st.binary(min_size=int(np.prod(shape)) * dtype.itemsize, max_size=64))
             count = int(np.prod(shape))
-            array = np.frombuffer(raw[: count * dtype.itemsize], dtype=np.uint8).copy()
+            raw = draw(st.binary(min_size=count * dtype.itemsize, max_size=count * dtype.itemsize))
+            array = np.frombuffer(raw, dtype=np.uint8).copy()
             if dtype == np.bool_:
                 array = array % 2
             inputs[name] = array.view(dtype).reshape(shape)

@@ -116,7 +116,7 @@ def check_model_cache(config: ModelConfig, server_cache: bool) -> None:
         )
 
 
-def _param_items(params: Mapping[str, ParamValue], skip: frozenset[str]) -> list[Any]:
+def _param_items(params: Mapping[str, ParamValue], skip: frozenset[str] = frozenset()) -> list[Any]:
     # (key, type, value): True and 1 are equal in Python, not in a request
     return sorted((k, type(v).__name__, v) for k, v in params.items() if k not in skip)
 
@@ -132,18 +132,19 @@ def request_key(request: InferRequest, model_name: str, version: int, epoch: int
     names = sorted(inputs)
     arrays = [inputs[n] for n in names]
     outputs = request.outputs
+    params = request.parameters
+    # dtype.num tells apart the extension types (bfloat16, float8...) that share a dtype.str;
+    # it is fixed for the life of the process, as the cache is
     header = repr(
         (
             model_name,
             version,
             epoch,
-            [(n, a.dtype.str, a.dtype.name, a.shape) for n, a in zip(names, arrays, strict=True)],
+            [(n, a.dtype.str, a.dtype.num, a.shape) for n, a in zip(names, arrays, strict=True)],
             None
             if outputs is None
-            else [
-                (o.name, o.classification, _param_items(o.parameters, frozenset())) for o in outputs
-            ],
-            _param_items(request.parameters, SCHEDULING_PARAMETERS),
+            else [(o.name, o.classification, _param_items(o.parameters)) for o in outputs],
+            _param_items(params, SCHEDULING_PARAMETERS) if params else [],
         )
     ).encode()
     digest = blake2b(len(header).to_bytes(8, "little"), digest_size=16)
