@@ -6,8 +6,9 @@ Starts one ``inferd serve --cache-config local,size=16777216`` on free ports wit
 each FP32 ``[-1, 16]`` in and out:
 
 - ``noop``: an ONNX Identity, no cache: the cheapest request the server can run;
-- ``costly``: a chain of 256-wide matrix products (about a millisecond of compute), with
-  ``response_cache { enable: true }``: after the first request every identical one is a hit;
+- ``costly``: a chain of 256-wide matrix products (``--layers``, 96 by default: about a
+  millisecond of compute), with ``response_cache { enable: true }``: after the first request
+  every identical one is a hit;
 - ``costly_uncached``: the same model without the cache, for the cost a hit saves.
 
 Then, at concurrency 1, it measures each path through the real clients: tritonclient's HTTP
@@ -172,7 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per path and round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median)")
-    parser.add_argument("--layers", type=int, default=24, help="256-wide layers of 'costly'")
+    parser.add_argument("--layers", type=int, default=96, help="256-wide layers of 'costly'")
     parser.add_argument("--perf-analyzer", default=None, help="perf_analyzer binary")
     args = parser.parse_args()
 
