@@ -61,6 +61,8 @@ def test_layout(repo: Path) -> None:
     for name in MODEL_NAMES:
         assert (repo / name / "config.pbtxt").is_file()
         files = {p.name for p in (repo / name / "1").iterdir()}
+        if _config(repo, name).platform == "ensemble":
+            continue  # an ensemble runs other models: its version folder holds no model
         assert files & MODEL_FILES, f"{name} has no model file: {sorted(files)}"
     assert (repo / "digits" / "1" / "model.onnx").stat().st_size < 1_000_000
     assert (repo / "digits" / "labels.txt").read_text().split() == [str(d) for d in range(10)]

@@ -24,6 +24,7 @@ from typing import Any
 from inferd.errors import AlreadyExistsError, UnavailableError
 from inferd.examples.common import Built, ExampleBuildError, ExampleSkipped
 from inferd.examples.digits_models import build_digits, build_python, digits_split
+from inferd.examples.ensemble_models import build_pipeline, build_postprocess
 from inferd.examples.sequence_models import (
     build_signal_filter,
     build_simple_dyna_sequence,
@@ -41,6 +42,8 @@ MODEL_NAMES: tuple[str, ...] = (
     "digits",
     "simple_identity",
     "digits_preprocess",
+    "digits_postprocess",
+    "digits_pipeline",
     "digits_cnn",
     "fraud_xgboost",
     "wine_pipeline",
@@ -67,6 +70,8 @@ _BUILDERS: dict[str, Callable[[str, Path], Built]] = {
     "digits": build_digits,
     "simple_identity": build_python,
     "digits_preprocess": build_python,
+    "digits_postprocess": build_postprocess,
+    "digits_pipeline": build_pipeline,
     "digits_cnn": build_digits_cnn,
     "fraud_xgboost": build_fraud_xgboost,
     "wine_pipeline": build_wine_pipeline,
