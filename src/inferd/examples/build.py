@@ -32,6 +32,7 @@ from inferd.examples.sequence_models import (
     build_simple_string_dyna_sequence,
 )
 from inferd.examples.simple_models import build_simple
+from inferd.examples.streaming_models import build_streaming
 from inferd.examples.tabular_models import build_fraud_xgboost, build_wine_pipeline, fraud_split
 from inferd.examples.torch_models import build_digits_cnn
 
@@ -51,6 +52,8 @@ MODEL_NAMES: tuple[str, ...] = (
     "simple_dyna_sequence",
     "simple_string_dyna_sequence",
     "signal_filter",
+    "repeat_int32",
+    "bls_router",
 )
 
 __all__ = [
@@ -79,6 +82,8 @@ _BUILDERS: dict[str, Callable[[str, Path], Built]] = {
     "simple_dyna_sequence": build_simple_dyna_sequence,
     "simple_string_dyna_sequence": build_simple_string_dyna_sequence,
     "signal_filter": build_signal_filter,
+    "repeat_int32": build_streaming,
+    "bls_router": build_streaming,
 }
 
 
