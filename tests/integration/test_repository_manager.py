@@ -255,7 +255,7 @@ async def test_warmup_runs_before_ready_and_bad_warmup_fails_the_load(tmp_path: 
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ("sequence_batching { }", "sequence_batching"),
+        ("sequence_batching { iterative_sequence: true }", "iterative_sequence"),
         ("model_transaction_policy { decoupled: true }", "decoupled"),
         ("response_cache { enable: true }", "response_cache"),
     ],

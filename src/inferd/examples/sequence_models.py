@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -59,7 +60,7 @@ def _save(model_dir: Path, graph: onnx.GraphProto, doc: str, config: str) -> Pat
     return model_file
 
 
-def _col(*values: int, dtype: type = np.int32) -> np.ndarray:  # type: ignore[type-arg]
+def _col(*values: int, dtype: type = np.int32) -> np.ndarray[Any, Any]:
     return np.array(values, dtype=dtype).reshape(-1, 1)
 
 
