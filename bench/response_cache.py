@@ -147,8 +147,10 @@ def _perf_analyzer(binary: Path, url: str, protocol: str, model: str) -> tuple[f
             "--concurrency-range",
             "1",
             "--measurement-interval",
-            "2000",
+            "3000",
             "--stability-percentage",
+            "50",
+            "--max-trials",
             "20",
         ],
         capture_output=True,
@@ -212,7 +214,11 @@ def main() -> None:
                 print("perf_analyzer: not found (pass --perf-analyzer PATH)")
             else:
                 for proto, url in (("http", server.http_url), ("grpc", server.grpc_url)):
-                    figures = {m: _perf_analyzer(binary, url, proto, m) for _, m in paths}
+                    try:
+                        figures = {m: _perf_analyzer(binary, url, proto, m) for _, m in paths}
+                    except RuntimeError as exc:  # e.g. no stable window on a busy machine
+                        print(f"pa {proto}: no figures ({str(exc).strip().splitlines()[-1]})")
+                        continue
                     base_lat = figures["noop"][1]
                     for label, model in paths:
                         rps, lat = figures[model]

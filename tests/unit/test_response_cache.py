@@ -342,3 +342,14 @@ def test_sequence_and_decoupled_models_cannot_use_the_cache() -> None:
     dec.model_transaction_policy.decoupled = True
     with pytest.raises(ConfigError, match="decoupled"):
         check_model_cache(dec, server_cache=True)
+
+
+def test_extension_dtypes_are_hashed_and_told_apart() -> None:
+    import ml_dtypes
+
+    raw = np.arange(4, dtype=np.uint16)
+    bf16 = _key(_req({"A": raw.view(ml_dtypes.bfloat16)}))
+    fp16 = _key(_req({"A": raw.view(np.float16)}))
+    i16 = _key(_req({"A": raw.view(np.int16)}))
+    assert len({bf16, fp16, i16}) == 3
+    assert bf16 == _key(_req({"A": raw.copy().view(ml_dtypes.bfloat16)}))

@@ -155,8 +155,10 @@ def request_key(request: InferRequest, model_name: str, version: int, epoch: int
                 raw = item if isinstance(item, bytes) else str(item).encode()
                 digest.update(len(raw).to_bytes(8, "little"))
                 digest.update(raw)
-        else:  # the buffer itself: hashlib reads any contiguous array, custom dtypes too
-            digest.update(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+        else:  # the buffer itself: hashlib reads any contiguous array, custom dtypes too (a
+            # memoryview would refuse bfloat16); numpy's stubs do not declare the buffer protocol
+            contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+            digest.update(contiguous)  # type: ignore[arg-type]
     return digest.digest()
 
 
