@@ -39,7 +39,13 @@ PUBLIC: dict[str, set[str]] = {
     },
     "inferd.server.embedded": {"InferenceServer"},
     "inferd.testing": {"FakeClock", "FakeInstance", "ServerProcess", "running_server"},
-    "inferd.core.inference": {"InferRequest", "InferResponse", "ParamValue", "RequestedOutput"},
+    "inferd.core.inference": {
+        "InferRequest",
+        "InferResponse",
+        "OutputBuffer",
+        "ParamValue",
+        "RequestedOutput",
+    },
     "inferd.core.model_spec": {
         "DynamicBatchingSpec",
         "InstanceGroupSpec",
