@@ -81,7 +81,12 @@ def main() -> int:
         tempfile.TemporaryDirectory() as tmp,
         running_server(
             [build_repository(Path(tmp), elements)],
-            ["--allow-metrics=false", "--http-max-input-size", str(2 * nbytes + (1 << 20))],
+            [
+                "--allow-metrics=false",
+                "--allow-shared-memory=true",
+                "--http-max-input-size",
+                str(2 * nbytes + (1 << 20)),
+            ],
         ) as server,
     ):
         http = httpclient.InferenceServerClient(server.http_url, network_timeout=120)

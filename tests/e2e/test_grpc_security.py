@@ -59,6 +59,7 @@ def guarded(repo: Path) -> Iterator[ServerProcess]:
     args = [
         "--model-control-mode", "explicit", "--load-model", "simple",
         "--grpc-restricted-protocol", f"model-repository:Admin-Key={SECRET}",
+        "--allow-shared-memory=true",
     ]  # fmt: skip
     with running_server([repo], args, env={"INFERD_ADMIN_TOKEN": TOKEN}) as proc:
         yield proc

@@ -33,6 +33,13 @@ TRITON_EXAMPLES = Path(__file__).parent / "triton_shm_examples"
 PREFIX = f"inferd-e2e-{os.getpid()}"
 
 
+@pytest.fixture(scope="module")
+def server(example_repo: Path) -> Iterator[ServerProcess]:
+    """``inferd serve`` on the example repository with the extension turned on."""
+    with running_server([example_repo], ["--allow-shared-memory=true"]) as proc:
+        yield proc
+
+
 @pytest.fixture(params=["http", "grpc"])
 def client(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[Any]:
     if request.param == "http":
@@ -243,8 +250,8 @@ def test_raw_http_rules(server: ServerProcess, regions: Any) -> None:
 # -- the switch -------------------------------------------------------------------------------
 
 
-def test_allow_shared_memory_false_turns_the_extension_off(example_repo: Path) -> None:
-    with running_server([example_repo], ["--allow-shared-memory=false"]) as off:
+def test_the_extension_is_off_unless_enabled(example_repo: Path) -> None:
+    with running_server([example_repo]) as off:
         http = httpclient.InferenceServerClient(off.http_url)
         grpc = grpcclient.InferenceServerClient(off.grpc_url)
         try:
@@ -257,10 +264,10 @@ def test_allow_shared_memory_false_turns_the_extension_off(example_repo: Path) -
                 grpc.get_cuda_shared_memory_status,
                 lambda: grpc.register_system_shared_memory("r", "/k", 8),
             ):
-                assert "--allow-shared-memory=false" in _error(call)
+                assert "--allow-shared-memory=true" in _error(call)
             item = httpclient.InferInput("INPUT0", [1, 16], "INT32")
             item.set_shared_memory("r", 64)
-            assert "--allow-shared-memory=false" in _error(lambda: http.infer("simple", [item]))
+            assert "--allow-shared-memory=true" in _error(lambda: http.infer("simple", [item]))
         finally:
             http.close()
             grpc.close()

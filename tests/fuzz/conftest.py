@@ -32,7 +32,8 @@ RSS_GROWTH_LIMIT_BYTES = 48 * 1024 * 1024
 
 
 def fuzz_server_args() -> list[str]:
-    args = ["--model-control-mode", "explicit"]
+    # every extension on, so that the fuzz reaches the code behind each of them
+    args = ["--model-control-mode", "explicit", "--allow-shared-memory=true"]
     for name in FUZZ_MODELS:
         args += ["--load-model", name]
     return args

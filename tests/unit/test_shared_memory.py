@@ -211,7 +211,7 @@ def test_disabled_refuses_everything(folder: Path) -> None:
         lambda: registry.cuda_unregister(),
     ]
     for call in calls:
-        with pytest.raises(UnsupportedError, match="--allow-shared-memory=false"):
+        with pytest.raises(UnsupportedError, match="--allow-shared-memory=true"):
             call()
 
 

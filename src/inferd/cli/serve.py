@@ -277,11 +277,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=parse_bool,
         nargs="?",
         const=True,
-        default=True,
+        default=False,
         metavar="BOOL",
-        help="let clients register their own system shared-memory regions (/dev/shm/<key>) and "
-        "name them as inference inputs and outputs; false turns the shared-memory extension "
-        "off (default: true)",
+        help="let clients register system shared-memory regions (/dev/shm/<key>) and name them "
+        "as inference inputs and outputs. A client that can reach the API can then read and "
+        "write any /dev/shm object this server's user can open, so turn it on only where every "
+        "client is trusted and on this machine (default: false)",
     )
     sec.add_argument(
         "--admin-token-file",

@@ -107,8 +107,9 @@ class SharedMemoryRegistry:
     def _check_enabled(self) -> None:
         if not self._enabled:
             raise UnsupportedError(
-                "shared memory is disabled on this server (started with "
-                "--allow-shared-memory=false); send tensor data in the request instead"
+                "shared memory is disabled on this server (start it with "
+                "--allow-shared-memory=true to enable it); send tensor data in the request "
+                "instead"
             )
 
     # -- system shared memory -----------------------------------------------------------------

@@ -50,7 +50,7 @@ class ServerConfig:
     allow_model_upload: bool = False  # `file:` parameters of load requests (explicit mode)
     allow_code_upload: bool = False  # uploads that run code (Python models, pickles)
     admin_token: str | None = field(default=None, repr=False)  # Bearer token for admin APIs
-    allow_shared_memory: bool = True  # clients' /dev/shm regions as tensor inputs and outputs
+    allow_shared_memory: bool = False  # clients' /dev/shm regions as tensor inputs and outputs
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
 
     def __post_init__(self) -> None:
