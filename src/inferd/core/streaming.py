@@ -39,7 +39,7 @@ class StreamedResponse:
 class ResponseSink:
     """Where a model sends the responses of one request (thread-safe)."""
 
-    __slots__ = ("_cancelled", "_deliver", "_done", "_lock", "_watchers", "sent")
+    __slots__ = ("_cancelled", "_deliver", "_done", "_lock", "_watchers", "adopted", "sent")
 
     def __init__(self, deliver: Callable[[StreamedResponse], None]) -> None:
         self._deliver = deliver
@@ -48,6 +48,7 @@ class ResponseSink:
         self._done = False
         self._watchers: list[Callable[[], None]] = []
         self.sent = 0  # responses delivered (final markers not counted)
+        self.adopted = False  # the backend ends the request through this sink (see adopt())
 
     @property
     def cancelled(self) -> bool:
@@ -69,6 +70,11 @@ class ResponseSink:
                 self.sent += 1
         self._deliver(item)
         return True
+
+    def adopt(self) -> None:
+        """The backend promises to end the request through this sink (with a final response
+        or marker), possibly after its ``execute`` has returned."""
+        self.adopted = True
 
     def cancel(self) -> None:
         """The consumer is gone: drop later responses and tell the watchers (once)."""

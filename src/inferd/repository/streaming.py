@@ -58,11 +58,19 @@ async def stream_model(
     request.sink = sink
     task = asyncio.ensure_future(model.scheduler.submit(request, rows))
     finished = False
+
+    def waiting() -> bool:
+        if not task.done() or not queue.empty():
+            return True
+        # a backend that adopted the sink answers through it after its batch is over
+        return sink.adopted and not task.cancelled() and task.exception() is None
+
     try:
-        while not task.done() or not queue.empty():
+        while waiting():
             if queue.empty():
                 getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                pending = {getter} if task.done() else {getter, task}
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 if not getter.done():
                     getter.cancel()
                     continue

@@ -84,18 +84,19 @@ def run_decoupled(
     assert arena is not None
     streams = worker.streams
     if worker.typed:
-        for index, (req, rs) in enumerate(zip(requests, refs, strict=True)):
+        for req, rs in zip(requests, refs, strict=True):
+            key = int(req["stream"])
             inputs = {r.name: shm.read(arena, r, copy=False) for r in rs}
             context = api.StreamRequest(
                 id=str(req.get("id", "")),
                 parameters_json=str(req.get("parameters_json", "{}")),
-                index=index,
+                index=key,
                 streams=streams,
             )
-            _run_typed(worker, index, inputs, context)
+            _run_typed(worker, key, inputs, context)
         return
     batch = []
-    for index, (req, rs) in enumerate(zip(requests, refs, strict=True)):
+    for req, rs in zip(requests, refs, strict=True):
         request = pb_utils.InferenceRequest(
             inputs=[pb_utils.Tensor(r.name, shm.read(arena, r, copy=False)) for r in rs],
             request_id=req.get("id", ""),
@@ -103,7 +104,7 @@ def run_decoupled(
             model_name=worker.name,
             parameters=req.get("parameters_json", "{}"),
         )
-        request.attach_sender(ResponseSender(streams, index))
+        request.attach_sender(ResponseSender(streams, int(req["stream"])))
         batch.append(request)
     returned = worker.run_maybe_async(worker.model.execute(batch))
     if returned is not None:

@@ -119,6 +119,7 @@ class Exchange:
         self._window = window
         self._decoupled = decoupled
         self._open = set(range(len(requests))) if decoupled else set()
+        self._by_key: dict[int, InferRequest] = dict(enumerate(requests))
         self.results: list[Result] = [{} for _ in requests]
         self._bls: dict[int, Callable[[], None]] = {}
         self._segments: list[Path] = []
@@ -202,6 +203,7 @@ class Exchange:
         final = bool(message.get("final"))
         if index not in self._open:
             return
+        self._mapped()
         error: InferdError | None = None
         outputs: dict[str, Array] | None = None
         if message.get("error"):
@@ -213,15 +215,28 @@ class Exchange:
                 error = exc
         if final:
             self._open.discard(index)
-        sink = self._requests[index].sink
-        if sink is not None:
-            sink.send(StreamedResponse(outputs, error, final))
-        elif error is not None:
+        request = self._by_key[index]
+        if final:
+            self._closed(index)
+        if request.sink is not None:
+            request.sink.send(StreamedResponse(outputs, error, final))
+        elif error is not None and index < len(self.results):
             self.results[index] = error
 
-    def _read(self, wire: list[Any]) -> dict[str, Array]:
+    def _mapped(self) -> None:
+        """A message that may carry tensors arrived (hook for the stream pump)."""
+
+    def _closed(self, key: int) -> None:
+        """Request ``key`` sent its final response (hook for the stream pump)."""
+
+    def _out_arena(self) -> shm.Arena:
+        """Where the worker writes responses and calls' inputs."""
         space = self._w.space
         assert space is not None
+        return space.arena
+
+    def _read(self, wire: list[Any]) -> dict[str, Array]:
+        arena = self._out_arena()
         outputs: dict[str, Array] = {}
         for item in wire:
             ref = shm.TensorRef.from_wire(item)
@@ -234,7 +249,7 @@ class Exchange:
                     f"{ref.datatype}, but the model configuration declares "
                     f"{declared.datatype.config_name}"
                 )
-            outputs[ref.name] = shm.read(space.arena, ref, copy=True)
+            outputs[ref.name] = shm.read(arena, ref, copy=True)
         return outputs
 
     def _room(self, needed: int) -> None:
@@ -276,12 +291,12 @@ class Exchange:
         )
 
     def _call_request(self, message: Message) -> InferRequest:
-        space = self._w.space
-        assert space is not None
+        self._mapped()
+        arena = self._out_arena()
         inputs: dict[str, Array] = {}
         for item in message.get("inputs") or []:
             ref = shm.TensorRef.from_wire(item)
-            inputs[ref.name] = shm.read(space.arena, ref, copy=True)
+            inputs[ref.name] = shm.read(arena, ref, copy=True)
         params = json.loads(message.get("parameters_json") or "{}")
         if not isinstance(params, dict) or not all(
             isinstance(v, bool | int | float | str) for v in params.values()
@@ -337,7 +352,7 @@ class Exchange:
         for path in self._segments:
             path.unlink(missing_ok=True)
         for index in sorted(self._open):
-            request = self._requests[index]
+            request = self._by_key[index]
             if request.sink is not None:
                 request.sink.send(
                     StreamedResponse(

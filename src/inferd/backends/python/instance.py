@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import ExecutionTimes, Result
 from inferd.backends.execution import describe, each_request
@@ -23,6 +23,7 @@ from inferd.backends.python import shm, transfer
 from inferd.backends.python.exchange import Exchange, Wakeup
 from inferd.backends.python.launcher import describe_exit
 from inferd.backends.python.protocol import Message, encode
+from inferd.backends.python.stream_pump import StreamPump
 from inferd.backends.python.worker_handle import WorkerHandle, await_ready
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec
@@ -51,6 +52,7 @@ class PythonInstance:
         self._closing = False
         self._worker: WorkerHandle | None = None
         self._wakeup = Wakeup()
+        self._pump: StreamPump | None = None  # decoupled models: the worker's reader
         self.restarts = 0
 
     @property
@@ -88,6 +90,7 @@ class PythonInstance:
                 describe_exit(w.reap()),
                 self.restarts,
             )
+            self._drop_pump()
             w.release()
             w = self._worker = None
         if w is None:
@@ -99,6 +102,7 @@ class PythonInstance:
     def _died(self, w: WorkerHandle, requests: Sequence[InferRequest]) -> InternalError:
         """Fail the in-flight batch; restart now unless the model is unloading."""
         exitcode = w.reap()
+        self._drop_pump()
         w.release()
         self._worker = None
         what = describe_exit(exitcode)
@@ -161,15 +165,21 @@ class PythonInstance:
         t0 = time.perf_counter_ns()
         staged = transfer.stage_inputs(requests)
         needed = transfer.input_bytes(staged)
+        batch: Any = None
         for attempt in (1, 2):
             w = self._ready_worker()
             message = self._write_inputs(w, staged, requests, needed)
             try:
+                if self._spec.decoupled:
+                    batch = self._submit(w, message, requests)
                 w.send(message)
                 break
             except OSError:  # died while idle, between the check and the send: nothing ran
                 log.error("the Python model worker for %s was gone; restarting it", self._label)
                 w.reap()
+                if batch is not None and self._pump is not None:
+                    self._pump.withdraw(batch)
+                self._drop_pump()
                 w.release()
                 self._worker = None
                 if attempt == 2:
@@ -177,6 +187,8 @@ class PythonInstance:
                         f"the Python model worker for {self._label} cannot be reached"
                     ) from None
         t1 = time.perf_counter_ns()
+        if self._spec.decoupled:
+            return self._decoupled(w, batch, requests, times, (t0, t1))
         overloaded: list[OverloadedError] = []
 
         def grow(reply: Message) -> bool:
@@ -222,6 +234,58 @@ class PythonInstance:
         times.infer_ns += t2 - t1
         times.output_ns += t3 - t2
         return results
+
+    # -- decoupled models ------------------------------------------------------------------------
+
+    def _submit(self, w: WorkerHandle, message: Message, requests: Sequence[InferRequest]) -> Any:
+        """Register the batch with the worker's reader: stream numbers go into ``message``."""
+        pump = self._pump
+        if pump is None or pump.stopped.is_set():
+            self._drop_pump()
+            pump = self._pump = StreamPump(
+                w,
+                self._spec,
+                calls=self._model.ctx.calls,
+                make_arena=self._response_arena,
+                label=self._label,
+            )
+        assert w.space is not None
+        start, end = int(message["start"]), int(message["inputs_end"])
+        holder = w.space.lend(start, end) if end > start else None
+        keys, batch = pump.submit(requests, holder)
+        for entry, key in zip(message["requests"], keys, strict=True):
+            entry["stream"] = key
+        return batch
+
+    def _decoupled(
+        self,
+        w: WorkerHandle,
+        batch: Any,
+        requests: Sequence[InferRequest],
+        times: ExecutionTimes,
+        started: tuple[int, int],
+    ) -> list[Result]:
+        """Wait until ``execute`` returns; the responses go on through the worker's reader."""
+        batch.done.wait()
+        reply = batch.reply
+        if reply is None:
+            return list(each_request(self._died(w, requests), len(requests)))
+        t2 = time.perf_counter_ns()
+        times.input_ns += started[1] - started[0]
+        times.infer_ns += t2 - started[1]
+        if reply["op"] == "failed":
+            error = InternalError(f"Python model '{self._spec.name}' failed: {reply['message']}")
+            return list(each_request(error, len(requests)))
+        return [{} for _ in requests]
+
+    def _response_arena(self, needed: int, current: int) -> shm.Arena:
+        size = self._model.settings.policy.next_size(current, needed)
+        return shm.Arena.create(size, tag=self._model.arena_tag(self._group, self._index) + "-out")
+
+    def _drop_pump(self) -> None:
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            pump.join()
 
     def _grow(self, w: WorkerHandle, needed: int, minimum: int | None = None) -> None:
         """A new arena with room for ``needed`` bytes if allowed, else for ``minimum``.
@@ -300,7 +364,9 @@ class PythonInstance:
             w, self._worker = self._worker, None
             if w is None:
                 return
-            if acquired and w.alive():
+            if acquired and w.alive() and self._pump is not None:
+                self._pump.finalize(FINALIZE_TIMEOUT_S)
+            elif acquired and w.alive():
                 try:
                     w.send({"op": "finalize"})
                     deadline = time.monotonic() + FINALIZE_TIMEOUT_S
@@ -310,6 +376,7 @@ class PythonInstance:
                 except OSError:
                     pass
             w.reap(timeout_s=2.0)
+            self._drop_pump()
             w.release()
         finally:
             self._wakeup.close()

@@ -33,12 +33,22 @@ Array = np.ndarray[Any, Any]
 class Outbox:
     """Tensors into the current window of the arena, with the message that points at them."""
 
-    def __init__(self, worker: Worker, channel: Channel) -> None:
+    def __init__(self, worker: Worker, channel: Channel, *, own_arena: bool = False) -> None:
         self._worker = worker
         self._channel = channel
         self.lock = threading.RLock()
         self.cursor = 0
         self.limit = 0
+        # A decoupled model writes in an arena of its own, granted by the server on the first
+        # ``room`` request: its threads may send after ``execute`` returned, while the next
+        # batch's inputs arrive in the instance's arena.
+        self._own_arena = own_arena
+        self.arena: shm.Arena | None = None
+
+    def _target(self) -> shm.Arena:
+        arena = self.arena if self._own_arena else self._worker.arena
+        assert arena is not None
+        return arena
 
     def reset(self, start: int, limit: int) -> None:
         with self.lock:
@@ -56,11 +66,15 @@ class Outbox:
                 raise OverloadedError(str(reply.get("message", "no room for the outputs")))
             if reply.get("arena"):
                 path, size = reply["arena"]
-                self._worker.switch_arena(path, int(size))
+                if self._own_arena:
+                    old, self.arena = self.arena, shm.Arena.attach(path, int(size))
+                    if old is not None:
+                        self._worker.retired.append(old)
+                else:
+                    self._worker.switch_arena(path, int(size))
             self.cursor, self.limit = int(reply["start"]), int(reply["limit"])
             offsets, end = shm.layout(staged, start=self.cursor)
-        arena = self._worker.arena
-        assert arena is not None
+        arena = self._target()
         pairs = zip(staged, offsets, strict=True)
         refs = [shm.write(arena, item, offset).to_wire() for item, offset in pairs]
         self.cursor = end
@@ -79,7 +93,8 @@ def wire_error(exc: BaseException) -> list[str]:
 
 
 class Streams:
-    """The open requests of a decoupled model's batch: which ones still await their final."""
+    """The open requests of a decoupled model (by stream number, unique for the worker):
+    which ones still await their final. Requests of several batches may be open at once."""
 
     def __init__(self, channel: Channel, outbox: Outbox) -> None:
         self._channel = channel
@@ -93,11 +108,10 @@ class Streams:
         with self._lock:
             return bool(self._open) or not self._returned
 
-    def begin(self, count: int) -> None:
+    def begin(self, keys: list[int]) -> None:
         with self._lock:
-            self._open = set(range(count))
+            self._open.update(keys)
             self._returned = False
-        self._channel.cancelled.clear()
 
     def returned(self) -> None:
         with self._lock:
@@ -124,17 +138,19 @@ class Streams:
                 return False
             if final:
                 self._open.discard(index)
-        if not final and index in self._channel.cancelled:
+        if final:
+            self._channel.cancelled.discard(index)
+        elif index in self._channel.cancelled:
             return True  # the client is gone: nothing more is sent but the final flag
         wire = error if isinstance(error, list) or error is None else wire_error(error)
         message: Message = {"op": "response", "index": index, "final": final, "error": wire}
         self._outbox.send(message, None if wire is not None else outputs)
         return True
 
-    def fail_open(self, error: BaseException) -> None:
-        """Close every request still open with ``error`` (execute raised)."""
+    def fail_open(self, keys: list[int], error: BaseException) -> None:
+        """Close the requests of ``keys`` still open with ``error`` (execute raised)."""
         with self._lock:
-            left = sorted(self._open)
+            left = sorted(self._open.intersection(keys))
         for index in left:
             self.send(index, None, error, True)
 

@@ -72,7 +72,7 @@ class Worker:
         self.batching = int(init.get("max_batch_size", 0)) > 0
         self.decoupled = bool(init.get("decoupled", False))
         self.channel = Channel(conn, prepare=read_call_answer)
-        self.outbox = Outbox(self, self.channel)
+        self.outbox = Outbox(self, self.channel, own_arena=self.decoupled)
         self.streams = Streams(self.channel, self.outbox)
         self.calls = Calls(self.channel, self.outbox, self)
         self._executing = False
@@ -172,13 +172,13 @@ class Worker:
         arena = self.arena
         assert arena is not None
         self._batch_arena = arena
-        self.outbox.reset(int(message.get("inputs_end", 0)), int(message.get("limit", arena.size)))
         requests: list[dict[str, Any]] = message["requests"]
         refs = [[shm.TensorRef.from_wire(r) for r in req["inputs"]] for req in requests]
         ids = [str(req.get("id", "")) for req in requests]
         if self.decoupled:
             self._execute_decoupled(requests, refs)
             return
+        self.outbox.reset(int(message.get("inputs_end", 0)), int(message.get("limit", arena.size)))
         self._executing = True
         try:
             if self.typed:
@@ -204,12 +204,13 @@ class Worker:
         """
         from inferd.backends.python.decoupled import run_decoupled
 
-        self.streams.begin(len(requests))
+        keys = [int(req["stream"]) for req in requests]
+        self.streams.begin(keys)
         try:
             run_decoupled(self, requests, refs)
         except Exception as exc:
             traceback.print_exc()
-            self.streams.fail_open(exc)
+            self.streams.fail_open(keys, exc)
         finally:
             self.streams.returned()
             self.send({"op": "returned"})

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -34,7 +34,7 @@ from inferd.errors import (
 )
 from inferd.frontends.grpc.errors import set_status, status_for
 from inferd.frontends.grpc.handlers import Undecodable
-from inferd.frontends.grpc.streaming import decoupled_responses
+from inferd.frontends.grpc.streaming import Started, decoupled_responses
 from inferd.frontends.shared_memory import SharedMemoryRegistry
 
 __all__ = ["GrpcInferenceServicer"]
@@ -158,9 +158,9 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             key == _STREAM_ERRORS_AS_STATUS and str(value).lower() == "true"
             for key, value in (context.invocation_metadata() or ())
         )
-        pending: asyncio.Queue[
-            asyncio.Task[_StreamResult | AsyncGenerator[_StreamResult, None]] | None
-        ] = asyncio.Queue(self._max_stream_inflight)
+        pending: asyncio.Queue[asyncio.Task[_StreamResult | Started] | None] = asyncio.Queue(
+            self._max_stream_inflight
+        )
         reader = asyncio.create_task(self._read_stream(request_iterator, pending))
         try:
             while True:
@@ -188,15 +188,18 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             reader.cancel()
             while not pending.empty():
                 leftover = pending.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+                if leftover is None:
+                    continue
+                leftover.cancel()
+                if leftover.done() and not leftover.cancelled() and leftover.exception() is None:
+                    started = leftover.result()
+                    if isinstance(started, Started):  # a decoupled request already running
+                        await started.aclose()
 
     async def _read_stream(
         self,
         request_iterator: AsyncIterable[Any],
-        pending: asyncio.Queue[
-            asyncio.Task[_StreamResult | AsyncGenerator[_StreamResult, None]] | None
-        ],
+        pending: asyncio.Queue[asyncio.Task[_StreamResult | Started] | None],
     ) -> None:
         try:
             async for msg in request_iterator:
@@ -211,13 +214,14 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             raise
         await pending.put(None)
 
-    async def _stream_one(self, msg: Any) -> _StreamResult | AsyncGenerator[_StreamResult, None]:
+    async def _stream_one(self, msg: Any) -> _StreamResult | Started:
         out = service_pb2.ModelStreamInferResponse()
         try:
             if type(msg) is Undecodable:
                 raise InvalidArgumentError(msg.message)
             if self._engine.is_decoupled(msg.model_name, msg.model_version):
-                return decoupled_responses(self._engine, msg, self._shm, self._stream_failure)
+                responses = decoupled_responses(self._engine, msg, self._shm, self._stream_failure)
+                return Started(responses)
             await self._infer(msg, into=out.infer_response)
         except Exception as exc:
             code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))

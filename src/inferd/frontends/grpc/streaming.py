@@ -9,8 +9,9 @@ request id, model name and version) marks the end. A response with an error is s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from tritonclient.grpc import service_pb2
@@ -22,7 +23,7 @@ from inferd.codecs.v2_grpc import (
 )
 from inferd.engine import Engine
 
-__all__ = ["FINAL_RESPONSE", "decoupled_responses"]
+__all__ = ["FINAL_RESPONSE", "Started", "decoupled_responses"]
 
 FINAL_RESPONSE = "triton_final_response"
 
@@ -63,3 +64,43 @@ async def decoupled_responses(
                 yield out, None
     except Exception as exc:
         yield failure(msg, exc)
+
+
+_END = object()
+
+
+class Started(AsyncIterator[_StreamResult]):
+    """Runs ``responses`` at once, keeping what it yields until it is read: the requests of
+    one stream do not wait for each other's completion, even though their responses are
+    written in request order. ``aclose`` stops it (which cancels the request)."""
+
+    def __init__(self, responses: AsyncGenerator[_StreamResult, None]) -> None:
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._task = asyncio.create_task(self._run(responses))
+
+    async def _run(self, responses: AsyncGenerator[_StreamResult, None]) -> None:
+        try:
+            async with contextlib.aclosing(responses) as items:
+                async for item in items:
+                    self._queue.put_nowait(item)
+        finally:
+            self._queue.put_nowait(_END)
+
+    def __aiter__(self) -> Started:
+        return self
+
+    async def __anext__(self) -> _StreamResult:
+        item = await self._queue.get()
+        if item is _END:
+            self._queue.put_nowait(_END)
+            if not self._task.cancelled() and self._task.exception() is not None:
+                raise self._task.exception()  # type: ignore[misc]
+            raise StopAsyncIteration
+        result: _StreamResult = item
+        return result
+
+    async def aclose(self) -> None:
+        if not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
