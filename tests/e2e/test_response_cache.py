@@ -288,14 +288,21 @@ def test_sequence_and_decoupled_models_with_the_cache_are_refused(
     assert http.is_server_live()
 
 
-def test_a_server_without_a_cache_refuses_a_model_that_enables_it(repo: Path) -> None:
+def test_a_server_without_a_cache_serves_such_a_model_uncached_and_says_so(repo: Path) -> None:
+    """As Triton does: the model loads and every request runs it; the log names the flag."""
     with running_server([repo], ["--model-control-mode", "explicit"]) as proc:
         client = httpclient.InferenceServerClient(proc.http_url)
         try:
-            with pytest.raises(InferenceServerException, match="--cache-config local,size="):
-                client.load_model("cached")
-            client.load_model("plain")
-            assert client.is_model_ready("plain")
+            client.load_model("cached")
+            assert client.is_model_ready("cached")
+            a, b = _data(7)
+            for _ in range(2):
+                _http_infer(client, "cached", a, b)
+            counts = _counts(_stats(client, "cached"))
+            assert counts["executions"] == 2  # the repeat ran the model: nothing is cached
+            assert counts.get("cache_hit", 0) == 0
+            assert "enables response_cache but the server has no cache" in proc.log()
+            assert "--cache-config local,size=" in proc.log()
         finally:
             client.close()
 

@@ -327,11 +327,13 @@ def test_a_model_with_the_cache_loads_on_a_server_with_one() -> None:
     check_model_cache(model_config_pb2.ModelConfig(name="plain"), server_cache=False)
 
 
-def test_a_model_with_the_cache_is_refused_by_a_server_without_one() -> None:
-    with pytest.raises(
-        ConfigError, match=r"model 'cached' enables response_cache .*--cache-config"
-    ):
-        check_model_cache(_config(), server_cache=False)
+def test_a_model_with_the_cache_loads_uncached_on_a_server_without_one_with_a_warning() -> None:
+    warning = check_model_cache(_config(), server_cache=False)
+    assert warning is not None
+    assert "model 'cached' enables response_cache" in warning
+    assert "not cached" in warning
+    assert "--cache-config local,size=" in warning
+    assert check_model_cache(_config(), server_cache=True) is None
 
 
 def test_sequence_and_decoupled_models_cannot_use_the_cache() -> None:

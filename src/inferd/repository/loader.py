@@ -148,7 +148,9 @@ def prepare(
         )
         check_config_paths(proto)
         normalize_and_validate(proto, model_dir)
-        check_model_cache(proto, options.response_cache)
+        cache_warning = check_model_cache(proto, options.response_cache)
+        if cache_warning:
+            _log.warning("%s", cache_warning)
         check_supported(proto)
         _check_instance_count(proto, options.max_instances)
         spec = spec_from_proto(proto)

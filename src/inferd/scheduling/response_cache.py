@@ -94,10 +94,11 @@ def parse_cache_config(items: Sequence[str]) -> int | None:
     return int(size_text)
 
 
-def check_model_cache(config: ModelConfig, server_cache: bool) -> None:
-    """Refuse, at load, a model whose ``response_cache`` cannot be honoured."""
+def check_model_cache(config: ModelConfig, server_cache: bool) -> str | None:
+    """Refuse, at load, a model whose ``response_cache`` can never be honoured; return a warning
+    for the loader to log when it cannot be honoured on this server (no ``--cache-config``)."""
     if not config.response_cache.enable:
-        return
+        return None
     name = config.name
     if config.WhichOneof("scheduling_choice") == "sequence_batching":
         raise ConfigError(
@@ -110,10 +111,14 @@ def check_model_cache(config: ModelConfig, server_cache: bool) -> None:
             "policy; set response_cache { enable: false }"
         )
     if not server_cache:
-        raise ConfigError(
-            f"model '{name}' enables response_cache but the server has no cache: start it with "
-            "--cache-config local,size=<bytes>, or set response_cache { enable: false }"
+        # Triton serves such a model uncached; so does inferd (a Triton repository loads
+        # unchanged), and says so in the log
+        return (
+            f"model '{name}' enables response_cache but the server has no cache, so its "
+            "responses are not cached: start the server with --cache-config local,size=<bytes> "
+            "to cache them, or set response_cache { enable: false } to silence this warning"
         )
+    return None
 
 
 def _param_items(params: Mapping[str, ParamValue], skip: frozenset[str] = frozenset()) -> list[Any]:
