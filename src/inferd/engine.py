@@ -36,6 +36,7 @@ EXTENSIONS: tuple[str, ...] = (
     "parameters",
     "statistics",
     "schedule_policy",
+    "generate",
 )
 
 

@@ -29,6 +29,7 @@ from inferd.frontends.http.compression import (
     too_large,
 )
 from inferd.frontends.http.errors import HttpStatusError, describe_exception
+from inferd.frontends.http.generate import ClientGone, SseReply, decode_generate, generate_once
 from inferd.frontends.http.routes import API, Endpoint, Route, match_route
 from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
 from inferd.frontends.shared_memory import SharedMemoryRegistry
@@ -128,7 +129,9 @@ class HttpApp:
         # the endpoints whose API group the policy guards; empty by default (no per-request cost)
         self._guarded = frozenset(e for e in Endpoint if self._access.guards(API[e]))
         self._log = log
-        self._handlers: dict[Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply]]] = {
+        self._handlers: dict[
+            Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply | SseReply]]
+        ] = {
             Endpoint.SERVER_METADATA: self._server_metadata,
             Endpoint.HEALTH_LIVE: self._health_live,
             Endpoint.HEALTH_READY: self._health_ready,
@@ -136,6 +139,8 @@ class HttpApp:
             Endpoint.MODEL_READY: self._model_ready,
             Endpoint.MODEL_CONFIG: self._model_config,
             Endpoint.MODEL_INFER: self._infer,
+            Endpoint.MODEL_GENERATE: self._generate,
+            Endpoint.MODEL_GENERATE_STREAM: self._generate,
             Endpoint.MODEL_STATS: self._statistics,
             Endpoint.ALL_STATS: self._statistics,
             Endpoint.REPOSITORY_INDEX: self._repository_index,
@@ -164,7 +169,10 @@ class HttpApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             reply = await self._dispatch(scope, receive)
-        except _ClientGone:
+            if isinstance(reply, SseReply):
+                await reply.write(send, receive)
+                return
+        except (_ClientGone, ClientGone):
             return
         except Exception as exc:  # mapped once, here
             status, message = describe_exception(
@@ -173,7 +181,7 @@ class HttpApp:
             reply = Reply.error(status, message)
         await _send_reply(send, reply)
 
-    async def _dispatch(self, scope: Scope, receive: Receive) -> Reply:
+    async def _dispatch(self, scope: Scope, receive: Receive) -> Reply | SseReply:
         raw = scope.get("raw_path")
         path = raw.decode("latin-1") if raw else scope["path"]
         route = match_route(path.partition("?")[0])
@@ -325,6 +333,18 @@ class HttpApp:
             payload = await self._off_loop.run(len(payload), compress_response, payload, coding)
             reply_headers.append((b"content-encoding", coding.encode()))
         return Reply(200, payload, reply_headers)
+
+    async def _generate(self, route: Route, scope: Scope, receive: Receive) -> Reply | SseReply:
+        """The generate extension (:mod:`inferd.frontends.http.generate`)."""
+        body = await self._read_body(_read_headers(scope), receive, "generate request body")
+        request = await decode_generate(
+            self._engine, self._off_loop, route.model, route.version, body
+        )
+        if route.endpoint is Endpoint.MODEL_GENERATE_STREAM:
+            return SseReply(self._engine, request, self._log)
+        return Reply(
+            200, await generate_once(self._engine, request, receive), [(b"content-type", JSON)]
+        )
 
     # -- shared memory ------------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ class Endpoint(enum.Enum):
     MODEL_READY = "model_ready"
     MODEL_CONFIG = "model_config"
     MODEL_INFER = "model_infer"
+    MODEL_GENERATE = "model_generate"
+    MODEL_GENERATE_STREAM = "model_generate_stream"
     MODEL_STATS = "model_stats"
     ALL_STATS = "all_stats"
     REPOSITORY_INDEX = "repository_index"
@@ -46,6 +48,8 @@ METHOD: dict[Endpoint, str] = {
     Endpoint.MODEL_READY: "GET",
     Endpoint.MODEL_CONFIG: "GET",
     Endpoint.MODEL_INFER: "POST",
+    Endpoint.MODEL_GENERATE: "POST",
+    Endpoint.MODEL_GENERATE_STREAM: "POST",
     Endpoint.MODEL_STATS: "GET",
     Endpoint.ALL_STATS: "GET",
     Endpoint.REPOSITORY_INDEX: "POST",
@@ -67,6 +71,8 @@ API: dict[Endpoint, Api] = {
     Endpoint.MODEL_READY: Api.HEALTH,
     Endpoint.MODEL_CONFIG: Api.MODEL_CONFIG,
     Endpoint.MODEL_INFER: Api.INFERENCE,
+    Endpoint.MODEL_GENERATE: Api.INFERENCE,
+    Endpoint.MODEL_GENERATE_STREAM: Api.INFERENCE,
     Endpoint.MODEL_STATS: Api.STATISTICS,
     Endpoint.ALL_STATS: Api.STATISTICS,
     Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
@@ -85,6 +91,8 @@ _MODEL_SUFFIX = {
     "ready": Endpoint.MODEL_READY,
     "config": Endpoint.MODEL_CONFIG,
     "infer": Endpoint.MODEL_INFER,
+    "generate": Endpoint.MODEL_GENERATE,
+    "generate_stream": Endpoint.MODEL_GENERATE_STREAM,
     "stats": Endpoint.MODEL_STATS,
 }
 
@@ -98,7 +106,7 @@ _FIXED = {
 
 _MODEL_RE = re.compile(
     r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[0-9]+))?"
-    r"(?:/(?P<suffix>infer|ready|config|stats))?"
+    r"(?:/(?P<suffix>infer|generate_stream|generate|ready|config|stats))?"
 )
 _REPOSITORY_RE = re.compile(r"/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload)")
 _SHM_RE = re.compile(
