@@ -103,6 +103,8 @@ def run_decoupled(
             requested_output_names=req.get("outputs", []),
             model_name=worker.name,
             parameters=req.get("parameters_json", "{}"),
+            correlation_id=req.get("correlation_id", 0),
+            flags=int(req.get("flags", 0)),
         )
         request.attach_sender(ResponseSender(streams, int(req["stream"])))
         batch.append(request)

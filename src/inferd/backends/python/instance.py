@@ -22,7 +22,7 @@ from inferd.backends.execution import describe, each_request
 from inferd.backends.python import shm, transfer
 from inferd.backends.python.exchange import Exchange, Wakeup
 from inferd.backends.python.launcher import describe_exit
-from inferd.backends.python.protocol import Message, encode
+from inferd.backends.python.protocol import Message, encode, sequence_fields
 from inferd.backends.python.stream_pump import StreamPump
 from inferd.backends.python.worker_handle import WorkerHandle, await_ready
 from inferd.core.inference import InferRequest
@@ -345,6 +345,7 @@ class PythonInstance:
                     "parameters_json": encode(request.parameters).decode(),
                     "outputs": self._requested(request),
                     "inputs": inputs,
+                    **sequence_fields(request.parameters),
                 }
                 for request, inputs in zip(requests, refs, strict=True)
             ],

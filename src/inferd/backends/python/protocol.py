@@ -74,3 +74,20 @@ def error_from_wire(item: Any) -> InferdError:
     """``[code, message]`` as sent by the worker -> the matching inferd error."""
     code, message = item
     return _ERRORS.get(str(code), InternalError)(str(message))
+
+
+#: Bits of a request's ``flags`` (Triton's TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END).
+SEQUENCE_START, SEQUENCE_END = 1, 2
+_UINT64 = (1 << 64) - 1
+
+
+def sequence_fields(parameters: dict[str, Any]) -> dict[str, Any]:
+    """``correlation_id`` and ``flags`` of a request of a sequence (nothing for others):
+    the id as an unsigned integer or a string, START and END as Triton's request flags."""
+    raw = parameters.get("sequence_id")
+    if raw is None or isinstance(raw, bool) or not isinstance(raw, int | str):
+        return {}
+    flags = SEQUENCE_START if parameters.get("sequence_start") is True else 0
+    if parameters.get("sequence_end") is True:
+        flags |= SEQUENCE_END
+    return {"correlation_id": raw & _UINT64 if isinstance(raw, int) else raw, "flags": flags}

@@ -243,6 +243,8 @@ class Worker:
                 requested_output_names=req.get("outputs", []),
                 model_name=self.name,
                 parameters=req.get("parameters_json", "{}"),
+                correlation_id=req.get("correlation_id", 0),
+                flags=int(req.get("flags", 0)),
             )
             for req, rs in items
         ]
