@@ -284,3 +284,34 @@ def test_a_client_that_disconnects_cancels_the_request(
             _wait_for(markers / f"{request_id}.started")  # the model is running it
     ticks = int(_wait_for(markers / request_id))  # the model saw the cancellation and stopped
     assert 0 < ticks < count if streaming else ticks == 0
+
+
+# -- the edge's access control and limits apply --------------------------------------------------
+
+
+def test_restricted_inference_and_body_limits_cover_generate(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    repo = tmp_path_factory.mktemp("guarded") / "models"
+    build_simple("simple", repo / "simple")
+    args = [
+        "--http-restricted-api",
+        "inference:infer-key=s3cret",
+        "--http-max-json-input-size",
+        "4096",
+    ]
+    body = {"INPUT0": list(range(16)), "INPUT1": [1] * 16}
+    with (
+        running_server([repo], args) as proc,
+        httpx.Client(base_url=f"http://{proc.http_url}", timeout=30) as http,
+    ):
+        for route in ("generate", "generate_stream"):
+            refused = http.post(f"/v2/models/simple/{route}", json=body)
+            assert refused.status_code == 403
+            assert "expecting header 'infer-key'" in refused.json()["error"]
+            good = {"infer-key": "s3cret"}
+            ok = http.post(f"/v2/models/simple/{route}", json=body, headers=good)
+            assert ok.status_code == 200, ok.text
+            big = http.post(f"/v2/models/simple/{route}", content=b" " * 5000 + b"{}", headers=good)
+            assert big.status_code == 413
+            assert "--http-max-json-input-size" in big.json()["error"]
