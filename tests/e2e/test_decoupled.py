@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import queue
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from inferd.examples.streaming_models import build_streaming
 from inferd.testing import ServerProcess, running_server
 
 pytestmark = pytest.mark.e2e
+
+TRITON_EXAMPLES = Path(__file__).parent / "triton_examples"
 
 
 @pytest.fixture(scope="module")
@@ -143,14 +146,7 @@ def test_bls_call_to_an_unknown_model(server: ServerProcess) -> None:
 
 
 def test_triton_simple_grpc_custom_repeat_runs_unmodified(server: ServerProcess) -> None:
-    # Triton's client examples folder (src/python/examples of triton-inference-server/client)
-    folder = os.environ.get("INFERD_TRITON_CLIENT_EXAMPLES", "")
-    script = Path(folder) / "simple_grpc_custom_repeat.py"
-    if not folder or not script.is_file():
-        pytest.skip("set INFERD_TRITON_CLIENT_EXAMPLES to Triton's client examples folder")
-    import subprocess
-    import sys
-
+    script = TRITON_EXAMPLES / "simple_grpc_custom_repeat.py"  # see that folder's README
     run = subprocess.run(
         [sys.executable, str(script), "-u", server.grpc_url],
         capture_output=True,

@@ -23,7 +23,7 @@ from inferd.testing import ServerProcess, running_server
 pytestmark = pytest.mark.e2e
 
 # Triton client repository, src/python/examples, commit 58a44caa (kept byte for byte)
-TRITON_EXAMPLES = Path(__file__).parent / "triton_sequence_examples"
+TRITON_EXAMPLES = Path(__file__).parent / "triton_examples"
 ROOT = Path(__file__).parents[2]
 
 

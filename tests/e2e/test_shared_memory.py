@@ -29,7 +29,7 @@ from tests.e2e.conftest import raw_request
 pytestmark = pytest.mark.e2e
 
 # Triton client repository, src/python/examples, commit 58a44caa (kept byte for byte)
-TRITON_EXAMPLES = Path(__file__).parent / "triton_shm_examples"
+TRITON_EXAMPLES = Path(__file__).parent / "triton_examples"
 PREFIX = f"inferd-e2e-{os.getpid()}"
 
 
