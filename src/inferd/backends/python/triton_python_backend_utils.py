@@ -289,70 +289,23 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on model ``model_name`` (business-logic scripting): its response,
         or with ``decoupled=True`` an iterator over every response it sends."""
-        worker = _RUNTIME
-        if worker is None:
-            raise TritonModelException("InferenceRequest.exec() works only inside a model")
-        if not self._model_name:
-            raise TritonModelException("InferenceRequest.exec() needs a model_name")
-        try:
-            call = worker.calls.start(
-                self._model_name,
-                {t.name(): t.as_numpy() for t in self._inputs},
-                outputs=self._requested_output_names or None,
-                version="" if self._model_version < 0 else str(self._model_version),
-                request_id=self._request_id,
-                parameters=json.loads(self._parameters),
-                timeout_us=self._timeout_us,
-            )
-        except RuntimeError as exc:
-            raise TritonModelException(str(exc)) from None
-        iterator = ResponseIterator(worker.calls, call)
-        if decoupled:
-            return iterator
-        first: InferenceResponse | None = None
-        for response in iterator:  # read to the end, so the call is closed
-            if first is None:
-                first = response
-        return first if first is not None else InferenceResponse()
+        return run_call(
+            _RUNTIME,
+            self._model_name,
+            {t.name(): t.as_numpy() for t in self._inputs},
+            outputs=self._requested_output_names,
+            version="" if self._model_version < 0 else str(self._model_version),
+            request_id=self._request_id,
+            parameters=json.loads(self._parameters),
+            timeout_us=self._timeout_us,
+            decoupled=decoupled,
+        )
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         """:meth:`exec` as an awaitable: several calls may be in flight at once."""
         import asyncio
 
         return await asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
-
-
-_CODE_OF_NAME = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 2, "UNAVAILABLE": 4, "UNSUPPORTED": 5}
-_CODE_OF_NAME.update({"ALREADY_EXISTS": 6, "CANCELLED": 7, "INTERNAL": 1})
-
-
-class ResponseIterator:
-    """The responses of a business-logic call, as the called model sends them."""
-
-    def __init__(self, calls: Any, call: int) -> None:
-        self._calls = calls
-        self._call = call
-        self._done = False
-
-    def __iter__(self) -> ResponseIterator:
-        return self
-
-    def __next__(self) -> InferenceResponse:
-        while not self._done:
-            outputs, error, final = self._calls.next(self._call)
-            self._done = final
-            if error is not None:
-                code = _CODE_OF_NAME.get(error.code.value, TritonError.INTERNAL)
-                return InferenceResponse(error=TritonError(error.message, code))
-            if outputs is not None:
-                return InferenceResponse([Tensor(n, a) for n, a in outputs.items()])
-        raise StopIteration
-
-    def cancel(self) -> None:
-        """Stop the call: the called model sees ``is_cancelled()``."""
-        if not self._done:
-            self._done = True
-            self._calls.cancel(self._call)
 
 
 class InferenceResponse:
@@ -511,3 +464,8 @@ class ModelConfig:
 
     def add_model_warmup(self, model_warmup: dict[str, Any]) -> None:
         self._config.setdefault("model_warmup", []).append(dict(model_warmup))
+
+
+# last: bls.py uses the classes above
+from inferd.backends.python.bls import ResponseIterator as ResponseIterator  # noqa: E402
+from inferd.backends.python.bls import run_call  # noqa: E402
