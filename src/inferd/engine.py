@@ -22,8 +22,9 @@ from inferd.core.model_spec import ModelSpec
 from inferd.core.statistics import StatsSnapshot
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
+from inferd.repository.calls import InProcessCaller, parse_version
 from inferd.repository.manager_types import ModelManager, ServingModel
-from inferd.repository.streaming import StreamEvent, StreamingCaller
+from inferd.repository.streaming import StreamEvent
 from inferd.scheduling.response_cache import ResponseCache, request_key
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
@@ -40,22 +41,6 @@ EXTENSIONS: tuple[str, ...] = (
 )
 
 
-def parse_version(version: str) -> int | None:
-    """``""`` means the latest ready version; anything else must be an integer > 0."""
-    if not version:
-        return None
-    try:
-        value = int(version)
-    except ValueError:
-        value = 0
-    if value <= 0 or not version.isdigit():
-        raise InvalidArgumentError(
-            f"failed to get model version from specified version string '{version}' "
-            "(details: not an integer), version should be an integral value > 0"
-        )
-    return value
-
-
 class Engine:
     """One engine per server; safe to share between front ends on the same event loop."""
 
@@ -69,7 +54,7 @@ class Engine:
         response_cache: ResponseCache | None = None,
     ) -> None:
         self._manager = manager
-        self._streaming = StreamingCaller(manager.get)
+        self._streaming = InProcessCaller(manager.get)
         self._cache = response_cache
         self._now = time.monotonic_ns
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)

@@ -256,8 +256,12 @@ async def test_warmup_runs_before_ready_and_bad_warmup_fails_the_load(tmp_path: 
     ("extra", "named"),
     [
         ("sequence_batching { iterative_sequence: true }", "iterative_sequence"),
-        ("model_transaction_policy { decoupled: true }", "decoupled"),
-        ("response_cache { enable: true }", "response_cache"),
+        (
+            "sequence_batching { oldest { preserve_ordering: true } }",
+            "oldest.preserve_ordering",
+        ),
+        ('model_repository_agents { agents [ { name: "checksum" } ] }', "model_repository_agents"),
+        ("instance_group [ { rate_limiter { priority: 1 } } ]", "rate_limiter"),
     ],
 )
 async def test_unsupported_features_are_refused_by_name(

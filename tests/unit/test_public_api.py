@@ -48,6 +48,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "inferd.core.model_spec": {
         "DynamicBatchingSpec",
+        "EnsembleStepSpec",
         "InstanceGroupSpec",
         "ModelSpec",
         "OptimizationSpec",
@@ -64,6 +65,7 @@ PUBLIC: dict[str, set[str]] = {
         "ModelInstance",
         "Outputs",
         "Result",
+        "ThreadCalls",
         "TimedInstance",
     },
     "inferd.testing.conformance": {

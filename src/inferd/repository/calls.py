@@ -1,28 +1,61 @@
 """Calling a model in process: the repository's implementation of :class:`ModelCaller`.
 
-Ensembles run their steps through it, and so can any model that calls other models: the call
-resolves the model version among the READY ones, checks the request against the version's
-configuration and submits it to the version's own scheduler, so it batches with the model's
-other traffic. Outputs come back as the arrays the model produced (no copy).
+One caller serves every in-process call: ensembles run their steps through it, the engine's
+streaming entry and models that call other models (business-logic scripting) stream through
+it. A call resolves the model version among the READY ones, checks the request against the
+version's configuration and submits it to the version's own scheduler, so it batches with the
+model's other traffic. Outputs come back as the arrays the model produced (no copy).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
+from inferd.core.streaming import StreamedResponse
 from inferd.core.validation import validate_request
 from inferd.errors import InvalidArgumentError
 from inferd.repository.manager_types import ServingModel
+from inferd.repository.streaming import StreamEvent, stream_model
 
-__all__ = ["InProcessCaller"]
+__all__ = ["InProcessCaller", "parse_version"]
+
+Outputs = dict[str, np.ndarray[Any, Any]]
+
+
+def parse_version(version: str) -> int | None:
+    """``""`` means the latest ready version; anything else must be an integer > 0."""
+    if not version:
+        return None
+    try:
+        value = int(version)
+    except ValueError:
+        value = 0
+    if value <= 0 or not version.isdigit():
+        raise InvalidArgumentError(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: not an integer), version should be an integral value > 0"
+        )
+    return value
+
+
+def _select(request: InferRequest, outputs: Outputs) -> Outputs:
+    if request.outputs is None:
+        return outputs
+    return {o.name: outputs[o.name] for o in request.outputs if o.name in outputs}
 
 
 class InProcessCaller:
-    """``await caller(request)`` runs ``request`` on the model it names, on this server.
+    """Runs requests on the models they name, on this server.
 
-    ``get`` resolves a model name and version (None: the latest READY one) to a serving
-    version, raising ``NotFoundError`` as the engine does.
+    ``await caller(request)`` returns every output of a model that answers once;
+    ``caller.stream(request)`` yields every response (many, one or none for a decoupled model)
+    with only the requested outputs. ``get`` resolves a model name and version (None: the
+    latest READY one) to a serving version, raising ``NotFoundError`` as the engine does.
     """
 
     __slots__ = ("_get",)
@@ -30,13 +63,11 @@ class InProcessCaller:
     def __init__(self, get: Callable[[str, int | None], ServingModel]) -> None:
         self._get = get
 
+    def resolve(self, request: InferRequest) -> ServingModel:
+        return self._get(request.model_name, parse_version(request.model_version))
+
     async def __call__(self, request: InferRequest) -> InferResponse:
-        version = request.model_version
-        if version and not version.isdigit():
-            raise InvalidArgumentError(
-                f"model version '{version}' of model '{request.model_name}' is not an integer"
-            )
-        model = self._get(request.model_name, int(version) if version else None)
+        model = self.resolve(request)
         rows = validate_request(request, model.spec)
         outputs = await model.scheduler.submit(request, rows)
         return InferResponse(
@@ -45,3 +76,27 @@ class InProcessCaller:
             outputs=outputs,
             id=request.id,
         )
+
+    async def stream(
+        self, request: InferRequest, model: ServingModel | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Every response of the model to ``request``, the last one final. Closing the
+        iterator early cancels the request (the model sees it)."""
+        if model is None:
+            model = self.resolve(request)
+        rows = validate_request(request, model.spec)
+        name, version = model.spec.name, str(model.version)
+        async with contextlib.aclosing(stream_model(model, request, rows)) as items:
+            async for item in items:
+                response = None
+                if item.outputs is not None:
+                    outputs = _select(request, item.outputs)
+                    response = InferResponse(name, version, outputs, request.id)
+                yield StreamEvent(response, item.error, item.final, name, version)
+
+    async def stream_outputs(self, request: InferRequest) -> AsyncGenerator[StreamedResponse, None]:
+        """:meth:`stream` as bare outputs (for models that call models)."""
+        async with contextlib.aclosing(self.stream(request)) as events:
+            async for event in events:
+                outputs = event.response.outputs if event.response is not None else None
+                yield StreamedResponse(outputs, event.error, event.final)

@@ -40,7 +40,6 @@ from inferd.repository.loader import (
 )
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
-from inferd.repository.streaming import StreamingCaller
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
 from inferd.scheduling.stats import ModelStats
 
@@ -348,7 +347,7 @@ class RepositoryManager:
                     loop,
                     record.stats[v],
                     inline_max_us=self._options.inline_max_us,
-                    calls=LoopCalls(loop, StreamingCaller(self.get).stream_outputs),
+                    calls=LoopCalls(loop, self._caller.stream_outputs),
                 )
                 for v in prepared.versions
             ),

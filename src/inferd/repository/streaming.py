@@ -1,5 +1,5 @@
-"""Running a request as a stream of responses: the in-process entry the front ends' streaming
-endpoints and models that call models use.
+"""Running a request as a stream of responses (the in-process caller,
+:class:`inferd.repository.calls.InProcessCaller`, builds its streams on it).
 
 A decoupled model answers through the request's :class:`~inferd.core.streaming.ResponseSink`
 (zero, one or many responses, then a final flag); any other model answers once, which becomes
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +19,10 @@ import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.streaming import ResponseSink, StreamedResponse
-from inferd.core.validation import validate_request
-from inferd.errors import InferdError, InvalidArgumentError
+from inferd.errors import InferdError
 from inferd.repository.manager_types import ServingModel
 
-__all__ = ["StreamEvent", "StreamingCaller", "stream_model"]
+__all__ = ["StreamEvent", "stream_model"]
 
 Outputs = dict[str, np.ndarray[Any, Any]]
 
@@ -97,47 +96,3 @@ async def stream_model(
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-
-
-def _select(request: InferRequest, outputs: Outputs) -> Outputs:
-    if request.outputs is None:
-        return outputs
-    return {o.name: outputs[o.name] for o in request.outputs if o.name in outputs}
-
-
-class StreamingCaller:
-    """``caller.stream(request)``: the responses of the model ``request`` names, with only
-    the requested outputs. ``get`` resolves a model name and version (None: latest)."""
-
-    def __init__(self, get: Callable[[str, int | None], ServingModel]) -> None:
-        self._get = get
-
-    def resolve(self, request: InferRequest) -> ServingModel:
-        version = request.model_version
-        if version and not version.isdigit():
-            raise InvalidArgumentError(
-                f"model version '{version}' of model '{request.model_name}' is not an integer"
-            )
-        return self._get(request.model_name, int(version) if version else None)
-
-    async def stream(
-        self, request: InferRequest, model: ServingModel | None = None
-    ) -> AsyncGenerator[StreamEvent, None]:
-        if model is None:
-            model = self.resolve(request)
-        rows = validate_request(request, model.spec)
-        name, version = model.spec.name, str(model.version)
-        async with contextlib.aclosing(stream_model(model, request, rows)) as items:
-            async for item in items:
-                response = None
-                if item.outputs is not None:
-                    outputs = _select(request, item.outputs)
-                    response = InferResponse(name, version, outputs, request.id)
-                yield StreamEvent(response, item.error, item.final, name, version)
-
-    async def stream_outputs(self, request: InferRequest) -> AsyncGenerator[StreamedResponse, None]:
-        """:meth:`stream` as bare outputs (for models that call models)."""
-        async with contextlib.aclosing(self.stream(request)) as events:
-            async for event in events:
-                outputs = event.response.outputs if event.response is not None else None
-                yield StreamedResponse(outputs, event.error, event.final)
