@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -22,6 +23,7 @@ class WorkerHandle:
         self.conn = conn
         self.space = ArenaSpace(arena) if arena is not None else None
         self.ready = False
+        self._send_lock = threading.Lock()  # a decoupled model's reader sends too
         self.named = arena is not None  # the arena's file still has its name in /dev/shm
         # Wait on the socket and on the process's death together: a grandchild the model
         # forked may hold the socket open after the worker died, so EOF alone is not enough.
@@ -50,7 +52,9 @@ class WorkerHandle:
         self.named = True
 
     def send(self, message: Message) -> None:
-        self.conn.send_bytes(encode(message))
+        data = encode(message)
+        with self._send_lock:
+            self.conn.send_bytes(data)
 
     def receive(self, timeout_s: float | None = None) -> Message | None:
         """The next message, or None if the process died (or ``timeout_s`` passed)."""
