@@ -265,6 +265,11 @@ def test_the_extension_is_off_unless_enabled(example_repo: Path) -> None:
                 lambda: grpc.register_system_shared_memory("r", "/k", 8),
             ):
                 assert "--allow-shared-memory=true" in _error(call)
+            reply = raw_request(
+                off.http_url, "POST", "/v2/systemsharedmemory/region/r/register", b'{"key": "/k"}'
+            )  # a body missing a field: still 501, not 400
+            assert reply.status == 501
+            assert "--allow-shared-memory=true" in reply.error
             item = httpclient.InferInput("INPUT0", [1, 16], "INT32")
             item.set_shared_memory("r", 64)
             assert "--allow-shared-memory=true" in _error(lambda: http.infer("simple", [item]))

@@ -27,6 +27,8 @@ from inferd.errors import (
     NotFoundError,
     UnsupportedError,
 )
+from inferd.frontends.http.routes import Endpoint
+from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
 from inferd.frontends.shared_memory import SHM_DIR, RegionStatus, SharedMemoryRegistry
 
 SIZE = 3 * mmap.ALLOCATIONGRANULARITY
@@ -213,6 +215,18 @@ def test_disabled_refuses_everything(folder: Path) -> None:
     for call in calls:
         with pytest.raises(UnsupportedError, match="--allow-shared-memory=true"):
             call()
+
+
+@pytest.mark.parametrize("endpoint", SHARED_MEMORY_ENDPOINTS)
+@pytest.mark.parametrize("body", [{}, {"key": "/region"}, {"key": 1, "byte_size": -1}])
+@pytest.mark.parametrize("region", ["", "r"])
+def test_disabled_http_endpoints_answer_unsupported_whatever_the_body(
+    folder: Path, endpoint: Endpoint, body: dict[str, object], region: str
+) -> None:
+    # register used to check its body first: 400 about a missing field instead of 501
+    registry = SharedMemoryRegistry(enabled=False, directory=folder)
+    with pytest.raises(UnsupportedError, match="--allow-shared-memory=true"):
+        shared_memory_answer(registry, endpoint, region, body)
 
 
 def test_cuda_as_without_gpus(registry: SharedMemoryRegistry) -> None:

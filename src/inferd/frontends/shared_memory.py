@@ -104,7 +104,9 @@ class SharedMemoryRegistry:
     def enabled(self) -> bool:
         return self._enabled
 
-    def _check_enabled(self) -> None:
+    def check_enabled(self) -> None:
+        """Raise :class:`UnsupportedError` naming the flag that turns the extension on, unless
+        it is on (every operation below checks it first)."""
         if not self._enabled:
             raise UnsupportedError(
                 "shared memory is disabled on this server (start it with "
@@ -116,7 +118,7 @@ class SharedMemoryRegistry:
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map ``byte_size`` bytes at ``offset`` of the object ``key`` as region ``name``."""
-        self._check_enabled()
+        self.check_enabled()
         if not name:
             raise InvalidArgumentError(
                 "'region name' is necessary to register system shared memory region"
@@ -200,7 +202,7 @@ class SharedMemoryRegistry:
     def unregister(self, name: str = "") -> None:
         """Unmap region ``name``, or every region when ``name`` is empty. An unknown name is
         not an error (clients unregister before they register)."""
-        self._check_enabled()
+        self.check_enabled()
         with self._lock:
             if name:
                 region = self._regions.pop(name, None)
@@ -217,7 +219,7 @@ class SharedMemoryRegistry:
 
     def status(self, name: str = "") -> list[RegionStatus]:
         """Every region, or only ``name`` (unknown: :class:`NotFoundError`)."""
-        self._check_enabled()
+        self.check_enabled()
         with self._lock:
             if not name:
                 return [region.status for region in self._regions.values()]
@@ -229,7 +231,7 @@ class SharedMemoryRegistry:
     def window(self, region: str, offset: int, byte_size: int, *, writable: bool) -> memoryview:
         """``byte_size`` bytes at ``offset`` of a registered region (offsets are relative to
         the registered window), read-only unless ``writable``."""
-        self._check_enabled()
+        self.check_enabled()
         with self._lock:
             found = self._regions.get(region)
         if found is None:
@@ -263,7 +265,7 @@ class SharedMemoryRegistry:
 
     def cuda_register(self, name: str) -> None:
         """Always refused: this server has no GPUs."""
-        self._check_enabled()
+        self.check_enabled()
         if not name:
             raise InvalidArgumentError(
                 "'region name' is necessary to register cuda shared memory region"
@@ -274,11 +276,11 @@ class SharedMemoryRegistry:
 
     def cuda_unregister(self, name: str = "") -> None:
         """Nothing can be registered, so there is nothing to unregister: success."""
-        self._check_enabled()
+        self.check_enabled()
 
     def cuda_status(self, name: str = "") -> list[RegionStatus]:
         """Empty; a name is unknown (or a system region, which the message says)."""
-        self._check_enabled()
+        self.check_enabled()
         if not name:
             return []
         with self._lock:

@@ -25,7 +25,10 @@ def shared_memory_answer(
     registry: SharedMemoryRegistry, endpoint: Endpoint, region: str, body: dict[str, Any]
 ) -> Any:
     """Carry out one shared-memory request; return the JSON answer (``None``: an empty 200).
-    ``region`` is the region named in the URL ("" for none); ``body`` the POSTed JSON object."""
+    ``region`` is the region named in the URL ("" for none); ``body`` the POSTed JSON object.
+    While the extension is off, every endpoint answers UNSUPPORTED naming the flag, whatever
+    the body holds."""
+    registry.check_enabled()
     if endpoint is Endpoint.SYSTEM_SHM_STATUS:
         return [
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
