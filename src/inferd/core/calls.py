@@ -8,7 +8,9 @@ scheduler, so the call batches with the model's other traffic.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
 
@@ -16,6 +18,13 @@ __all__ = ["ModelCaller"]
 
 
 class ModelCaller(Protocol):
-    """``await caller(request)``: every output of the model addressed by ``request``."""
+    """``await caller(request)``: every output of the model addressed by ``request``.
+
+    ``await caller.outputs(request, version)`` is the lean form for callers that know the
+    version as a number (None: the latest READY one) and want only the arrays."""
 
     async def __call__(self, request: InferRequest) -> InferResponse: ...
+
+    async def outputs(
+        self, request: InferRequest, version: int | None
+    ) -> dict[str, np.ndarray[Any, Any]]: ...

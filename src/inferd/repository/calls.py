@@ -66,6 +66,10 @@ class InProcessCaller:
     def resolve(self, request: InferRequest) -> ServingModel:
         return self._get(request.model_name, parse_version(request.model_version))
 
+    async def outputs(self, request: InferRequest, version: int | None) -> Outputs:
+        model = self._get(request.model_name, version)
+        return await model.scheduler.submit(request, validate_request(request, model.spec))
+
     async def __call__(self, request: InferRequest) -> InferResponse:
         model = self.resolve(request)
         rows = validate_request(request, model.spec)

@@ -74,9 +74,10 @@ class EnsembleScheduler:
         self._clock = clock or SystemClock()
         self.stats = stats
         self._chain = graph.is_chain
-        self._versions = tuple(
-            "" if step.model_version is None else str(step.model_version) for step in graph.steps
-        )
+        self._versions = tuple(step.model_version for step in graph.steps)
+        # per step: (ensemble tensor, step input) pairs and (step output, ensemble tensor) pairs
+        self._inputs = tuple(tuple(step.input_map.items()) for step in graph.steps)
+        self._outputs = tuple(tuple(step.output_map.items()) for step in graph.steps)
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -121,20 +122,20 @@ class EnsembleScheduler:
         self, index: int, request: InferRequest, tensors: Tensors, times: _ComputeTimes
     ) -> None:
         step = self._graph.steps[index]
+        version = self._versions[index]
         step_request = InferRequest(
             model_name=step.model_name,
-            inputs={name: tensors[tensor] for name, tensor in step.input_map.items()},
-            model_version=self._versions[index],
+            inputs={name: tensors[tensor] for name, tensor in self._inputs[index]},
+            model_version="" if version is None else str(version),
             id=request.id,
             parameters=request.parameters,
             on_timings=times.add,
         )
         try:
-            response = await self._call(step_request)
+            produced = await self._call.outputs(step_request, version)
         except InferdError as exc:
             raise step_error(self._graph.name, index, self._graph, exc) from exc
-        produced = response.outputs
-        for name, tensor in step.output_map.items():
+        for name, tensor in self._outputs[index]:
             array = produced.get(name)
             if array is None:
                 raise InternalError(

@@ -103,7 +103,7 @@ def build_graph(spec: ModelSpec) -> EnsembleGraph:
                     f"'{tensor}' to its input '{model_input}', but no step writes '{tensor}' and "
                     "it is not an input of the ensemble"
                 )
-        depends_on.append(tuple(deps))
+        depends_on.append(tuple(sorted(deps)))  # a map's order is not the config's
     for tensor in inputs:
         if tensor not in readers:
             raise ConfigError(f"ensemble input '{tensor}' of ensemble '{name}' is not used")
