@@ -171,6 +171,25 @@ def test_committed_simple_models_are_current(repo: Path) -> None:
             )
 
 
+@pytest.mark.skipif(not COMMITTED.is_dir(), reason="committed example repository not present")
+def test_the_committed_repository_holds_every_example_model(repo: Path) -> None:
+    """The README serves examples/models: every model the builder makes is there, with the
+    builder's config."""
+    missing = [name for name in MODEL_NAMES if not (COMMITTED / name / "config.pbtxt").is_file()]
+    assert not missing, (
+        f"examples/models lacks {missing}: run inferd repo build-examples --output "
+        "examples/models and commit the new folders"
+    )
+    stale = [
+        name
+        for name in MODEL_NAMES
+        if (COMMITTED / name / "config.pbtxt").read_text()
+        != (repo / name / "config.pbtxt").read_text()
+        and name != "digits"  # its config quotes the accuracy of the committed build
+    ]
+    assert not stale, f"examples/models has stale configs: {stale}"
+
+
 def test_existing_models_need_force(tmp_path: Path) -> None:
     (tmp_path / "simple").mkdir()
     (tmp_path / "unrelated").mkdir()
