@@ -164,6 +164,7 @@ def test_explicit_mode_loaded_the_step_models_with_the_ensembles(server: ServerP
     steps = config["ensemble_scheduling"]["step"]
     assert [s["model_name"] for s in steps] == ["adder", "adder"]
     assert steps[0]["model_version"] == -1
+    assert "model 'chain' version 1 is READY (ensemble)" in server.log()
 
 
 @pytest.mark.parametrize("name", ["chain", "diamond"])

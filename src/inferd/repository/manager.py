@@ -379,7 +379,9 @@ class RepositoryManager:
         for lv in leaving:
             record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
         for version, lv in new.items():
-            _log.info("model '%s' version %d is READY (%s)", name, version, lv.serving.spec.backend)
+            spec = lv.serving.spec
+            kind = "ensemble" if spec.is_ensemble else spec.backend
+            _log.info("model '%s' version %d is READY (%s)", name, version, kind)
 
     def _publish(self, record: ModelRecord) -> None:
         """Update the hot-path view for one model (a single dict assignment)."""
