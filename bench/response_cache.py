@@ -14,7 +14,8 @@ each FP32 ``[-1, 16]`` in and out:
 Then, at concurrency 1, it measures each path through the real clients: tritonclient's HTTP
 (binary tensors) and gRPC clients in this process, rounds interleaved so drift hits every path
 alike (the figure is the median of the rounds), and perf_analyzer when one is found (``--perf-
-analyzer``, ``INFERD_PERF_ANALYZER`` or ``~/.cache/perf_analyzer/perf_analyzer``). It prints
+analyzer``, else where bench/generators.py looks: ``PERF_ANALYZER``, ``INFERD_PERF_ANALYZER`` or
+``~/.cache/perf_analyzer/perf_analyzer``). It prints
 microseconds per request, requests per second, the hit / no-op ratio (the goal: at most 1.10)
 and the server's own per-request times from the statistics extension.
 """
@@ -22,7 +23,6 @@ and the server's own per-request times from the statistics extension.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from generators import PERF_ANALYZER  # bench/ is on sys.path: the script's own folder
 from onnx import TensorProto, helper, numpy_helper
 
 from inferd.testing import running_server
@@ -50,7 +51,6 @@ output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ {width} ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 {extra}
 """
-PA_DEFAULT = Path.home() / ".cache" / "perf_analyzer" / "perf_analyzer"
 PA_LINE = re.compile(r"Concurrency: 1, throughput: ([0-9.]+) infer/sec, latency (\d+) usec")
 
 
@@ -165,9 +165,10 @@ def _perf_analyzer(binary: Path, url: str, protocol: str, model: str) -> tuple[f
 
 
 def _find_perf_analyzer(given: str | None) -> Path | None:
-    for candidate in (given, os.environ.get("INFERD_PERF_ANALYZER"), str(PA_DEFAULT)):
-        if candidate and Path(candidate).exists():
-            return Path(candidate)
+    """``--perf-analyzer``, else where every benchmark looks (bench/generators.py)."""
+    for candidate in (Path(given) if given else None, PERF_ANALYZER):
+        if candidate is not None and candidate.exists():
+            return candidate
     return None
 
 

@@ -148,17 +148,9 @@ class Exchange:
                 if message is None:
                     return None
                 op = message["op"]
-                if op == "response":
-                    self._response(message)
-                elif op == "infer":
-                    self._infer(message)
-                elif op == "bls_cancel":
-                    cancel = self._bls.pop(int(message["call"]), None)
-                    if cancel is not None:
-                        cancel()
-                elif op == "room":
-                    self._room(int(message["needed"]))
-                elif op == "grow":
+                if self._served(op, message):
+                    continue
+                if op == "grow":
                     if not handle_grow(message):
                         return {"op": "aborted"}
                 elif op == "returned":
@@ -167,6 +159,23 @@ class Exchange:
                     return message
         finally:
             self._finish()
+
+    def _served(self, op: str, message: Message) -> bool:
+        """Handle the messages a worker sends while its requests run (responses, calls to other
+        models and their cancellations, requests for room); False for any other message."""
+        if op == "response":
+            self._response(message)
+        elif op == "infer":
+            self._infer(message)
+        elif op == "bls_cancel":
+            cancel = self._bls.pop(int(message["call"]), None)
+            if cancel is not None:
+                cancel()
+        elif op == "room":
+            self._room(int(message["needed"]))
+        else:
+            return False
+        return True
 
     def _next(self) -> Message | None:
         conn_fd = self._w.conn.fileno()

@@ -153,17 +153,9 @@ class StreamPump(Exchange):
                 if message is None:
                     return None
                 op = message["op"]
-                if op == "response":
-                    self._response(message)
-                elif op == "infer":
-                    self._infer(message)
-                elif op == "bls_cancel":
-                    cancel = self._bls.pop(int(message["call"]), None)
-                    if cancel is not None:
-                        cancel()
-                elif op == "room":
-                    self._room(int(message["needed"]))
-                elif op in ("returned", "failed", "result"):
+                if self._served(op, message):
+                    continue
+                if op in ("returned", "failed", "result"):
                     self._returned(message)
                 elif op == "bye":
                     return message
