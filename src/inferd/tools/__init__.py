@@ -1,0 +1,1 @@
+"""Tools built around serving: the load generator (``perf``) and the configuration analyzer."""
