@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc as grpc_module
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -265,11 +266,25 @@ def test_the_extension_is_off_unless_enabled(example_repo: Path) -> None:
                 lambda: grpc.register_system_shared_memory("r", "/k", 8),
             ):
                 assert "--allow-shared-memory=true" in _error(call)
-            reply = raw_request(
-                off.http_url, "POST", "/v2/systemsharedmemory/region/r/register", b'{"key": "/k"}'
-            )  # a body missing a field: still 501, not 400
-            assert reply.status == 501
-            assert "--allow-shared-memory=true" in reply.error
+            for body in (
+                b'{"key": "/k"}',  # a body missing a field
+                b'{"key": ',  # not JSON
+                b"[1, 2]",  # JSON, not an object
+                b"{" + b" " * (9 * 2**20) + b"}",  # past the 8 MiB JSON body limit
+            ):  # "off" wins: 501, never 400 or 413
+                for path in ("region/r/register", "unregister", "region/r/unregister"):
+                    url = f"/v2/systemsharedmemory/{path}"
+                    reply = raw_request(off.http_url, "POST", url, body)
+                    assert reply.status == 501, (path, body[:20], reply.body[:200])
+                    assert "--allow-shared-memory=true" in reply.error
+            # over gRPC, a message that does not parse gets the same answer
+            with grpc_module.insecure_channel(off.grpc_url) as channel:
+                for method in ("SystemSharedMemoryRegister", "CudaSharedMemoryRegister"):
+                    call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+                    with pytest.raises(grpc_module.RpcError) as refused:
+                        call(b"\x0a\xff\xff", timeout=10)  # a string field cut short
+                    assert refused.value.code() is grpc_module.StatusCode.UNIMPLEMENTED
+                    assert "--allow-shared-memory=true" in str(refused.value.details())
             item = httpclient.InferInput("INPUT0", [1, 16], "INT32")
             item.set_shared_memory("r", 64)
             assert "--allow-shared-memory=true" in _error(lambda: http.infer("simple", [item]))

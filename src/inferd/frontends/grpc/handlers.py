@@ -29,6 +29,7 @@ __all__ = [
     "HEALTH_API_BY_METHOD",
     "Undecodable",
     "restricted_message",
+    "sees_undecodable",
     "service_handler",
 ]
 
@@ -125,7 +126,25 @@ def _refuse(request: Undecodable, context: Any) -> None:
     set_status(context, grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
+def sees_undecodable(behavior: Any) -> Any:
+    """Mark a unary RPC of the servicer that receives an :class:`Undecodable` request itself
+    instead of the INVALID_ARGUMENT answer (so a check it makes first, such as "the shared-memory
+    extension is off", wins over the parse error)."""
+    behavior.sees_undecodable = True
+    return behavior
+
+
 def _unary_behavior(behavior: Any, check: Callable[[Any], bool] | None) -> Any:
+    if getattr(behavior, "sees_undecodable", False):
+        if check is None:
+            return behavior
+
+        async def guarded_raw(request: Any, context: Any) -> Any:
+            if not check(context):
+                return None
+            return await behavior(request, context)
+
+        return guarded_raw
     if check is None:
 
         async def unary(request: Any, context: Any) -> Any:

@@ -33,7 +33,7 @@ from inferd.errors import (
     UnsupportedError,
 )
 from inferd.frontends.grpc.errors import set_status, status_for
-from inferd.frontends.grpc.handlers import Undecodable
+from inferd.frontends.grpc.handlers import Undecodable, sees_undecodable
 from inferd.frontends.grpc.streaming import Started, decoupled_responses
 from inferd.frontends.shared_memory import SharedMemoryRegistry
 
@@ -265,8 +265,10 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     # -- shared memory (CUDA: as a server without GPUs) ---------------------------------------
 
+    @sees_undecodable
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            _shm_request(self._shm, request)
             response = service_pb2.SystemSharedMemoryStatusResponse()
             for region in self._shm.status(request.name):
                 entry = response.regions[region.name]
@@ -276,28 +278,38 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
                 entry.byte_size = region.byte_size
             return response
 
+    @sees_undecodable
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            _shm_request(self._shm, request)
             self._shm.register(request.name, request.key, request.offset, request.byte_size)
             return service_pb2.SystemSharedMemoryRegisterResponse()
 
+    @sees_undecodable
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            _shm_request(self._shm, request)
             self._shm.unregister(request.name)
             return service_pb2.SystemSharedMemoryUnregisterResponse()
 
+    @sees_undecodable
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            _shm_request(self._shm, request)
             self._shm.cuda_status(request.name)  # empty, or an error naming the region
             return service_pb2.CudaSharedMemoryStatusResponse()
 
+    @sees_undecodable
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            _shm_request(self._shm, request)
             self._shm.cuda_register(request.name)
             return service_pb2.CudaSharedMemoryRegisterResponse()
 
+    @sees_undecodable
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
+            _shm_request(self._shm, request)
             self._shm.cuda_unregister(request.name)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
@@ -329,3 +341,12 @@ def _repository_parameters(request: Any) -> dict[str, object]:
         kind = param.WhichOneof("parameter_choice")
         values[key] = None if kind is None else getattr(param, kind)
     return values
+
+
+def _shm_request(registry: SharedMemoryRegistry, request: Any) -> None:
+    """While the extension is off, every shared-memory RPC answers UNIMPLEMENTED naming the
+    flag, even one whose message does not parse; otherwise a message that does not parse is
+    the client's error."""
+    registry.check_enabled()
+    if type(request) is Undecodable:
+        raise InvalidArgumentError(request.message)

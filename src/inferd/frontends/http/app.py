@@ -349,6 +349,9 @@ class HttpApp:
     # -- shared memory ------------------------------------------------------------------------
 
     async def _shared_memory(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        # while the extension is off, that is the answer, whatever the body holds or how large
+        # or malformed it is (as Triton answers before reading the body)
+        self._shm.check_enabled()
         body: dict[str, Any] = {}
         if route.method == "POST":
             body = await self._read_json_body(scope, receive, "shared memory request")
