@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
+from inferd.core.model_spec import ModelSpec
 
 __all__ = ["ModelCaller"]
 
@@ -21,10 +22,17 @@ class ModelCaller(Protocol):
     """``await caller(request)``: every output of the model addressed by ``request``.
 
     ``await caller.outputs(request, version)`` is the lean form for callers that know the
-    version as a number (None: the latest READY one) and want only the arrays."""
+    version as a number (None: the latest READY one) and want only the arrays. A caller that
+    has already checked ``request`` against a model's configuration passes that ``ModelSpec``
+    as ``checked`` with the batch size it found (``rows``); the check is then skipped if the
+    version the call resolves still serves that very spec, and done as usual otherwise."""
 
     async def __call__(self, request: InferRequest) -> InferResponse: ...
 
     async def outputs(
-        self, request: InferRequest, version: int | None
+        self,
+        request: InferRequest,
+        version: int | None,
+        checked: ModelSpec | None = None,
+        rows: int = 1,
     ) -> dict[str, np.ndarray[Any, Any]]: ...

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
+from inferd.core.model_spec import ModelSpec
 from inferd.core.streaming import StreamedResponse
 from inferd.core.validation import validate_request
 from inferd.errors import InvalidArgumentError
@@ -66,9 +67,17 @@ class InProcessCaller:
     def resolve(self, request: InferRequest) -> ServingModel:
         return self._get(request.model_name, parse_version(request.model_version))
 
-    async def outputs(self, request: InferRequest, version: int | None) -> Outputs:
+    async def outputs(
+        self,
+        request: InferRequest,
+        version: int | None,
+        checked: ModelSpec | None = None,
+        rows: int = 1,
+    ) -> Outputs:
         model = self._get(request.model_name, version)
-        return await model.scheduler.submit(request, validate_request(request, model.spec))
+        if checked is None or model.spec is not checked:
+            rows = validate_request(request, model.spec)
+        return await model.scheduler.submit(request, rows)
 
     async def __call__(self, request: InferRequest) -> InferResponse:
         model = self.resolve(request)

@@ -76,7 +76,13 @@ def load_ensemble_version(
         check_step_models(graph, spec, models)
     except InferdError as exc:
         raise type(exc)(f"failed to load '{name}', {exc}") from exc
-    scheduler = EnsembleScheduler(graph, call, stats)
+    scheduler = EnsembleScheduler(
+        graph,
+        call,
+        stats,
+        step_specs=[models[step.model_name] for step in graph.steps],
+        batching=spec.max_batch_size > 0,
+    )
     serving = ServingModel(spec=spec, version=version, scheduler=scheduler, stats=stats)
     return LoadedVersion(serving=serving, loaded=None, pool=None, scheduler=scheduler)
 

@@ -15,6 +15,7 @@ composing models count their own executions.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from inferd.core.calls import ModelCaller
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
+from inferd.core.model_spec import ModelSpec
 from inferd.errors import InferdError, InternalError, RequestCancelledError
 from inferd.scheduling.ensemble_graph import EnsembleGraph, describe_step
 from inferd.scheduling.stats import ModelStats
@@ -59,6 +61,42 @@ def step_error(ensemble: str, index: int, graph: EnsembleGraph, exc: InferdError
         return wrapped
 
 
+Check = tuple[str, "np.dtype[Any]", tuple[int, ...]]
+
+
+class _StepPlan:
+    """What a step's request must look like for the step model's own check to be skipped: the
+    step model's spec as checked at load, and per input its dtype and dims (batch excluded)."""
+
+    __slots__ = ("checks", "spec")
+
+    def __init__(self, spec: ModelSpec, checks: tuple[Check, ...]) -> None:
+        self.spec = spec
+        self.checks = checks
+
+
+def _plan(graph: EnsembleGraph, index: int, spec: ModelSpec) -> _StepPlan | None:
+    """A plan when step ``index``'s inputs (of a batching ensemble) can be checked by dtype and
+    exact shape alone: the step model batches, its inputs are fixed-size, not ragged, and the
+    step feeds every input the model requires. Otherwise None: the step model checks each
+    request itself."""
+    if spec.max_batch_size <= 0:
+        return None
+    fed = set(graph.steps[index].input_map)
+    checks: list[Check] = []
+    for tensor in spec.inputs:
+        if tensor.name not in fed:
+            if not tensor.optional:
+                return None
+            continue
+        if tensor.allow_ragged_batch or any(d < 0 for d in tensor.dims):
+            return None
+        checks.append((tensor.name, tensor.datatype.dtype, tuple(tensor.dims)))
+    if len(checks) != len(fed):  # the step names an input the model does not have
+        return None
+    return _StepPlan(spec, tuple(checks))
+
+
 class EnsembleScheduler:
     """Runs one ensemble version's requests; implements the scheduler protocol."""
 
@@ -68,6 +106,9 @@ class EnsembleScheduler:
         call: ModelCaller,
         stats: ModelStats,
         clock: Clock | None = None,
+        step_specs: Sequence[ModelSpec] | None = None,
+        *,
+        batching: bool = False,
     ) -> None:
         self._graph = graph
         self._call = call
@@ -78,9 +119,13 @@ class EnsembleScheduler:
         # per step: (ensemble tensor, step input) pairs and (step output, ensemble tensor) pairs
         self._inputs = tuple(tuple(step.input_map.items()) for step in graph.steps)
         self._outputs = tuple(tuple(step.output_map.items()) for step in graph.steps)
+        self._plans = (
+            tuple(_plan(graph, i, s) for i, s in enumerate(step_specs))
+            if step_specs is not None and batching
+            else (None,) * len(graph.steps)
+        )
         self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._drained: asyncio.Future[None] | None = None
         stats.pending_source = lambda: 0  # an ensemble queues nothing of its own
 
     @property
@@ -93,13 +138,12 @@ class EnsembleScheduler:
         times = _ComputeTimes()
         tensors: Tensors = dict(request.inputs)
         self._in_flight += 1
-        self._idle.clear()
         try:
             if self._chain:
                 for index in self._graph.order:
-                    await self._step(index, request, tensors, times)
+                    await self._step(index, request, rows, tensors, times)
             else:
-                await self._run_graph(request, tensors, times)
+                await self._run_graph(request, rows, tensors, times)
             outputs = {name: tensors[name] for name in self._graph.outputs}
         except asyncio.CancelledError:
             self.stats.record_failure(clock.monotonic_ns() - start_ns, "CANCELED")
@@ -110,8 +154,10 @@ class EnsembleScheduler:
             raise
         finally:
             self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+            if self._in_flight == 0 and self._drained is not None:
+                if not self._drained.done():
+                    self._drained.set_result(None)
+                self._drained = None
         self.stats.record_success(
             clock.monotonic_ns() - start_ns, 0, times.input_ns, times.infer_ns, times.output_ns
         )
@@ -119,20 +165,37 @@ class EnsembleScheduler:
         return outputs
 
     async def _step(
-        self, index: int, request: InferRequest, tensors: Tensors, times: _ComputeTimes
+        self,
+        index: int,
+        request: InferRequest,
+        rows: int,
+        tensors: Tensors,
+        times: _ComputeTimes,
     ) -> None:
         step = self._graph.steps[index]
         version = self._versions[index]
+        inputs = {name: tensors[tensor] for name, tensor in self._inputs[index]}
+        checked: ModelSpec | None = None
+        plan = self._plans[index]
+        if plan is not None:
+            checked = plan.spec
+            first = (rows,)
+            for name, dtype, dims in plan.checks:
+                given = inputs[name]
+                shape = given.shape
+                if given.dtype != dtype or shape[1:] != dims or shape[:1] != first:
+                    checked = None  # the step model's own check names the problem
+                    break
         step_request = InferRequest(
             model_name=step.model_name,
-            inputs={name: tensors[tensor] for name, tensor in self._inputs[index]},
+            inputs=inputs,
             model_version="" if version is None else str(version),
             id=request.id,
             parameters=request.parameters,
             on_timings=times.add,
         )
         try:
-            produced = await self._call.outputs(step_request, version)
+            produced = await self._call.outputs(step_request, version, checked, rows)
         except InferdError as exc:
             raise step_error(self._graph.name, index, self._graph, exc) from exc
         for name, tensor in self._outputs[index]:
@@ -145,7 +208,7 @@ class EnsembleScheduler:
             tensors[tensor] = array
 
     async def _run_graph(
-        self, request: InferRequest, tensors: Tensors, times: _ComputeTimes
+        self, request: InferRequest, rows: int, tensors: Tensors, times: _ComputeTimes
     ) -> None:
         """Each step in its own task, started once the steps it reads from are done."""
         graph = self._graph
@@ -154,7 +217,7 @@ class EnsembleScheduler:
         async def run(index: int, after: list[asyncio.Task[None]]) -> None:
             for dependency in after:
                 await dependency  # a failed dependency fails this step with the same error
-            await self._step(index, request, tensors, times)
+            await self._step(index, request, rows, tensors, times)
 
         for index in graph.order:
             after = [tasks[d] for d in graph.depends_on[index]]
@@ -167,7 +230,11 @@ class EnsembleScheduler:
 
     async def drain(self) -> None:
         """Wait until no request is in flight."""
-        await self._idle.wait()
+        if self._in_flight == 0:
+            return
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._drained)
 
     def shutdown(self) -> None:
         """Nothing waits outside the requests' own tasks."""
