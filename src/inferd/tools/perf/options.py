@@ -97,6 +97,11 @@ class PerfOptions:
     seed: int = 0  # Poisson arrivals: the seed of the numpy Generator
     slip_bound_us: float = 1000.0  # an open-loop send later than this behind schedule is late
     outputs: tuple[str, ...] | None = None
+    input_data: tuple[str, ...] = ("random",)  # random | zero | files (see inputs.py)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # --shape NAME:D1,D2
+    string_length: int = 128
+    string_data: str | None = None
+    latency_threshold_ms: float | None = None  # stop visiting load points once above it
     server_pid: int | None = None
     metrics_url: str | None = None
     csv_file: Path | None = None

@@ -1,0 +1,56 @@
+"""The live display while measuring: the load point, its windows so far, the last figures.
+
+Drawn with rich on the error stream, and only when that stream is a terminal and the run is
+not ``--quiet``: pipes and CSV-reading scripts see the reports alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+from inferd.tools.perf.summary import LoadPoint
+
+
+class LiveProgress:
+    """A one-line rich Live display, rewritten at each window."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        from rich.console import Console  # the perf extra; imported only when drawing
+        from rich.live import Live
+
+        self._console = Console(file=stream or sys.stderr)
+        self._live: Any = Live(console=self._console, transient=True, auto_refresh=False)
+        self._label = ""
+        self._max = 0
+
+    def start_point(self, label: str, max_trials: int) -> None:
+        self._label, self._max = label, max_trials
+        self._live.start()
+        self._show(f"[bold]{label}[/bold]: first window…")
+
+    def window(self, index: int, throughput: float, latency_us: float, in_flight: int) -> None:
+        self._show(
+            f"[bold]{self._label}[/bold]  window {index}/{self._max}  "
+            f"{throughput:,.1f} infer/sec  latency {latency_us:,.0f} usec  "
+            f"in flight {in_flight}"
+        )
+
+    def end_point(self, point: LoadPoint) -> None:
+        self._live.stop()
+
+    def _show(self, text: str) -> None:
+        from rich.text import Text
+
+        self._live.update(Text.from_markup(text), refresh=True)
+
+
+def progress_for(quiet: bool, stream: IO[str] | None = None) -> LiveProgress | None:
+    """A live display when it can be seen (a terminal, not quiet, rich installed), else None."""
+    stream = stream or sys.stderr
+    if quiet or not stream.isatty():
+        return None
+    try:
+        return LiveProgress(stream)
+    except ImportError:
+        return None

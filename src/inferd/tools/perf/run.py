@@ -1,0 +1,130 @@
+"""One ``inferd perf`` run over a transport: model, input data, load points, figures.
+
+The caller builds the transport (HTTP, gRPC, or in process on its own engine) and writes the
+reports; this module only measures. Everything it settles before measuring (the model, the
+cost sources, what the figures mean) is returned beside the load points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferd.errors import InvalidArgumentError
+from inferd.tools.perf.cost import CostProbe
+from inferd.tools.perf.driver import Driver, Progress
+from inferd.tools.perf.inputs import load_input_data
+from inferd.tools.perf.options import LoadMode, PerfOptions
+from inferd.tools.perf.summary import LoadPoint
+from inferd.tools.perf.transport import ModelInfo, Transport
+
+
+@dataclass
+class PerfResult:
+    points: list[LoadPoint]
+    model: ModelInfo
+    settings: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def check_model(model: ModelInfo, options: PerfOptions) -> None:
+    """Options that cannot work with this model, refused before any load."""
+    if model.max_batch_size == 0 and options.batch_size != 1:
+        raise InvalidArgumentError(
+            f"model '{model.name}' does not batch (max_batch_size 0): use -b 1"
+        )
+    if model.max_batch_size and options.batch_size > model.max_batch_size:
+        raise InvalidArgumentError(
+            f"-b {options.batch_size} is above model '{model.name}''s max_batch_size "
+            f"{model.max_batch_size}"
+        )
+    if model.decoupled and options.transport not in ("grpc-stream", "in-process"):
+        raise InvalidArgumentError(
+            f"model '{model.name}' is decoupled (any number of responses per request): "
+            "measure it with -i grpc --streaming"
+        )
+
+
+def settings_of(options: PerfOptions, model: ModelInfo, probe: CostProbe) -> dict[str, Any]:
+    """The settings recorded with the figures (the JSON's ``settings``)."""
+    return {
+        "model": model.name,
+        "version": options.version,
+        "transport": options.transport,
+        "url": options.url,
+        "batch_size": options.batch_size,
+        "mode": options.mode.value,
+        "levels": options.load_levels(),
+        "request_distribution": (
+            options.distribution.value if options.mode is LoadMode.REQUEST_RATE else None
+        ),
+        "seed": options.seed,
+        "measurement_interval_ms": options.measurement_interval_ms,
+        "stability_percentage": options.stability_percentage,
+        "max_trials": options.max_trials,
+        "percentile": options.percentile,
+        "sequence_model": model.sequence,
+        "sequence_length": options.sequence_length if model.sequence else None,
+        "input_data": list(options.input_data),
+        "slip_bound_us": options.slip_bound_us,
+        "server_cpu_source": probe.server_cpu_source,
+        "energy_source": probe.energy_source,
+    }
+
+
+async def run_perf(
+    options: PerfOptions,
+    transport: Transport,
+    *,
+    progress: Progress | None = None,
+    on_settings: Callable[[dict[str, Any]], None] | None = None,
+    in_process: bool = False,
+) -> PerfResult:
+    """Measure every load point of ``options`` through ``transport`` (which the caller closes).
+
+    ``on_settings`` is called once the model is known and before the load starts (the CLI
+    prints perf_analyzer's settings block there).
+    """
+    model = await transport.model_info()
+    check_model(model, options)
+    data = load_input_data(
+        model,
+        list(options.input_data),
+        shapes=dict(options.shapes),
+        string_length=options.string_length,
+        string_data=options.string_data,
+        seed=options.seed,
+    )
+    requests = data.requests
+    await transport.prepare(requests, options.batch_size, options.outputs)
+    probe = CostProbe(
+        server_pid=options.server_pid, metrics_url=options.metrics_url, in_process=in_process
+    )
+    await probe.start()
+    settings = settings_of(options, model, probe)
+    if on_settings is not None:
+        on_settings(settings)
+    driver = Driver(
+        transport,
+        options,
+        request_count=len(requests),
+        sequence=model.sequence,
+        probe=probe,
+        progress=progress,
+    )
+    points = await driver.run()
+    notes = []
+    if probe.server_cpu_source == "unknown":
+        notes.append(
+            "server CPU unknown: give --server-pid for a local server, or --metrics-url of a "
+            "server that exports process_cpu_seconds_total"
+        )
+    if not probe.zones:
+        notes.append(probe.energy_source)
+    if in_process:
+        notes.append(
+            "in process: the server and the load generator share this process, so the CPU "
+            "figures count both"
+        )
+    return PerfResult(points=points, model=model, settings=settings, notes=notes)
