@@ -198,3 +198,93 @@ def test_idle_sequence_is_released_and_backlog_waits(one_slot_server: ServerProc
     finally:
         client.close()
         other.close()
+
+
+# -- warm-up and the direct strategy's padding ---------------------------------------------------
+
+WARM_INPUT = (
+    'inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 1 ] random_data: true } }'
+)
+# Triton's way (qa/L0_warmup): the sample lists the control inputs itself
+WARM_CONTROLS = WARM_INPUT + (
+    ' inputs { key: "START" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } '
+    'inputs { key: "READY" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }'
+)
+
+
+def _with_warmup(source: Path, target: Path, inputs: str, *, one_slot: bool = False) -> None:
+    shutil.copytree(source, target)
+    config = (target / "config.pbtxt").read_text().replace(source.name, target.name)
+    if one_slot:  # one instance, one slot, and a long idle limit: a slot left taken would block
+        config = re.sub(r"max_batch_size: \d+", "max_batch_size: 1", config)
+        config = config.replace(
+            "sequence_batching {", "sequence_batching {\n  max_sequence_idle_microseconds: 60000000"
+        )
+    config += f'\nmodel_warmup [ {{ name: "warm" batch_size: 3 count: 2 {inputs} }} ]\n'
+    (target / "config.pbtxt").write_text(config)
+
+
+@pytest.fixture(scope="module")
+def warm_server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    repo = tmp_path_factory.mktemp("warm")
+    _with_warmup(example_repo / "simple_sequence", repo / "warm_sequence", WARM_INPUT)
+    _with_warmup(
+        example_repo / "simple_sequence", repo / "warm_one_slot", WARM_CONTROLS, one_slot=True
+    )
+    _with_warmup(example_repo / "simple_string_dyna_sequence", repo / "warm_state", WARM_INPUT)
+    with running_server([repo]) as proc:
+        yield proc
+
+
+def test_sequence_models_warm_up_and_leave_nothing_behind(warm_server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(warm_server.http_url, network_timeout=20)
+    try:
+        for model in ("warm_sequence", "warm_one_slot", "warm_state"):
+            assert client.is_model_ready(model)
+            assert client.get_inference_statistics(model)["model_stats"][0]["execution_count"] == 0
+        # the only slot is free: a warm-up that kept it would hold this request for 60 s
+        got = _http_infer(client, "warm_one_slot", _one(4), sequence_id=1, sequence_start=True)
+        assert got.as_numpy("OUTPUT")[0][0] == 5  # READY * (INPUT + START)
+        _http_infer(client, "warm_one_slot", _one(4), sequence_id=1, sequence_end=True)
+        # the state starts from its initial value (0), not from the warm-up's random sums
+        for step, value in enumerate([3, 4]):
+            got = _http_infer(
+                client, "warm_state", _one(value), sequence_id="77", sequence_start=step == 0
+            )
+        assert got.as_numpy("OUTPUT")[0][0] == 7
+    finally:
+        client.close()
+
+
+def _batch_sizes(client: Any, model: str) -> dict[int, int]:
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+
+
+def test_direct_strategy_pads_idle_slots_below_the_highest(warm_server: ServerProcess) -> None:
+    """warm_sequence: direct strategy, one instance, 8 slots. Three sequences take slots 0, 1
+    and 2; a request of the third alone runs as a batch of 3 rows, slots 0 and 1 padded."""
+    model = "warm_sequence"
+    client = httpclient.InferenceServerClient(warm_server.http_url)
+    try:
+        for key in (11, 12, 13):
+            got = _http_infer(client, model, _one(key), sequence_id=key, sequence_start=True)
+            assert got.as_numpy("OUTPUT")[0][0] == key + 1
+        before = client.get_inference_statistics(model)["model_stats"][0]
+        sizes = _batch_sizes(client, model)
+        got = _http_infer(client, model, _one(5), sequence_id=13)
+        assert got.as_numpy("OUTPUT")[0][0] == 5  # its own row, READY true
+        after = client.get_inference_statistics(model)["model_stats"][0]
+        grown = {
+            size: count - sizes.get(size, 0)
+            for size, count in _batch_sizes(client, model).items()
+            if count != sizes.get(size, 0)
+        }
+        assert grown == {3: 1}  # one execution of 3 rows: the model saw the padding
+        # as Triton counts: padding rows are in the batch size, not in the inference count
+        assert int(after["inference_count"]) - int(before["inference_count"]) == 1
+        assert int(after["execution_count"]) - int(before["execution_count"]) == 1
+        for key in (11, 12, 13):
+            _http_infer(client, model, _one(0), sequence_id=key, sequence_end=True)
+    finally:
+        client.close()

@@ -70,7 +70,12 @@ def test_no_request_is_lost_reordered_or_misrouted(policy: SlotPolicy, script: l
         result = slots.plan(now, free)
         for batch in result.batches:
             assert batch.instance in free
-            assert 1 <= len(batch.items) <= policy.max_batch_size
+            assert 1 <= len(batch.items) <= batch.rows <= policy.max_batch_size
+            taken = [slot for _, slot, _ in batch.items]
+            if policy.strategy == "direct":  # rows 0..highest slot: an item or padding each
+                assert sorted(taken + list(batch.padded)) == list(range(max(taken) + 1))
+            else:
+                assert batch.padded == ()
             keys = [key for key, _, _ in batch.items]
             assert len(set(keys)) == len(keys)  # one request per sequence per batch
             for key, slot, item in batch.items:
@@ -208,3 +213,43 @@ def test_oldest_waits_for_its_queue_delay_then_batches_the_oldest() -> None:
     assert early.batches == ()
     assert early.wake_at_ns == 5 * MS
     assert len(slots2.plan(5 * MS, frozenset({0})).batches) == 1
+
+
+def test_direct_pads_idle_slots_below_the_highest_ready_one() -> None:
+    slots = SequenceSlots(_policy(strategy="direct", slots_per_instance=4, max_batch_size=4))
+    starts = [Item(key, 0, start=True, end=False) for key in range(3)]
+    for key, item in enumerate(starts):
+        assert slots.admit(key, item) is None
+        assert slots.slot_of(key) == (0, key)
+    (first,) = slots.plan(0, frozenset({0})).batches
+    assert [slot for _, slot, _ in first.items] == [0, 1, 2]
+    assert first.padded == ()
+    for key, item in enumerate(starts):
+        slots.complete(key, item, 1)
+    # only the sequence in slot 2 sends: slots 0 and 1 are padded, slot 3 is not
+    assert slots.admit(2, Item(10, 2, start=False, end=False)) is None
+    (alone,) = slots.plan(2, frozenset({0})).batches
+    assert [slot for _, slot, _ in alone.items] == [2]
+    assert alone.padded == (0, 1)
+    assert alone.rows == 3
+    slots.complete(2, alone.items[0][2], 3)
+    # slot 0 alone: nothing to pad
+    assert slots.admit(0, Item(11, 4, start=False, end=False)) is None
+    (low,) = slots.plan(4, frozenset({0})).batches
+    assert low.padded == ()
+    assert low.rows == 1
+
+
+def test_oldest_never_pads() -> None:
+    slots = SequenceSlots(_policy(strategy="oldest", slots_per_instance=4, max_batch_size=4))
+    starts = [Item(key, 0, start=True, end=False) for key in range(3)]
+    for key, item in enumerate(starts):
+        assert slots.admit(key, item) is None
+    slots.plan(0, frozenset({0}))
+    for key, item in enumerate(starts):
+        slots.complete(key, item, 1)
+    assert slots.admit(2, Item(10, 2, start=False, end=False)) is None
+    (alone,) = slots.plan(2, frozenset({0})).batches
+    assert [slot for _, slot, _ in alone.items] == [2]
+    assert alone.padded == ()
+    assert alone.rows == 1

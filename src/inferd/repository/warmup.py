@@ -1,4 +1,11 @@
-"""Model warm-up: run the config's ``model_warmup`` samples on every instance before READY."""
+"""Model warm-up: run the config's ``model_warmup`` samples on every instance before READY.
+
+A sample runs straight on each instance, as Triton runs it: no scheduler, so a sequence model's
+warm-up takes no sequence slot and leaves no implicit state behind. A sample may list a sequence
+model's control and state inputs (Triton's way); those it leaves out are filled so that each
+row is a whole one-request sequence: START, READY and END true, the correlation ids 1, 2, ...
+(as text for a string CORRID), and every implicit state at its initial value.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,11 @@ import numpy as np
 
 from inferd.backends.base import ModelInstance
 from inferd.core.inference import InferRequest
-from inferd.core.model_spec import ModelSpec, WarmupInputSpec
+from inferd.core.model_spec import ModelSpec, WarmupInputSpec, WarmupSpec
+from inferd.core.sequence_spec import ControlKind
 from inferd.errors import ConfigError, InferdError
 from inferd.repository.paths import resolve_inside
+from inferd.scheduling.state import initial_value
 
 WARMUP_DIR = "warmup"
 
@@ -69,16 +78,65 @@ def _sample(
     return np.zeros(shape, dtype=dtype.dtype)
 
 
+def _check_names(spec: ModelSpec, warmup: WarmupSpec) -> None:
+    """Refuse a sample input that is not an input the model receives (a name left as it is
+    would be dropped or fail in the runtime with a less clear message)."""
+    known = [t.name for t in spec.inputs]
+    seq = spec.sequence_batching
+    if seq is not None:
+        known += [c.name for c in seq.controls] + [s.input_name for s in seq.states]
+    for name in warmup.inputs:
+        if name not in known:
+            raise ConfigError(
+                f"warmup '{warmup.name}' of model '{spec.name}' gives input '{name}', which the "
+                f"model does not have; its inputs: {', '.join(known)}"
+            )
+
+
+def sequence_fill(
+    spec: ModelSpec, listed: Sequence[str], batch: int, model_dir: Path
+) -> dict[str, np.ndarray[Any, Any]]:
+    """The control and state inputs of a sequence model that a warm-up sample does not list:
+    each of the ``batch`` rows a one-request sequence (START, READY and END true, correlation
+    ids 1..batch) with every implicit state at its initial value. ``{}`` for other models."""
+    seq = spec.sequence_batching
+    if seq is None:
+        return {}
+    batched = spec.max_batch_size > 0
+    shape = (batch, 1) if batched else (1,)
+    filled: dict[str, np.ndarray[Any, Any]] = {}
+    for control in seq.controls:
+        if control.name in listed:
+            continue
+        dtype = control.datatype.dtype
+        if control.kind is ControlKind.CORRID:
+            ids = np.arange(1, shape[0] + 1).reshape(shape)
+            if control.datatype.is_bytes:
+                value = np.array([str(i).encode() for i in ids.flat], dtype=object).reshape(shape)
+            else:
+                value = ids.astype(dtype)
+        else:  # START, READY and END all true: a whole sequence in one request
+            value = np.full(shape, control.true_value, dtype=dtype)
+        filled[control.name] = value
+    for state in seq.states:
+        if state.input_name not in listed:
+            initial = initial_value(state, model_dir, batched)
+            filled[state.input_name] = np.repeat(initial, batch, axis=0) if batched else initial
+    return filled
+
+
 def warm_up(spec: ModelSpec, instances: Sequence[ModelInstance], model_dir: Path) -> None:
     """Run each warm-up sample ``count`` times (at least once) on every instance. Blocking."""
     rng = np.random.default_rng(0)
     for warmup in spec.warmups:
+        _check_names(spec, warmup)
         batch = max(1, warmup.batch_size)
         try:
             inputs = {
                 name: _sample(spec, name, item, batch, model_dir, rng)
                 for name, item in warmup.inputs.items()
             }
+            inputs.update(sequence_fill(spec, list(warmup.inputs), batch, model_dir))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"warmup '{warmup.name}' cannot build its inputs: {exc}") from exc
         request = InferRequest(spec.name, inputs, id=f"warmup:{warmup.name}")

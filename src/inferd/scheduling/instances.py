@@ -56,6 +56,9 @@ class WorkItem:
     waiters: list[Waiter]
     arrivals_ns: list[int]  # when each request reached its scheduler (monotonic)
     rows: int  # total batch rows
+    # rows that only pad the batch (a sequence batcher's idle slots): they run with the others,
+    # count in the batch's size, and have no caller, no result and no request statistics
+    padding: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True, eq=False)
@@ -295,10 +298,24 @@ class InstancePool:
     ) -> None:
         stats = self._stats
         now = self._clock.monotonic_ns()
+        requests, waiters, arrivals = item.requests, item.waiters, item.arrivals_ns
+        padding = item.padding
         if executed:
-            stats.record_execution(item.rows, times.input_ns, times.infer_ns, times.output_ns)
+            stats.record_execution(
+                item.rows,
+                times.input_ns,
+                times.infer_ns,
+                times.output_ns,
+                item.rows - len(padding),
+            )
+        if padding:
+            kept = [i for i in range(len(requests)) if i not in padding]
+            requests = [requests[i] for i in kept]
+            waiters = [waiters[i] for i in kept]
+            arrivals = [arrivals[i] for i in kept]
+            results = [results[i] for i in kept]
         for request, waiter, result, arrival in zip(
-            item.requests, item.waiters, results, item.arrivals_ns, strict=True
+            requests, waiters, results, arrivals, strict=True
         ):
             total = now - arrival
             if waiter.done():

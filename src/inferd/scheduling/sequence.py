@@ -44,6 +44,14 @@ class _Pending:
     key: SequenceId
 
 
+def _zeros_like(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    if array.dtype.hasobject:
+        empty = np.empty(array.shape, dtype=object)
+        empty.fill(b"")
+        return empty
+    return np.zeros(array.shape, dtype=array.dtype)
+
+
 def sequence_flags(request: InferRequest, model: str) -> tuple[SequenceId, bool, bool]:
     """The request's sequence id, START and END flags; refuse a request outside a sequence."""
     params = request.parameters
@@ -246,7 +254,52 @@ class SequenceBatcher:
             waiters.append(inner)
             arrivals.append(item.arrival_ns)
         self.stats.close_reasons[self._seq.strategy] += 1
-        self._pools.put(batch.instance, WorkItem(requests, waiters, arrivals, len(requests)))
+        padding: frozenset[int] = frozenset()
+        if batch.padded:
+            requests, waiters, arrivals, padding = self._pad(batch, requests, waiters, arrivals)
+        self._pools.put(
+            batch.instance, WorkItem(requests, waiters, arrivals, len(requests), padding)
+        )
+
+    def _pad(
+        self,
+        batch: Batch,
+        requests: list[InferRequest],
+        waiters: list[asyncio.Future[Any]],
+        arrivals: list[int],
+    ) -> tuple[list[InferRequest], list[asyncio.Future[Any]], list[int], frozenset[int]]:
+        """The batch's rows in slot order with a padding row in each idle slot below the
+        highest one (direct strategy): zeros shaped as the first request's inputs, the controls
+        of :meth:`ControlFiller.idle`, zero state, and a waiter nobody awaits."""
+        template = requests[0]
+        inputs = {name: _zeros_like(array) for name, array in template.inputs.items()}
+        inputs.update(self._controls.idle())
+        idle = InferRequest(
+            model_name=template.model_name,
+            inputs=inputs,
+            model_version=template.model_version,
+            outputs=template.outputs,
+        )
+        loop = asyncio.get_running_loop()
+        now = self._clock.monotonic_ns()
+        rows = [(slot, i) for i, (_key, slot, _item) in enumerate(batch.items)]
+        rows += [(slot, -1) for slot in batch.padded]
+        rows.sort()
+        out_requests: list[InferRequest] = []
+        out_waiters: list[asyncio.Future[Any]] = []
+        out_arrivals: list[int] = []
+        padding: list[int] = []
+        for row, (_slot, index) in enumerate(rows):
+            if index < 0:
+                padding.append(row)
+                out_requests.append(idle)
+                out_waiters.append(loop.create_future())
+                out_arrivals.append(now)
+            else:
+                out_requests.append(requests[index])
+                out_waiters.append(waiters[index])
+                out_arrivals.append(arrivals[index])
+        return out_requests, out_waiters, out_arrivals, frozenset(padding)
 
     def _with_sequence_inputs(
         self, request: InferRequest, key: SequenceId, item: Item

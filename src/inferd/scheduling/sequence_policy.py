@@ -14,7 +14,10 @@ A sequence is identified by its correlation id. The policy decides:
 
 Strategies (Triton's): ``direct`` batches the ready slots of an instance (one slot per batch
 row, ``max_batch_size`` slots per instance) as soon as the instance is free, or waits up to
-``max_queue_delay`` for ``minimum_slot_utilization`` of them to be ready; ``oldest`` keeps up
+``max_queue_delay`` for ``minimum_slot_utilization`` of them to be ready; its batch covers the
+slots from 0 up to the highest ready one, an idle slot below that getting a padding row (the
+driver sends it with READY false), so that row ``i`` of every batch is slot ``i`` and a model
+may keep per-slot data by row; ``oldest`` keeps up
 to ``max_candidate_sequences`` sequences per instance and batches their oldest requests like
 the dynamic batcher (preferred sizes, ``max_queue_delay``).
 
@@ -84,6 +87,14 @@ class _Sequence:
 class Batch:
     instance: int
     items: tuple[tuple[SequenceKey, int, Item], ...]  # (sequence, slot, item), slot order
+    # direct: the slots below the highest slot of ``items`` that have no item (each gets a
+    # padding row, so the batch's row i is slot i); always () for oldest
+    padded: tuple[int, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        """Rows the model sees: the items and the padding."""
+        return len(self.items) + len(self.padded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +243,11 @@ class SequenceSlots:
                 seq.in_flight = True
                 self.queued -= 1
                 items.append((seq.key, slot, item))
-            batches.append(Batch(instance, tuple(items)))
+            padded: tuple[int, ...] = ()
+            if self.policy.strategy == "direct":
+                taken = {slot for slot, _ in chosen}
+                padded = tuple(s for s in range(max(taken) + 1) if s not in taken)
+            batches.append(Batch(instance, tuple(items), padded))
         idle = self._next_idle_deadline()
         if idle is not None:
             wakes.append(idle)

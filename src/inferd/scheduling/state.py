@@ -57,6 +57,21 @@ class ControlFiller:
                 array.flags.writeable = False
             self._flags.append((control.name, control.kind, false, true))
 
+    def idle(self) -> dict[str, Array]:
+        """The control tensors of a padding row (an idle slot): START, READY and END false, and
+        a CORRID of 0 (empty for a string id): with READY false the model may assume nothing of
+        the row, its correlation id included (Triton's rule)."""
+        tensors = {name: false for name, _kind, false, _true in self._flags}
+        corrid = self._corrid
+        if corrid is not None:
+            if corrid.datatype.is_bytes:
+                value = np.empty(self._shape, dtype=object)
+                value.fill(b"")
+            else:
+                value = np.zeros(self._shape, dtype=corrid.datatype.dtype)
+            tensors[corrid.name] = value
+        return tensors
+
     def check_id(self, sequence_id: SequenceId) -> None:
         """Refuse an id whose type the CORRID control cannot carry (Triton's message)."""
         corrid = self._corrid

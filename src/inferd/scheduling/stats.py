@@ -49,9 +49,18 @@ class ModelStats:
         # sequence models: sequences active, backlogged, started, ended, released when idle
         self.sequence_source: Callable[[], dict[str, int]] = dict
 
-    def record_execution(self, rows: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+    def record_execution(
+        self,
+        rows: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        inferences: int | None = None,
+    ) -> None:
+        """One execution of ``rows`` rows, of which ``inferences`` (default: all) are requests'
+        rows: a sequence batch's padding rows count in the batch size, not as inferences."""
         self.execution_count += 1
-        self.inference_count += rows
+        self.inference_count += rows if inferences is None else inferences
         stat = self.batch_stats.get(rows)
         if stat is None:
             stat = self.batch_stats[rows] = BatchStat()
