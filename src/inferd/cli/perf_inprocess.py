@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from inferd.engine import Engine
+from inferd.errors import InvalidArgumentError
 from inferd.repository.manager import ControlMode
 from inferd.server.config import ServerConfig
-from inferd.server.server import Server
+from inferd.server.server import Server, StartupError
 
 
 @asynccontextmanager
@@ -28,7 +29,12 @@ async def running_engine(repository: Path, model: str) -> AsyncIterator[Engine]:
     # the load generator's output is the report: the server's start-up lines stay quiet
     logging.getLogger("inferd").setLevel(logging.WARNING)
     server = Server(config)
-    await server.start()
+    try:
+        await server.start()
+    except StartupError as exc:
+        raise InvalidArgumentError(
+            f"model '{model}' could not be loaded from '{repository}' (the reason is logged above)"
+        ) from exc
     try:
         yield server.engine
     finally:
