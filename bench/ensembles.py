@@ -1,10 +1,15 @@
 """What a 3-step ensemble costs beside calling its three steps back to back, in one run.
 
-    .venv/bin/python bench/ensembles.py [--seconds 2] [--rounds 3] [--layers 2] [--no-network]
+    .venv/bin/python bench/ensembles.py [--seconds 2] [--rounds 3] [--layers 2]
+        [--runtime-threads 1] [--no-network]
 
 Builds a repository of three ONNX models (FP32 ``[-1, 64]`` in and out, ``--layers`` 64x256x64
-matrix products each, dynamic batching, one instance) and ``pipeline``, an ensemble chaining
-them. Then, at concurrency 1 and 16:
+matrix products each, dynamic batching, one instance with ``--runtime-threads`` intra-op threads)
+and ``pipeline``, an ensemble chaining them. One thread each is the default: in the server's
+default layout each of the three models gets every core with spinning threads, and on a small
+machine the figures then measure how the OS schedules three spinning thread pools rather than
+what the ensemble costs (``--runtime-threads 0`` measures that layout anyway).
+Then, at concurrency 1 and 16:
 
 - in process, on one event loop: ``steps`` awaits ``Engine.infer`` on each model in turn,
   feeding each one's output to the next; ``ensemble`` awaits one ``Engine.infer`` on
@@ -14,7 +19,9 @@ them. Then, at concurrency 1 and 16:
 - over the network (``inferd serve`` on free ports, tritonclient gRPC, one client per thread):
   the ensemble in one request, and the three models as three requests.
 
-Prints microseconds per request, requests per second and the ensemble / steps ratios.
+Prints microseconds per request, requests per second, the event loop's CPU time per request
+(the cost the ensemble adds lives there, and it is less sensitive to other work on the machine
+than a rate) and the ensemble / steps ratios.
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ {width} ] }} ]
 output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ {width} ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 dynamic_batching {{ }}
+{parameters}
 """
+THREADS = 'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{threads}" }} }}'
 
 
 def _step_model(layers: int, seed: int) -> bytes:
@@ -93,10 +102,15 @@ def _pipeline_config() -> str:
     )
 
 
-def build_repository(root: Path, layers: int) -> None:
+def build_repository(root: Path, layers: int, threads: int = 1) -> None:
+    """The three step models and the ensemble; ``threads`` 0 leaves the thread layout to the
+    server's default."""
+    parameters = THREADS.format(threads=threads) if threads > 0 else ""
     for seed, name in enumerate(STEPS):
         (root / name / "1").mkdir(parents=True)
-        (root / name / "config.pbtxt").write_text(STEP_CONFIG.format(name=name, width=WIDTH))
+        (root / name / "config.pbtxt").write_text(
+            STEP_CONFIG.format(name=name, width=WIDTH, parameters=parameters)
+        )
         (root / name / "1" / "model.onnx").write_bytes(_step_model(layers, seed))
     (root / "pipeline" / "1").mkdir(parents=True)
     (root / "pipeline" / "config.pbtxt").write_text(_pipeline_config())
@@ -119,8 +133,9 @@ def in_process_calls(engine: Engine) -> dict[str, Call]:
     return {"steps": steps, "ensemble": ensemble}
 
 
-async def _measure(call: Call, concurrency: int, seconds: float) -> tuple[float, float]:
-    """(requests per second, mean latency in µs) of ``concurrency`` callers for ``seconds``."""
+async def _measure(call: Call, concurrency: int, seconds: float) -> tuple[float, float, float]:
+    """(requests per second, mean latency in µs, the loop thread's CPU µs per request) of
+    ``concurrency`` callers for ``seconds``."""
     x = np.random.default_rng(1).normal(size=(1, WIDTH)).astype(np.float32)
     for _ in range(50):
         await call(x)
@@ -137,10 +152,11 @@ async def _measure(call: Call, concurrency: int, seconds: float) -> tuple[float,
         done.append(count)
         latency.append(total)
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    return sum(done) / elapsed, sum(latency) / max(1, sum(done)) * 1e6
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
+    count = max(1, sum(done))
+    return sum(done) / elapsed, sum(latency) / count * 1e6, cpu / count * 1e6
 
 
 async def run_in_process(root: Path, seconds: float, rounds: int) -> dict[tuple[str, int], Any]:
@@ -150,7 +166,7 @@ async def run_in_process(root: Path, seconds: float, rounds: int) -> dict[tuple[
         raise SystemExit(f"models failed to load: {failures}")
     engine = Engine(manager, server_version="bench")
     calls = in_process_calls(engine)
-    figures: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    figures: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     try:
         for concurrency in (1, 16):
             for round_ in range(rounds):
@@ -161,7 +177,7 @@ async def run_in_process(root: Path, seconds: float, rounds: int) -> dict[tuple[
     finally:
         await manager.close()
     return {
-        key: (statistics.median(r for r, _ in v), statistics.median(lat for _, lat in v))
+        key: tuple(statistics.median(cell[i] for cell in v) for i in range(3))
         for key, v in figures.items()
     }
 
@@ -219,24 +235,35 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="per measured cell")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--layers", type=int, default=2, help="matrix-product pairs per step")
+    parser.add_argument(
+        "--runtime-threads",
+        type=int,
+        default=1,
+        help="intra-op threads of each step model (0: the server's default layout)",
+    )
     parser.add_argument("--no-network", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="inferd-ens-bench-") as tmp:
         root = Path(tmp)
-        build_repository(root, args.layers)
+        build_repository(root, args.layers, args.runtime_threads)
         inproc = uvloop.run(run_in_process(root, args.seconds * args.rounds, args.rounds))
-        print(f"3-step chain, FP32 [1, {WIDTH}], {args.layers} layer pair(s) per step")
+        threads = args.runtime_threads or "default"
+        print(
+            f"3-step chain, FP32 [1, {WIDTH}], {args.layers} layer pair(s) per step, "
+            f"intra-op threads per step model: {threads}"
+        )
         print("in process (Engine.infer), median of rounds:")
         print(
-            f"  {'concurrency':>11} {'steps req/s':>12} {'steps µs':>9} {'ens req/s':>10}"
-            f" {'ens µs':>8} {'latency ratio':>14} {'throughput ratio':>17}"
+            f"  {'concurrency':>11} {'steps req/s':>12} {'steps µs':>9} {'loop µs':>8}"
+            f" {'ens req/s':>10} {'ens µs':>8} {'loop µs':>8} {'latency ratio':>14}"
+            f" {'throughput ratio':>17} {'loop CPU ratio':>15}"
         )
         for c in (1, 16):
-            sr, sl = inproc[("steps", c)]
-            er, el = inproc[("ensemble", c)]
+            sr, sl, sc = inproc[("steps", c)]
+            er, el, ec = inproc[("ensemble", c)]
             print(
-                f"  {c:>11} {sr:>12.0f} {sl:>9.0f} {er:>10.0f} {el:>8.0f} {el / sl:>14.3f}"
-                f" {er / sr:>17.3f}"
+                f"  {c:>11} {sr:>12.0f} {sl:>9.0f} {sc:>8.1f} {er:>10.0f} {el:>8.0f} {ec:>8.1f}"
+                f" {el / sl:>14.3f} {er / sr:>17.3f} {ec / sc:>15.3f}"
             )
         if args.no_network:
             return
