@@ -18,18 +18,17 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httptools
 import numpy as np
 import orjson
 
-from inferd.codecs.raw_tensor import serialize_bytes_elements
-from inferd.core.datatypes import from_dtype
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
 from inferd.tools.perf.inputs import batch_tensors
+from inferd.tools.perf.payload import datatype_of, json_data, raw_bytes
 from inferd.tools.perf.transport import (
     ModelInfo,
     PerfRequestError,
@@ -57,8 +56,7 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.open = True
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -118,36 +116,6 @@ class _Connection(asyncio.Protocol):
         self.open = False
         if self._transport is not None:
             self._transport.close()
-
-
-def _json_data(array: np.ndarray, name: str) -> list[Any]:
-    datatype = from_name_of(array)
-    if datatype in ("FP16", "BF16"):
-        raise InvalidArgumentError(
-            f"input '{name}' is {datatype}, which v2 JSON cannot carry: use http-binary or grpc"
-        )
-    if datatype == "BYTES":
-        try:
-            return [item.decode() for item in array.ravel().tolist()]
-        except UnicodeDecodeError:
-            raise InvalidArgumentError(
-                f"input '{name}' holds bytes that are not UTF-8 text, which v2 JSON cannot "
-                "carry: use http-binary or grpc"
-            ) from None
-    flat: list[Any] = array.ravel().tolist()
-    return flat
-
-
-def from_name_of(array: np.ndarray) -> str:
-    """The v2 datatype name of an array built by :mod:`inferd.tools.perf.inputs`."""
-    return "BYTES" if array.dtype == object else from_dtype(array.dtype).name
-
-
-def _raw(array: np.ndarray) -> bytes:
-    if array.dtype == object:
-        return serialize_bytes_elements(array.ravel().tolist())
-    little = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
-    return np.ascontiguousarray(array, dtype=little).tobytes()
 
 
 class _Prepared:
@@ -250,14 +218,14 @@ class HttpTransport:
             entry: dict[str, Any] = {
                 "name": name,
                 "shape": list(array.shape),
-                "datatype": from_name_of(array),
+                "datatype": datatype_of(array),
             }
             if self._binary:
-                blob = _raw(array)
+                blob = raw_bytes(array)
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
             else:
-                entry["data"] = _json_data(array, name)
+                entry["data"] = json_data(array, name)
             inputs.append(entry)
         header: dict[str, Any] = {"inputs": inputs}
         if outputs is not None:

@@ -1,0 +1,238 @@
+"""The load generator over gRPC: ``grpc`` (unary ``ModelInfer``) and ``grpc-stream``
+(``ModelStreamInfer``, one bidirectional stream per channel).
+
+Every ``ModelInferRequest`` is serialised once in :meth:`GrpcTransport.prepare`; calls go
+through generic methods that take and give bytes, so a unary call does no protobuf work at all
+(an error answer is a gRPC status, whose details are the server's message). What changes from
+call to call (a stream request's id, a sequence's flags) is appended as a second serialised
+message: protobuf merges concatenated messages field by field, so the server reads one request
+with those fields set, and the prepared bytes are never rebuilt.
+
+On a stream, responses are matched to the request by id. A decoupled model's request is done when
+the response flagged ``triton_final_response`` arrives (asked for with
+``triton_enable_empty_final_response``, so a model that ends with the flag alone still says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from inferd.errors import InvalidArgumentError
+from inferd.tools.perf import metadata
+from inferd.tools.perf.inputs import batch_tensors
+from inferd.tools.perf.payload import datatype_of, raw_bytes
+from inferd.tools.perf.transport import (
+    ModelInfo,
+    PerfRequestError,
+    RequestData,
+    SequenceFlags,
+)
+
+DEFAULT_GRPC_PORT = 8001
+SERVICE = "/inference.GRPCInferenceService/"
+FINAL_RESPONSE = "triton_final_response"
+ENABLE_EMPTY_FINAL = "triton_enable_empty_final_response"
+# clients and servers of the v2 protocol allow messages of any size (perf_analyzer: INT32_MAX)
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+]
+
+
+def call_suffix(request_id: str | None, sequence: SequenceFlags | None) -> bytes:
+    """The serialised fields one call adds to a prepared request: its id, its sequence flags."""
+    if request_id is None and sequence is None:
+        return b""
+    extra = service_pb2.ModelInferRequest(id=request_id or "")
+    if sequence is not None:
+        extra.parameters["sequence_id"].int64_param = sequence.sequence_id
+        extra.parameters["sequence_start"].bool_param = sequence.start
+        extra.parameters["sequence_end"].bool_param = sequence.end
+    return bytes(extra.SerializeToString())
+
+
+def _target(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _failure(exc: grpc.aio.AioRpcError) -> PerfRequestError:
+    return PerfRequestError(exc.details() or str(exc.code()))
+
+
+class GrpcTransport:
+    """One model on a v2 gRPC server; ``streaming`` picks ``grpc-stream`` over ``grpc``."""
+
+    def __init__(self, url: str, model: str, version: str = "", *, streaming: bool = False) -> None:
+        self.name = "grpc-stream" if streaming else "grpc"
+        host, port = metadata.split_url(url, DEFAULT_GRPC_PORT)
+        self._model, self._version = model, version
+        self._streaming = streaming
+        self._channel = grpc.aio.insecure_channel(_target(host, port), options=CHANNEL_OPTIONS)
+        # no serialisers: requests go out as the bytes given, replies come back as bytes
+        self.unary_infer = self._channel.unary_unary(SERVICE + "ModelInfer")
+        self.stream_infer = self._channel.stream_stream(SERVICE + "ModelStreamInfer")
+        self.wires: list[bytes] = []
+        self.info: ModelInfo | None = None
+        self._channels: set[GrpcChannel | GrpcStreamChannel] = set()
+        self._extensions: set[str] | None = None
+
+    async def _rpc(self, method: str, request: Any, reply_type: Any) -> Any:
+        call = self._channel.unary_unary(
+            SERVICE + method,
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=reply_type.FromString,
+        )
+        try:
+            return await call(request)
+        except grpc.aio.AioRpcError as exc:
+            raise PerfRequestError(f"{method}: {exc.details() or exc.code()}") from None
+
+    async def model_info(self) -> ModelInfo:
+        meta = await self._rpc(
+            "ModelMetadata",
+            service_pb2.ModelMetadataRequest(name=self._model, version=self._version),
+            service_pb2.ModelMetadataResponse,
+        )
+        config = await self._rpc(
+            "ModelConfig",
+            service_pb2.ModelConfigRequest(name=self._model, version=self._version),
+            service_pb2.ModelConfigResponse,
+        )
+        self.info = metadata.model_info_from_proto(meta, config.config, self._version)
+        return self.info
+
+    async def statistics(self) -> dict[str, Any] | None:
+        if self._extensions is None:
+            server = await self._rpc(
+                "ServerMetadata",
+                service_pb2.ServerMetadataRequest(),
+                service_pb2.ServerMetadataResponse,
+            )
+            self._extensions = set(server.extensions)
+        if "statistics" not in self._extensions:
+            return None
+        answer = await self._rpc(
+            "ModelStatistics",
+            service_pb2.ModelStatisticsRequest(name=self._model, version=self._version),
+            service_pb2.ModelStatisticsResponse,
+        )
+        return metadata.statistics_from_proto(answer, self._model, self._version)
+
+    async def prepare(
+        self, requests: Sequence[RequestData], batch_size: int, outputs: Sequence[str] | None
+    ) -> None:
+        info = self.info or await self.model_info()
+        if info.decoupled and not self._streaming:
+            raise InvalidArgumentError(
+                f"model '{info.name}' is decoupled: it answers over a stream only; use "
+                "--streaming (transport grpc-stream)"
+            )
+        self.wires = [
+            self._build(batch_tensors(r, batch_size, info.max_batch_size), outputs)
+            for r in requests
+        ]
+
+    def _build(self, tensors: dict[str, np.ndarray], outputs: Sequence[str] | None) -> bytes:
+        request = service_pb2.ModelInferRequest(model_name=self._model, model_version=self._version)
+        for name, array in tensors.items():
+            request.inputs.add(name=name, datatype=datatype_of(array), shape=list(array.shape))
+            request.raw_input_contents.append(raw_bytes(array))
+        for name in outputs or ():
+            request.outputs.add(name=name)
+        if self._streaming:
+            request.parameters[ENABLE_EMPTY_FINAL].bool_param = True
+        return bytes(request.SerializeToString())
+
+    async def open_channel(self) -> GrpcChannel | GrpcStreamChannel:
+        if not self.wires:
+            raise InvalidArgumentError("prepare() the requests before opening a channel")
+        channel: GrpcChannel | GrpcStreamChannel
+        if self._streaming:
+            assert self.info is not None
+            channel = GrpcStreamChannel(self, decoupled=self.info.decoupled)
+        else:
+            channel = GrpcChannel(self)
+        self._channels.add(channel)
+        return channel
+
+    def forget(self, channel: GrpcChannel | GrpcStreamChannel) -> None:
+        self._channels.discard(channel)
+
+    async def close(self) -> None:
+        for channel in list(self._channels):
+            await channel.close()
+        await self._channel.close()
+
+
+class GrpcChannel:
+    """Unary ``ModelInfer`` calls of prepared bytes (the connection is the transport's)."""
+
+    def __init__(self, transport: GrpcTransport) -> None:
+        self._transport = transport
+        self._call = transport.unary_infer
+        self._wires = transport.wires
+
+    async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
+        data = self._wires[index]
+        if sequence is not None:
+            data += call_suffix(None, sequence)
+        try:
+            await self._call(data)
+        except grpc.aio.AioRpcError as exc:
+            raise _failure(exc) from None
+
+    async def close(self) -> None:
+        self._transport.forget(self)
+
+
+class GrpcStreamChannel:
+    """One ``ModelStreamInfer`` stream; each request waits for its final response."""
+
+    def __init__(self, transport: GrpcTransport, *, decoupled: bool) -> None:
+        self._transport = transport
+        self._wires = transport.wires
+        self._decoupled = decoupled
+        self._stream: Any = None
+        self._count = 0
+
+    async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
+        if self._stream is None:
+            self._stream = self._transport.stream_infer()
+        stream = self._stream
+        self._count += 1  # a stream may still bring answers to an abandoned request: ids differ
+        request_id = str(self._count)
+        try:
+            await stream.write(self._wires[index] + call_suffix(request_id, sequence))
+            while True:
+                raw = await stream.read()
+                if raw is grpc.aio.EOF:
+                    self._stream = None
+                    raise PerfRequestError("the server ended the stream")
+                if self._done(service_pb2.ModelStreamInferResponse.FromString(raw), request_id):
+                    return
+        except grpc.aio.AioRpcError as exc:
+            self._stream = None
+            raise _failure(exc) from None
+
+    def _done(self, reply: Any, request_id: str) -> bool:
+        """Whether ``reply`` ends request ``request_id`` (raising if it is its error)."""
+        response = reply.infer_response
+        if response.id and response.id != request_id:
+            return False  # an answer to an earlier, abandoned request
+        if reply.error_message:
+            raise PerfRequestError(reply.error_message)
+        flag = response.parameters.get(FINAL_RESPONSE)
+        if flag is not None:
+            return bool(flag.bool_param)
+        return not self._decoupled
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
+        self._transport.forget(self)
