@@ -7,9 +7,7 @@ the model's configuration, hands it to that version's scheduler and shapes the r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -22,10 +20,10 @@ from inferd.core.model_spec import ModelSpec
 from inferd.core.statistics import StatsSnapshot
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
-from inferd.repository.calls import InProcessCaller, parse_version
+from inferd.repository.calls import InProcessCaller, parse_version, submit_cached
 from inferd.repository.manager_types import ModelManager, ServingModel
 from inferd.repository.streaming import StreamEvent
-from inferd.scheduling.response_cache import ResponseCache, request_key
+from inferd.scheduling.response_cache import ResponseCache
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
 
@@ -56,7 +54,6 @@ class Engine:
         self._manager = manager
         self._streaming = InProcessCaller(manager.get)
         self._cache = response_cache
-        self._now = time.monotonic_ns
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
         self._strict_readiness = strict_readiness
         self._accepting = True
@@ -137,28 +134,21 @@ class Engine:
     async def _infer_cached(
         self, request: InferRequest, model: ServingModel, rows: int, cache: ResponseCache
     ) -> InferResponse:
-        """Answer from the response cache, or run the model and store what it answered."""
-        now = self._now
-        start = now()
-        key = request_key(request, model.spec.name, model.version, model.cache_epoch)
-        outputs = cache.lookup(key)
-        if outputs is not None:
-            took = now() - start
-            model.stats.record_cache_hit(took, 0, took)
-            # a hit never waits: give the loop a turn, or a caller hitting in a loop starves it
-            await asyncio.sleep(0)
-            return InferResponse(
-                model_name=model.spec.name,
-                model_version=str(model.version),
-                outputs=outputs,
-                id=request.id,
-            )
-        lookup_ns = now() - start
-        response = self._shape_response(request, model, await model.scheduler.submit(request, rows))
-        start = now()
-        cache.insert(key, response.outputs)
-        model.stats.record_cache_miss(lookup_ns + now() - start)
-        return response
+        """Answer from the response cache, or run the model and store what it answered (the
+        one cache path, shared with ensemble steps: ``submit_cached``)."""
+        outputs = await submit_cached(
+            cache,
+            model,
+            request,
+            rows,
+            lambda produced: self._shape_response(request, model, produced).outputs,
+        )
+        return InferResponse(
+            model_name=model.spec.name,
+            model_version=str(model.version),
+            outputs=outputs,
+            id=request.id,
+        )
 
     async def stream_infer(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
         """Every response of the model to ``request``: many, one or none for a decoupled

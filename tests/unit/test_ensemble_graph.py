@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -329,6 +330,24 @@ def test_a_step_model_with_a_smaller_max_batch_size_or_decoupled() -> None:
         UnsupportedError, match="step 2 \\(model 'label'\\) calls a decoupled model"
     ):
         check(ensemble(PIPELINE), {**MODELS, "label": streaming})
+
+
+def test_a_cached_ensemble_refuses_a_sequence_step() -> None:
+    stateful = model(
+        "classify",
+        '{ name: "X" data_type: TYPE_FP32 dims: [ 64 ] }',
+        '{ name: "SCORES" data_type: TYPE_FP32 dims: [ 10 ] }',
+        extra="sequence_batching { }",
+    )
+    cached = dataclasses.replace(ensemble(PIPELINE), response_cache=True)
+    with pytest.raises(
+        ConfigError,
+        match="the response cache does not support ensemble 'pipe': its step 1 \\(model "
+        "'classify'\\) calls a model with the sequence batcher",
+    ):
+        check(cached, {**MODELS, "classify": stateful})
+    check(ensemble(PIPELINE), {**MODELS, "classify": stateful})  # uncached: served
+    check(cached, MODELS)
 
 
 # -- property: random acyclic graphs ------------------------------------------------------------

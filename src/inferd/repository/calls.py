@@ -9,7 +9,9 @@ model's other traffic. Outputs come back as the arrays the model produced (no co
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
@@ -22,8 +24,9 @@ from inferd.core.validation import validate_request
 from inferd.errors import InvalidArgumentError
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.streaming import StreamEvent, stream_model
+from inferd.scheduling.response_cache import ResponseCache, request_key
 
-__all__ = ["InProcessCaller", "parse_version"]
+__all__ = ["InProcessCaller", "parse_version", "submit_cached"]
 
 Outputs = dict[str, np.ndarray[Any, Any]]
 
@@ -44,6 +47,46 @@ def parse_version(version: str) -> int | None:
     return value
 
 
+async def submit_cached(
+    cache: ResponseCache,
+    model: ServingModel,
+    request: InferRequest,
+    rows: int,
+    shape: Callable[[Outputs], Outputs],
+) -> Outputs:
+    """Answer ``request`` from the response cache, or run it on ``model`` and store what
+    ``shape`` makes of the outputs (what a caller receives), as Triton does for every request
+    to a model that enables the cache: a client's request, an ensemble's step, a model's call
+    of a model. A hit counts as a success and a cache hit in the model's statistics; a miss
+    adds its lookup and insertion to its request time and counts a cache miss."""
+    now = time.monotonic_ns
+    start = now()
+    key = request_key(request, model.spec.name, model.version, model.cache_epoch)
+    outputs = cache.lookup(key)
+    if outputs is not None:
+        took = now() - start
+        model.stats.record_cache_hit(took, 0, took)
+        # a hit never waits: give the loop a turn, or a caller hitting in a loop starves it
+        await asyncio.sleep(0)
+        return outputs
+    lookup_ns = now() - start
+    outputs = shape(await model.scheduler.submit(request, rows))
+    start = now()
+    cache.insert(key, outputs)
+    model.stats.record_cache_miss(lookup_ns + now() - start)
+    return outputs
+
+
+def _configured(spec: ModelSpec) -> Callable[[Outputs], Outputs]:
+    """The outputs the engine answers to a request that names none: the configured ones."""
+    names = tuple(t.name for t in spec.outputs)
+
+    def select(outputs: Outputs) -> Outputs:
+        return {n: outputs[n] for n in names if n in outputs}
+
+    return select
+
+
 def _select(request: InferRequest, outputs: Outputs) -> Outputs:
     if request.outputs is None:
         return outputs
@@ -57,12 +100,26 @@ class InProcessCaller:
     ``caller.stream(request)`` yields every response (many, one or none for a decoupled model)
     with only the requested outputs. ``get`` resolves a model name and version (None: the
     latest READY one) to a serving version, raising ``NotFoundError`` as the engine does.
+    Given the server's response ``cache``, a model that enables it answers the calls that name
+    no outputs (ensemble steps, models calling models) from the cache, as the engine answers
+    its requests: such a call and the same request from a client share an entry.
     """
 
-    __slots__ = ("_get",)
+    __slots__ = ("_cache", "_get")
 
-    def __init__(self, get: Callable[[str, int | None], ServingModel]) -> None:
+    def __init__(
+        self,
+        get: Callable[[str, int | None], ServingModel],
+        cache: ResponseCache | None = None,
+    ) -> None:
         self._get = get
+        self._cache = cache
+
+    async def _submit(self, model: ServingModel, request: InferRequest, rows: int) -> Outputs:
+        cache = self._cache
+        if cache is not None and model.spec.response_cache and request.outputs is None:
+            return await submit_cached(cache, model, request, rows, _configured(model.spec))
+        return await model.scheduler.submit(request, rows)
 
     def resolve(self, request: InferRequest) -> ServingModel:
         return self._get(request.model_name, parse_version(request.model_version))
@@ -77,12 +134,12 @@ class InProcessCaller:
         model = self._get(request.model_name, version)
         if checked is None or model.spec is not checked:
             rows = validate_request(request, model.spec)
-        return await model.scheduler.submit(request, rows)
+        return await self._submit(model, request, rows)
 
     async def __call__(self, request: InferRequest) -> InferResponse:
         model = self.resolve(request)
         rows = validate_request(request, model.spec)
-        outputs = await model.scheduler.submit(request, rows)
+        outputs = await self._submit(model, request, rows)
         return InferResponse(
             model_name=model.spec.name,
             model_version=str(model.version),

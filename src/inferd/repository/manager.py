@@ -41,6 +41,7 @@ from inferd.repository.loader import (
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
+from inferd.scheduling.response_cache import ResponseCache
 from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
@@ -105,6 +106,7 @@ class RepositoryManager:
         load_parallelism: int = 4,
         allow_model_upload: bool = False,
         allow_code_upload: bool = False,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self._roots = [Path(r) for r in roots]
         self._allow_model_upload = allow_model_upload
@@ -119,7 +121,8 @@ class RepositoryManager:
         self._background: set[asyncio.Task[None]] = set()
         self._expected: set[str] = set()  # models that should be loaded (for readiness)
         self._uploads = UploadArea()
-        self._caller = InProcessCaller(self.get)
+        # ensemble steps and models calling models use the cache of the models that enable it
+        self._caller = InProcessCaller(self.get, response_cache)
         self._ensembles = EnsembleDependencies(self._load, self._is_ready, self._model_dirs)
 
     @property

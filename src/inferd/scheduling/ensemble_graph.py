@@ -207,7 +207,8 @@ def check_step_models(
     """Check every step against the configuration of the model it calls.
 
     ``models`` holds, by model name, the configuration of each step model's version that the
-    ensemble will call. Decoupled step models are refused: an ensemble answers once.
+    ensemble will call. Decoupled step models are refused: an ensemble answers once; so are
+    sequence models in an ensemble that enables the response cache.
     """
     name = spec.name
     batching = spec.max_batch_size > 0
@@ -230,6 +231,12 @@ def check_step_models(
             raise UnsupportedError(
                 f"in ensemble '{name}', {where} calls a decoupled model, which an ensemble "
                 "cannot serve (it answers each request once)"
+            )
+        if spec.response_cache and model.sequence_batching is not None:
+            raise ConfigError(
+                f"the response cache does not support ensemble '{name}': its {where} calls a "
+                "model with the sequence batcher, whose answers depend on the sequence's state; "
+                "set response_cache { enable: false } on the ensemble"
             )
         mbs = model.max_batch_size
         if mbs != 0 and mbs < spec.max_batch_size:

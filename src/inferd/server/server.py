@@ -76,6 +76,7 @@ class Server:
             load_parallelism=cfg.model_load_thread_count,
             allow_model_upload=cfg.allow_model_upload,
             allow_code_upload=cfg.allow_code_upload,
+            response_cache=self.response_cache,
         )
         self.shared_memory = SharedMemoryRegistry(
             enabled=cfg.allow_shared_memory,
