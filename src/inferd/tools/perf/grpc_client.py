@@ -15,6 +15,7 @@ the response flagged ``triton_final_response`` arrives (asked for with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -201,9 +202,9 @@ class GrpcStreamChannel:
         self._count = 0
 
     async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
-        if self._stream is None:
-            self._stream = self._transport.stream_infer()
         stream = self._stream
+        if stream is None or stream.done():
+            stream = self._stream = self._transport.stream_infer()
         self._count += 1  # a stream may still bring answers to an abandoned request: ids differ
         request_id = str(self._count)
         try:
@@ -218,6 +219,10 @@ class GrpcStreamChannel:
         except grpc.aio.AioRpcError as exc:
             self._stream = None
             raise _failure(exc) from None
+        except asyncio.CancelledError:
+            # cancelling a read or write cancels the whole call: the next request opens another
+            self._stream = None
+            raise
 
     def _done(self, reply: Any, request_id: str) -> bool:
         """Whether ``reply`` ends request ``request_id`` (raising if it is its error)."""
