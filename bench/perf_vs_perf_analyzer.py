@@ -1,0 +1,86 @@
+"""``inferd perf`` beside NVIDIA's perf_analyzer: the same server, the same load points.
+
+One ``inferd serve`` (the example repository's ``simple`` model) is started; for each protocol
+(HTTP, gRPC) and concurrency, perf_analyzer and ``inferd perf`` run one after the other with the
+same window, stability and trial settings, each writing perf_analyzer's CSV, which this script
+reads back. It prints a Markdown table: throughput and p50 latency of each, and their ratios.
+
+perf_analyzer is found at ``$INFERD_PERF_ANALYZER`` or ``~/.cache/perf_analyzer/perf_analyzer``.
+Run it alone on the machine:
+
+    flock /tmp/bench.lock .venv/bin/python bench/perf_vs_perf_analyzer.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PA = Path.home() / ".cache" / "perf_analyzer" / "perf_analyzer"
+
+
+def read_csv(path: Path) -> dict[str, float]:
+    with path.open() as f:
+        row = next(csv.DictReader(f))
+    return {"throughput": float(row["Inferences/Second"]), "p50": float(row["p50 latency"])}
+
+
+def measure(cmd: list[str], out: Path) -> dict[str, float]:
+    done = subprocess.run([*cmd, "-f", str(out)], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return read_csv(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", default="1,8,16,32")
+    parser.add_argument("--window-ms", type=int, default=2000)
+    parser.add_argument("--max-trials", type=int, default=10)
+    # 2 shared cores are noisy: perf_analyzer exits 2 when a point does not settle
+    parser.add_argument("--stability-percentage", type=float, default=20.0)
+    parser.add_argument("--model", default="simple")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from inferd.testing import running_server
+
+    pa = Path(os.environ.get("INFERD_PERF_ANALYZER", DEFAULT_PA))
+    if not pa.exists():
+        raise SystemExit(f"perf_analyzer not found at {pa}: set INFERD_PERF_ANALYZER")
+    inferd = [sys.executable, "-m", "inferd.cli.main", "perf", "-q"]
+    common = ["-m", args.model, "-p", str(args.window_ms), "-r", str(args.max_trials)]
+    common += ["-s", str(args.stability_percentage)]
+    rows = []
+    server_args = ["--model-control-mode", "explicit", "--load-model", args.model]
+    with running_server([ROOT / "examples" / "models"], server_args) as server:
+        for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+            for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                load = [*common, "-i", protocol, "-u", url, "--concurrency-range", str(concurrency)]
+                with tempfile.TemporaryDirectory() as tmp:
+                    theirs = measure([str(pa), *load], Path(tmp) / "pa.csv")
+                    ours = measure([*inferd, *load], Path(tmp) / "inferd.csv")
+                rows.append((protocol, concurrency, theirs, ours))
+                print(f"{protocol} c={concurrency}: perf_analyzer {theirs} inferd perf {ours}")
+    print()
+    print(
+        "| protocol | concurrency | perf_analyzer infer/s | inferd perf infer/s | ratio "
+        "| perf_analyzer p50 (usec) | inferd perf p50 (usec) | ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for protocol, concurrency, theirs, ours in rows:
+        print(
+            f"| {protocol} | {concurrency} | {theirs['throughput']:.0f} | "
+            f"{ours['throughput']:.0f} | {ours['throughput'] / theirs['throughput']:.2f} | "
+            f"{theirs['p50']:.0f} | {ours['p50']:.0f} | {ours['p50'] / theirs['p50']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
