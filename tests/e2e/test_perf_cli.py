@@ -148,3 +148,47 @@ def test_the_baseline_gate(server: ServerProcess, tmp_path: Path) -> None:
     base.write_text(json.dumps(document))
     done = perf(*run, "--baseline", str(base), "--fail-below", "0.9")
     assert "Baseline gate passed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("scenario", "extra", "metric"),
+    [
+        pytest.param("single-stream", [], "90th percentile latency", id="single-stream"),
+        pytest.param(
+            "multi-stream",
+            ["--samples-per-query", "4"],
+            "99th percentile latency",
+            id="multi-stream",
+        ),
+        pytest.param("offline", [], "samples per second", id="offline"),
+        pytest.param(
+            "server",
+            ["--latency-bound-ms", "50", "--target-qps", "200", "--server-runs", "2"],
+            "highest target QPS with p99 within the latency bound",
+            id="server",
+        ),
+    ],
+)
+def test_mlperf_scenarios_through_loadgen(
+    server: ServerProcess, tmp_path: Path, scenario: str, extra: list[str], metric: str
+) -> None:
+    out = tmp_path / "mlperf.json"
+    done = perf(
+        "-m", "simple", "-u", server.grpc_url, "-i", "grpc", "--scenario", scenario, *extra,
+        "--min-duration-ms", "500", "--min-query-count", "100", "--json-output", str(out),
+        "--mlperf-log-dir", str(tmp_path / "logs"),
+    )  # fmt: skip
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"MLPerf {scenario}: {metric}: ")
+    assert last.endswith(("— VALID", "— INVALID"))
+    result = json.loads(out.read_text())["result"]
+    assert result["scenario"] == scenario
+    runs = result["runs"]
+    assert len(runs) == (2 if scenario == "server" else 1)
+    for run in runs:
+        assert run["errors"] == 0
+        assert run["summary"]["Mode"] == "PerformanceOnly"
+    if scenario != "server":
+        assert result["value"] > 0
+    # LoadGen's own logs are kept where asked
+    assert list((tmp_path / "logs").rglob("mlperf_log_summary.txt"))

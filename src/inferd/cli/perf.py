@@ -15,13 +15,19 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from inferd.cli.perf_args import add_perf_arguments, options_from_args
+from inferd.cli.perf_mlperf import (
+    measure_scenario,
+    mlperf_options_from_args,
+    write_result,
+)
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.tools.perf.driver import PerfRunError
+from inferd.tools.perf.mlperf import MlperfOptions, MlperfResult
 from inferd.tools.perf.options import PerfOptions
 from inferd.tools.perf.progress import progress_for
 from inferd.tools.perf.report import (
@@ -36,6 +42,7 @@ from inferd.tools.perf.summary import LoadPoint
 from inferd.tools.perf.transport import PerfRequestError, Transport
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+T = TypeVar("T")
 
 
 def add_perf_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -132,18 +139,15 @@ async def _network_transport(options: PerfOptions) -> Transport:
     )
 
 
-async def _measure(options: PerfOptions, repository: Path | None, verbose: bool) -> PerfResult:
-    in_process = options.transport == "in-process"
-    reporter = _Reporter(options, verbose, in_process)
+Measure = Callable[[Transport, bool], Awaitable[T]]
 
-    def show(settings: dict[str, Any]) -> None:
-        if not options.quiet:
-            print(_settings_block(settings), flush=True)
 
-    if not in_process:
+async def _with_transport(options: PerfOptions, repository: Path | None, measure: Measure[T]) -> T:
+    """``measure(transport, in_process)`` over the network, or over inferd in this process."""
+    if options.transport != "in-process":
         transport = await _network_transport(options)
         try:
-            return await run_perf(options, transport, progress=reporter, on_settings=show)
+            return await measure(transport, False)
         finally:
             await transport.close()
 
@@ -154,14 +158,35 @@ async def _measure(options: PerfOptions, repository: Path | None, verbose: bool)
     async with running_engine(repository, options.model) as engine:
         local = InProcessTransport(engine, options.model, options.version)
         try:
-            return await run_perf(
-                options, local, progress=reporter, on_settings=show, in_process=True
-            )
+            return await measure(local, True)
         finally:
             await local.close()
 
 
-def _run(coro: Coroutine[Any, Any, PerfResult]) -> PerfResult:
+async def _measure(options: PerfOptions, repository: Path | None, verbose: bool) -> PerfResult:
+    def show(settings: dict[str, Any]) -> None:
+        if not options.quiet:
+            print(_settings_block(settings), flush=True)
+
+    async def measure(transport: Transport, in_process: bool) -> PerfResult:
+        reporter = _Reporter(options, verbose, in_process)
+        return await run_perf(
+            options, transport, progress=reporter, on_settings=show, in_process=in_process
+        )
+
+    return await _with_transport(options, repository, measure)
+
+
+async def _scenario(
+    options: PerfOptions, mlperf: MlperfOptions, repository: Path | None
+) -> MlperfResult:
+    async def measure(transport: Transport, in_process: bool) -> MlperfResult:
+        return await measure_scenario(options, mlperf, transport)
+
+    return await _with_transport(options, repository, measure)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is installed wherever inferd serves
@@ -195,6 +220,9 @@ def _write(path: Path, text: str) -> None:
 def perf_command(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args)
+        mlperf = mlperf_options_from_args(args)
+        if mlperf is not None:
+            return _scenario_command(options, mlperf, args.model_repository)
         baseline = _read_baseline(args.baseline) if args.baseline is not None else None
         result = _run(_measure(options, args.model_repository, args.verbose))
     except (PerfRunError, PerfRequestError) as exc:
@@ -230,4 +258,24 @@ def perf_command(args: argparse.Namespace) -> int:
             print(f"  {failure}", flush=True)
         return EXIT_GATE
     print(f"Baseline gate passed: every point at or above {args.fail_below:g} x the baseline")
+    return EXIT_OK
+
+
+def _scenario_command(options: PerfOptions, mlperf: MlperfOptions, repository: Path | None) -> int:
+    """``--scenario``: LoadGen's run(s), the result in MLPerf's terms; errors raise to the
+    caller's exit-code mapping."""
+    result = _run(_scenario(options, mlperf, repository))
+    print(result.text(), flush=True)
+    if options.json_file is not None:
+        settings = {
+            "model": options.model,
+            "transport": options.transport,
+            "url": options.url,
+            "batch_size": options.batch_size,
+            "min_duration_ms": mlperf.min_duration_ms,
+            "min_query_count": mlperf.min_query_count,
+            "latency_bound_ms": mlperf.latency_bound_ms,
+            "samples_per_query": mlperf.samples_per_query,
+        }
+        write_result(options.json_file, result, settings)
     return EXIT_OK

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from inferd.cli.perf_flags import add_refused_flags
+from inferd.cli.perf_flags import add_refused_flags, positive_float, positive_int
+from inferd.cli.perf_mlperf import add_mlperf_arguments
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.inputs import parse_shape_options
 from inferd.tools.perf.options import Distribution, LoadMode, PerfOptions, parse_range
@@ -19,26 +20,6 @@ def _protocol(text: str) -> str:
     value = text.lower()
     if value not in ("http", "grpc", "in-process"):
         raise argparse.ArgumentTypeError(f"'{text}' is not one of http, grpc, in-process")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must be above 0")
     return value
 
 
@@ -107,12 +88,12 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="accepted: a context waits for each answer before its next send",
     )
     load = p.add_argument_group("load")
-    load.add_argument("-b", dest="batch_size", type=_positive_int, default=1, help="batch size")
+    load.add_argument("-b", dest="batch_size", type=positive_int, default=1, help="batch size")
     load.add_argument("--concurrency-range", help="START[:END[:STEP]] closed-loop contexts")
     load.add_argument(
         "-t",
         dest="concurrency",
-        type=_positive_int,
+        type=positive_int,
         help="one concurrency (perf_analyzer's older flag)",
     )
     load.add_argument("--request-rate-range", help="START[:END[:STEP]] requests per second")
@@ -128,13 +109,13 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     )
     load.add_argument(
         "--num-of-sequences",
-        type=_positive_int,
+        type=positive_int,
         default=4,
         help="open loop on a sequence model: sequences under way at once",
     )
     load.add_argument(
         "--sequence-length",
-        type=_positive_int,
+        type=positive_int,
         default=20,
         help="requests per sequence for sequence models (default 20)",
     )
@@ -156,14 +137,14 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="NAME:D1,D2 for an input with variable dims; repeatable",
     )
     data.add_argument(
-        "--string-length", type=_positive_int, default=128, help="length of random strings"
+        "--string-length", type=positive_int, default=128, help="length of random strings"
     )
     data.add_argument("--string-data", help="the string every BYTES element holds")
     measure = p.add_argument_group("measurement")
     measure.add_argument(
         "-p",
         "--measurement-interval",
-        type=_positive_int,
+        type=positive_int,
         default=5000,
         metavar="MS",
         help="window length in ms (default 5000)",
@@ -171,14 +152,14 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     measure.add_argument(
         "-s",
         "--stability-percentage",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         help="max/min spread of the last 3 windows (default 10)",
     )
     measure.add_argument(
         "-r",
         "--max-trials",
-        type=_positive_int,
+        type=positive_int,
         default=10,
         help="windows at most per load point (default 10)",
     )
@@ -188,13 +169,13 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     measure.add_argument(
         "-l",
         "--latency-threshold",
-        type=_positive_float,
+        type=positive_float,
         metavar="MS",
         help="visit no higher load once the latency is above this",
     )
     measure.add_argument(
         "--slip-bound-us",
-        type=_positive_float,
+        type=positive_float,
         default=2000.0,
         help="open loop: a send later than this is late (default 2000)",
     )
@@ -208,7 +189,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json-output", type=Path, help="every figure as JSON (a --baseline)")
     out.add_argument(
         "--server-pid",
-        type=_positive_int,
+        type=positive_int,
         help="a local server's process id: its CPU and memory per load point",
     )
     out.add_argument(
@@ -219,7 +200,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--baseline", type=Path, help="a --json-output file to compare with")
     out.add_argument(
         "--fail-below",
-        type=_positive_float,
+        type=positive_float,
         default=0.9,
         help="exit 1 if a point's throughput is below this x the baseline's",
     )
@@ -235,6 +216,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="no live display and no per-point text: the summary lines only",
     )
     out.add_argument("-v", dest="verbose", action="store_true", help="print every window")
+    add_mlperf_arguments(p)
     add_refused_flags(p)
 
 

@@ -1,4 +1,5 @@
-"""perf_analyzer's flags that ``inferd perf`` does not carry out, each refused by name.
+"""``inferd perf``'s flag value types, and perf_analyzer's flags it does not carry out, each
+refused by name.
 
 A script written for perf_analyzer either runs with the same meaning or stops at the first
 flag it would lose, with what to do instead; no flag is accepted and then ignored.
@@ -9,6 +10,29 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from typing import Any
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must be above 0")
+    return value
+
 
 # (flags, takes a value, what to do instead)
 REFUSED: tuple[tuple[tuple[str, ...], bool, str], ...] = (

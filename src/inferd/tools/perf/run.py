@@ -73,6 +73,24 @@ def settings_of(options: PerfOptions, model: ModelInfo, probe: CostProbe) -> dic
     }
 
 
+async def prepare(options: PerfOptions, transport: Transport) -> tuple[ModelInfo, int]:
+    """Read the model, check the options against it, build its requests once; the model and
+    how many distinct requests were prepared."""
+    model = await transport.model_info()
+    check_model(model, options)
+    data = load_input_data(
+        model,
+        list(options.input_data),
+        shapes=dict(options.shapes),
+        string_length=options.string_length,
+        string_data=options.string_data,
+        seed=options.seed,
+    )
+    requests = data.requests
+    await transport.prepare(requests, options.batch_size, options.outputs)
+    return model, len(requests)
+
+
 async def run_perf(
     options: PerfOptions,
     transport: Transport,
@@ -86,18 +104,7 @@ async def run_perf(
     ``on_settings`` is called once the model is known and before the load starts (the CLI
     prints perf_analyzer's settings block there).
     """
-    model = await transport.model_info()
-    check_model(model, options)
-    data = load_input_data(
-        model,
-        list(options.input_data),
-        shapes=dict(options.shapes),
-        string_length=options.string_length,
-        string_data=options.string_data,
-        seed=options.seed,
-    )
-    requests = data.requests
-    await transport.prepare(requests, options.batch_size, options.outputs)
+    model, request_count = await prepare(options, transport)
     probe = CostProbe(
         server_pid=options.server_pid, metrics_url=options.metrics_url, in_process=in_process
     )
@@ -108,7 +115,7 @@ async def run_perf(
     driver = Driver(
         transport,
         options,
-        request_count=len(requests),
+        request_count=request_count,
         sequence=model.sequence,
         probe=probe,
         progress=progress,
