@@ -2,8 +2,9 @@
 
 One ``inferd serve`` (the example repository's ``simple`` model) is started; for each protocol
 (HTTP, gRPC) and concurrency, perf_analyzer and ``inferd perf`` run one after the other with the
-same window, stability and trial settings, each writing perf_analyzer's CSV, which this script
-reads back. It prints a Markdown table: throughput and p50 latency of each, and their ratios.
+same window, stability and trial settings (in the order A B B A, each figure the mean of its
+two runs), each writing perf_analyzer's CSV, which this script reads back. It prints a
+Markdown table: throughput and p50 latency of each, and their ratios.
 
 perf_analyzer is found at ``$INFERD_PERF_ANALYZER`` or ``~/.cache/perf_analyzer/perf_analyzer``.
 Run it alone on the machine:
@@ -19,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,11 @@ def measure(cmd: list[str], out: Path) -> dict[str, float]:
     if done.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return read_csv(out)
+
+
+def mean(results: Iterable[dict[str, float]]) -> dict[str, float]:
+    taken = list(results)
+    return {key: sum(r[key] for r in taken) / len(taken) for key in taken[0]}
 
 
 def main() -> None:
@@ -64,8 +71,10 @@ def main() -> None:
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
                 load = [*common, "-i", protocol, "-u", url, "--concurrency-range", str(concurrency)]
                 with tempfile.TemporaryDirectory() as tmp:
-                    theirs = measure([str(pa), *load], Path(tmp) / "pa.csv")
-                    ours = measure([*inferd, *load], Path(tmp) / "inferd.csv")
+                    # A B B A: a drift of the machine during the pair weighs on both alike
+                    first = measure([str(pa), *load], Path(tmp) / "pa.csv")
+                    ours = mean(measure([*inferd, *load], Path(tmp) / "inferd.csv") for _ in "ab")
+                    theirs = mean([first, measure([str(pa), *load], Path(tmp) / "pa.csv")])
                 rows.append((protocol, concurrency, theirs, ours))
                 print(f"{protocol} c={concurrency}: perf_analyzer {theirs} inferd perf {ours}")
     print()
