@@ -18,6 +18,7 @@ from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, TensorMetadata
 from inferd.core.model_spec import ModelSpec
 from inferd.core.statistics import StatsSnapshot
+from inferd.core.streaming import ResponseBudget
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.repository.calls import InProcessCaller, parse_version, submit_cached
@@ -150,14 +151,18 @@ class Engine:
             id=request.id,
         )
 
-    async def stream_infer(self, request: InferRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def stream_infer(
+        self, request: InferRequest, budget: ResponseBudget | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Every response of the model to ``request``: many, one or none for a decoupled
         model, exactly one for any other; the last event is ``final``. Closing the iterator
-        early cancels the request (the model sees it)."""
+        early cancels the request (the model sees it). A ``budget`` (one per client stream)
+        bounds the responses a decoupled model may send ahead of this iterator."""
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
         model = self._manager.get(request.model_name, parse_version(request.model_version))
-        async with contextlib.aclosing(self._streaming.stream(request, model)) as events:
+        events = self._streaming.stream(request, model, budget)
+        async with contextlib.aclosing(events):
             async for event in events:
                 yield event
 

@@ -96,6 +96,66 @@ def test_error_in_the_stream(server: ServerProcess) -> None:
     assert "DELAY has 1 elements but IN has 2" in got[-1].message()
 
 
+def _simple_inputs() -> list[Any]:
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        item = grpcclient.InferInput(name, [1, 16], "INT32")
+        item.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+        inputs.append(item)
+    return inputs
+
+
+def _stream_answers(client: Any, send: list[tuple[str, list[Any], str]], count: int) -> list[Any]:
+    """Send (model, inputs, id) requests on one stream; the first ``count`` results."""
+    results: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    try:
+        for model, inputs, request_id in send:
+            client.async_stream_infer(model, inputs, request_id=request_id)
+        return [results.get(timeout=30) for _ in range(count)]
+    finally:
+        client.stop_stream()
+
+
+def test_a_fast_request_is_answered_before_an_earlier_slow_one(server: ServerProcess) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        got = _stream_answers(
+            client,
+            [
+                ("repeat_int32", _repeat_inputs([10, 11], 400_000), "slow"),
+                ("repeat_int32", _repeat_inputs([20, 21], 0), "fast"),
+            ],
+            4,
+        )
+    assert not any(isinstance(g, InferenceServerException) for g in got)
+    ids = [g.get_response().id for g in got]
+    assert ids == ["fast", "fast", "slow", "slow"]
+    assert [int(g.as_numpy("OUT")[0]) for g in got] == [20, 21, 10, 11]
+
+
+def test_an_ordinary_request_does_not_wait_for_an_earlier_decoupled_one(
+    server: ServerProcess,
+) -> None:
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        got = _stream_answers(
+            client,
+            [
+                ("repeat_int32", _repeat_inputs([1], 400_000), "decoupled"),
+                ("simple", _simple_inputs(), "ordinary-1"),
+                ("nope", _simple_inputs(), "ordinary-2"),
+                ("simple", _simple_inputs(), "ordinary-3"),
+            ],
+            4,
+        )
+    ordinary = got[:3]
+    assert ordinary[0].get_response().id == "ordinary-1"
+    assert ordinary[0].as_numpy("OUTPUT0").tolist() == [list(range(0, 32, 2))]
+    assert isinstance(ordinary[1], InferenceServerException)  # in band, in request order
+    assert "unknown model" in ordinary[1].message()
+    assert ordinary[2].get_response().id == "ordinary-3"
+    assert got[3].get_response().id == "decoupled"
+
+
 def test_unary_infer_of_a_decoupled_model_is_refused(server: ServerProcess) -> None:
     with (
         grpcclient.InferenceServerClient(server.grpc_url) as client,

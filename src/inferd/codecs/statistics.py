@@ -7,7 +7,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from inferd.core.statistics import Duration, StatsSnapshot
+from inferd.core.statistics import RESPONSE_PHASES, Duration, ResponseStat, StatsSnapshot
 
 _PHASES = (
     "success",
@@ -25,6 +25,13 @@ def _d(d: Duration) -> dict[str, int]:
     return {"count": d.count, "ns": d.ns}
 
 
+def _responses_json(stats: dict[int, ResponseStat]) -> dict[str, Any]:
+    return {
+        str(index): {p: _d(getattr(stat, p)) for p in RESPONSE_PHASES}
+        for index, stat in stats.items()
+    }
+
+
 def to_json(snapshots: Sequence[StatsSnapshot]) -> dict[str, Any]:
     return {
         "model_stats": [
@@ -35,7 +42,7 @@ def to_json(snapshots: Sequence[StatsSnapshot]) -> dict[str, Any]:
                 "inference_count": s.inference_count,
                 "execution_count": s.execution_count,
                 "inference_stats": {p: _d(getattr(s, p)) for p in _PHASES},
-                "response_stats": {},
+                "response_stats": _responses_json(s.response_stats),
                 "batch_stats": [
                     {
                         "batch_size": size,
@@ -68,6 +75,10 @@ def to_proto(snapshots: Sequence[StatsSnapshot]) -> Any:
         )
         for phase in _PHASES:
             getattr(entry.inference_stats, phase).CopyFrom(_pd(getattr(s, phase)))
+        for index, stat in s.response_stats.items():
+            into = entry.response_stats[str(index)]
+            for phase in RESPONSE_PHASES:
+                getattr(into, phase).CopyFrom(_pd(getattr(stat, phase)))
         for size, b in s.batch_stats.items():
             entry.batch_stats.add(
                 batch_size=size,

@@ -50,6 +50,28 @@ class BatchStat:
     compute_output: Duration = field(default_factory=Duration)
 
 
+#: The phases of :class:`ResponseStat`, in Triton's order.
+RESPONSE_PHASES = ("compute_infer", "compute_output", "success", "fail", "empty_response", "cancel")
+
+
+@dataclass(slots=True)
+class ResponseStat:
+    """The responses at one index within their requests (decoupled models): Triton's
+    ``InferResponseStatistics``."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+    def copy(self) -> ResponseStat:
+        return ResponseStat(
+            *(Duration(d.count, d.ns) for d in (getattr(self, n) for n in RESPONSE_PHASES))
+        )
+
+
 @dataclass(slots=True)
 class Histogram:
     bounds: tuple[float, ...]
@@ -93,3 +115,5 @@ class StatsSnapshot:
     # sequence models only: active, backlogged, started, ended, released_idle
     sequences: dict[str, int] = field(default_factory=dict)
     response_cache: bool = False  # the version answers from the response cache
+    # decoupled models: by the index of the response within its request
+    response_stats: dict[int, ResponseStat] = field(default_factory=dict)

@@ -19,7 +19,7 @@ import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.model_spec import ModelSpec
-from inferd.core.streaming import StreamedResponse
+from inferd.core.streaming import ResponseBudget, StreamedResponse
 from inferd.core.validation import validate_request
 from inferd.errors import InvalidArgumentError
 from inferd.repository.manager_types import ServingModel
@@ -148,15 +148,20 @@ class InProcessCaller:
         )
 
     async def stream(
-        self, request: InferRequest, model: ServingModel | None = None
+        self,
+        request: InferRequest,
+        model: ServingModel | None = None,
+        budget: ResponseBudget | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
         """Every response of the model to ``request``, the last one final. Closing the
-        iterator early cancels the request (the model sees it)."""
+        iterator early cancels the request (the model sees it). A ``budget`` bounds the
+        responses a decoupled model may send ahead of this iterator (see ``stream_model``)."""
         if model is None:
             model = self.resolve(request)
         rows = validate_request(request, model.spec)
         name, version = model.spec.name, str(model.version)
-        async with contextlib.aclosing(stream_model(model, request, rows)) as items:
+        items = stream_model(model, request, rows, budget)
+        async with contextlib.aclosing(items):
             async for item in items:
                 response = None
                 if item.outputs is not None:

@@ -5,6 +5,11 @@ A decoupled model answers through the request's :class:`~inferd.core.streaming.R
 (zero, one or many responses, then a final flag); any other model answers once, which becomes
 one final response. Leaving the stream early (a client that cancels or disconnects) cancels
 the sink, which reaches the model, and the scheduled request.
+
+A decoupled model's responses are counted here for the statistics extension's
+``response_stats`` (the sink times them; the version's counters are updated on the loop), and,
+when the stream has a :class:`~inferd.core.streaming.ResponseBudget`, each one holds a place in
+it until the consumer takes it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
-from inferd.core.streaming import ResponseSink, StreamedResponse
+from inferd.core.streaming import (
+    ResponseBudget,
+    ResponseSink,
+    ResponseTiming,
+    StreamedResponse,
+)
 from inferd.errors import InferdError
 from inferd.repository.manager_types import ServingModel
 
@@ -40,18 +50,41 @@ class StreamEvent:
 
 
 async def stream_model(
-    model: ServingModel, request: InferRequest, rows: int
+    model: ServingModel,
+    request: InferRequest,
+    rows: int,
+    budget: ResponseBudget | None = None,
 ) -> AsyncGenerator[StreamedResponse, None]:
-    """Every response of ``model`` to ``request`` (already validated), the last one final."""
+    """Every response of ``model`` to ``request`` (already validated), the last one final.
+
+    With a ``budget``, a decoupled model's response takes a place in it as it is sent (the
+    sending thread waits for one) and gives it back when this stream yields it."""
     if not model.spec.decoupled:
         outputs = await model.scheduler.submit(request, rows)
         yield StreamedResponse(outputs, None, True)
         return
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[StreamedResponse] = asyncio.Queue()
+    record = model.stats.record_response
+    gone = False  # the consumer left: later responses are not queued
 
-    def deliver(item: StreamedResponse) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, item)
+    def consumer_gone() -> bool:
+        return gone
+
+    def arrive(item: StreamedResponse | None, timing: ResponseTiming) -> None:  # on the loop
+        record(timing)
+        if item is None:
+            return
+        if gone:
+            if budget is not None:
+                budget.release()
+            return
+        queue.put_nowait(item)
+
+    def deliver(item: StreamedResponse | None, timing: ResponseTiming) -> None:
+        if item is not None and budget is not None and not budget.acquire(consumer_gone):
+            item = None  # dropped: nobody will read it (counted all the same)
+        loop.call_soon_threadsafe(arrive, item, timing)
 
     sink = ResponseSink(deliver)
     request.sink = sink
@@ -76,6 +109,8 @@ async def stream_model(
                 item = getter.result()
             else:
                 item = queue.get_nowait()
+            if budget is not None:
+                budget.release()
             yield item
             if item.final:
                 finished = True
@@ -90,6 +125,10 @@ async def stream_model(
             yield StreamedResponse(outputs or None, None, True)  # a backend that answered once
         finished = True
     finally:
+        gone = True
+        if budget is not None:
+            budget.release(queue.qsize())
+            budget.wake()
         if not finished:
             sink.cancel()
         if not task.done():

@@ -17,8 +17,10 @@ from inferd.core.statistics import (
     BatchStat,
     Duration,
     Histogram,
+    ResponseStat,
     StatsSnapshot,
 )
+from inferd.core.streaming import ResponseTiming
 
 
 class ModelStats:
@@ -40,6 +42,7 @@ class ModelStats:
         self.cache_miss = Duration()
         self.response_cache = False  # set at load: whether answers may come from the cache
         self.batch_stats: dict[int, BatchStat] = {}
+        self.response_stats: dict[int, ResponseStat] = {}  # decoupled: by response index
         self.failures: Counter[str] = Counter()
         self.rejections: Counter[str] = Counter()
         self.close_reasons: Counter[str] = Counter()
@@ -103,6 +106,30 @@ class ModelStats:
         self.fail.add(0)
         self.failures["REJECTED"] += 1
 
+    def record_response(self, timing: ResponseTiming) -> None:
+        """One response of a decoupled model's request, counted at its index as Triton's
+        core counts it: a success or a failure takes its infer and output times (a failure
+        its output time only when it had one), the final flag alone its infer time, a
+        cancellation the time the model took to end the request."""
+        stat = self.response_stats.get(timing.index)
+        if stat is None:
+            stat = self.response_stats[timing.index] = ResponseStat()
+        infer, output = timing.infer_ns, timing.output_ns
+        kind = timing.kind
+        if kind == "cancel":
+            stat.cancel.add(infer)
+            return
+        stat.compute_infer.add(infer)
+        if kind == "success":
+            stat.compute_output.add(output)
+            stat.success.add(infer + output)
+        elif kind == "fail":
+            if output:
+                stat.compute_output.add(output)
+            stat.fail.add(infer + output)
+        else:
+            stat.empty_response.add(infer)
+
     def snapshot(self) -> StatsSnapshot:
         def d(x: Duration) -> Duration:
             return Duration(x.count, x.ns)
@@ -133,4 +160,5 @@ class ModelStats:
             latency_us=self.latency_us.copy(),
             batch_rows=self.batch_rows.copy(),
             response_cache=self.response_cache,
+            response_stats={k: v.copy() for k, v in sorted(self.response_stats.items())},
         )

@@ -26,6 +26,7 @@ import logging
 import os
 import select
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -215,20 +216,23 @@ class Exchange:
         self._mapped()
         error: InferdError | None = None
         outputs: dict[str, Array] | None = None
+        output_ns = 0
         if message.get("error"):
             error = error_from_wire(message["error"])
         elif message.get("outputs") is not None:
+            start_ns = time.perf_counter_ns()
             try:
                 outputs = self._read(message["outputs"])
             except InferdError as exc:
                 error = exc
+            output_ns = time.perf_counter_ns() - start_ns
         if final:
             self._open.discard(index)
         request = self._by_key[index]
         if final:
             self._closed(index)
         if request.sink is not None:
-            request.sink.send(StreamedResponse(outputs, error, final))
+            request.sink.send(StreamedResponse(outputs, error, final, output_ns))
         elif error is not None and index < len(self.results):
             self.results[index] = error
 

@@ -130,6 +130,7 @@ async def start_grpc_server(
     *,
     log: logging.Logger,
     max_stream_inflight: int = 1024,
+    max_stream_responses: int = 1024,
     access: AccessPolicy | None = None,
     tls: TlsSettings | None = None,
     shared_memory: SharedMemoryRegistry | None = None,
@@ -144,7 +145,11 @@ async def start_grpc_server(
     credentials = None if tls is None else server_credentials(tls)
     server = grpc.aio.server(options=server_options())
     servicer = GrpcInferenceServicer(
-        engine, log=log, max_stream_inflight=max_stream_inflight, shared_memory=shared_memory
+        engine,
+        log=log,
+        max_stream_inflight=max_stream_inflight,
+        max_stream_responses=max_stream_responses,
+        shared_memory=shared_memory,
     )
     server.add_generic_rpc_handlers(
         (service_handler(service_pb2, "GRPCInferenceService", servicer, API_BY_METHOD, access),)

@@ -7,11 +7,10 @@ Errors are mapped once, by :mod:`inferd.frontends.grpc.errors`, and set as the c
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import Any
 
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -27,6 +26,7 @@ from inferd.codecs.v2_grpc import (
     repository_index_response,
 )
 from inferd.core.names import check_model_name
+from inferd.core.streaming import ResponseBudget
 from inferd.engine import Engine
 from inferd.errors import (
     InvalidArgumentError,
@@ -34,7 +34,11 @@ from inferd.errors import (
 )
 from inferd.frontends.grpc.errors import set_status, status_for
 from inferd.frontends.grpc.handlers import Undecodable, sees_undecodable
-from inferd.frontends.grpc.streaming import Started, decoupled_responses
+from inferd.frontends.grpc.streaming import (
+    decoupled_responses,
+    serve_stream,
+    split_response_room,
+)
 from inferd.frontends.shared_memory import SharedMemoryRegistry
 
 __all__ = ["GrpcInferenceServicer"]
@@ -50,7 +54,9 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     ``max_stream_inflight`` bounds the requests of one ``ModelStreamInfer`` stream that are
     being computed or waiting to be written; beyond it the stream stops reading (HTTP/2 flow
-    control then pushes back on the client).
+    control then pushes back on the client). ``max_stream_responses`` bounds the responses of
+    one stream waiting in the server for the client to read them; beyond it a decoupled
+    model's next send waits.
     """
 
     def __init__(
@@ -59,16 +65,19 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
         *,
         log: logging.Logger,
         max_stream_inflight: int = 1024,
+        max_stream_responses: int = 1024,
         shared_memory: SharedMemoryRegistry | None = None,
     ) -> None:
         if max_stream_inflight < 1:
             raise ValueError("max_stream_inflight must be >= 1")
+        split_response_room(max_stream_responses)  # refuses a bound too small to split
         self._engine = engine
         self._shm = (
             shared_memory if shared_memory is not None else SharedMemoryRegistry(enabled=False)
         )
         self._log = log
         self._max_stream_inflight = max_stream_inflight
+        self._max_stream_responses = max_stream_responses
         self._ids = itertools.count(1)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -148,7 +157,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterable[Any], context: Any
     ) -> AsyncIterator[Any]:
-        """Requests of one stream run concurrently; responses are written in request order.
+        """Requests of one stream run concurrently; each response is written when it is
+        ready (see :mod:`inferd.frontends.grpc.streaming` for the order and the bounds).
 
         A failed request yields ``error_message`` with an ``infer_response`` carrying only the
         request id, and the stream stays open (unless the client sent the metadata
@@ -158,77 +168,43 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             key == _STREAM_ERRORS_AS_STATUS and str(value).lower() == "true"
             for key, value in (context.invocation_metadata() or ())
         )
-        pending: asyncio.Queue[asyncio.Task[_StreamResult | Started] | None] = asyncio.Queue(
-            self._max_stream_inflight
+        results = serve_stream(
+            request_iterator,
+            self._stream_answer,
+            max_inflight=self._max_stream_inflight,
+            max_responses=self._max_stream_responses,
         )
-        reader = asyncio.create_task(self._read_stream(request_iterator, pending))
-        try:
-            while True:
-                task = await pending.get()
-                if task is None:
-                    break
-                result = await task
-                if isinstance(result, tuple):
-                    response, failure = result
-                    if failure is not None and errors_as_status:
-                        set_status(context, *failure)
-                        return
-                    yield response
-                    continue
-                async with contextlib.aclosing(result) as responses:  # a decoupled model's
-                    async for response, failure in responses:
-                        if failure is not None and errors_as_status:
-                            set_status(context, *failure)
-                            return
-                        yield response
-            await reader  # a failure of the request stream itself ends the RPC with it
-        finally:
-            if reader.done() and not reader.cancelled():
-                reader.exception()  # retrieved: the RPC already ended with its own status
-            reader.cancel()
-            while not pending.empty():
-                leftover = pending.get_nowait()
-                if leftover is None:
-                    continue
-                leftover.cancel()
-                if leftover.done() and not leftover.cancelled() and leftover.exception() is None:
-                    started = leftover.result()
-                    if isinstance(started, Started):  # a decoupled request already running
-                        await started.aclose()
+        async with contextlib.aclosing(results):
+            async for response, failure in results:
+                if failure is not None and errors_as_status:
+                    set_status(context, *failure)
+                    return
+                yield response
 
-    async def _read_stream(
-        self,
-        request_iterator: AsyncIterable[Any],
-        pending: asyncio.Queue[asyncio.Task[_StreamResult | Started] | None],
-    ) -> None:
-        try:
-            async for msg in request_iterator:
-                task = asyncio.create_task(self._stream_one(msg))
-                try:
-                    await pending.put(task)
-                except asyncio.CancelledError:
-                    task.cancel()
-                    raise
-        except Exception:
-            await pending.put(None)
-            raise
-        await pending.put(None)
+    def _stream_answer(
+        self, msg: Any, budget: ResponseBudget
+    ) -> tuple[bool, AsyncGenerator[_StreamResult, None]]:
+        """Whether the answer to ``msg`` keeps request order (an ordinary model's), and its
+        responses."""
+        if type(msg) is not Undecodable and self._engine.is_decoupled(
+            msg.model_name, msg.model_version
+        ):
+            responses = decoupled_responses(
+                self._engine, msg, self._shm, self._stream_failure, budget
+            )
+            return False, responses
+        return True, self._stream_one(msg)
 
-    async def _stream_one(self, msg: Any) -> _StreamResult | Started:
+    async def _stream_one(self, msg: Any) -> AsyncGenerator[_StreamResult, None]:
         out = service_pb2.ModelStreamInferResponse()
         try:
             if type(msg) is Undecodable:
                 raise InvalidArgumentError(msg.message)
-            if self._engine.is_decoupled(msg.model_name, msg.model_version):
-                responses = decoupled_responses(self._engine, msg, self._shm, self._stream_failure)
-                return Started(responses)
             await self._infer(msg, into=out.infer_response)
         except Exception as exc:
-            code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))
-            out = service_pb2.ModelStreamInferResponse(error_message=details)
-            out.infer_response.id = msg.id
-            return out, (code, details)
-        return out, None
+            yield self._stream_failure(msg, exc)
+            return
+        yield out, None
 
     def _stream_failure(self, msg: Any, exc: Exception) -> _StreamResult:
         code, details = status_for(exc, log=self._log, request_id=self._request_id(msg.id))
