@@ -74,12 +74,24 @@ class RecordingTransport:
 
 
 async def _run(
-    transport: RecordingTransport, *, sequence: bool = False, requests: int = 3, **kw: Any
+    transport: RecordingTransport,
+    *,
+    sequence: bool = False,
+    requests: int = 3,
+    grace_s: float = 10.0,
+    **kw: Any,
 ) -> list[Any]:
     options = PerfOptions("m", measurement_interval_ms=60, max_trials=3, **kw)
     probe = CostProbe(server_pid=None, metrics_url=None, in_process=False)
     await probe.start()
-    driver = Driver(transport, options, request_count=requests, sequence=sequence, probe=probe)
+    driver = Driver(
+        transport,
+        options,
+        request_count=requests,
+        sequence=sequence,
+        probe=probe,
+        stop_grace_s=grace_s,
+    )
     return await driver.run()
 
 
@@ -147,3 +159,10 @@ async def test_the_latency_threshold_stops_the_search() -> None:
     t = RecordingTransport(delay_s=0.005)
     points = await _run(t, concurrency=Range(1, 4, 1), latency_threshold_ms=1.0)
     assert [p.level for p in points] == [1]  # 5 ms is above 1 ms: no higher concurrency
+
+
+async def test_a_server_that_stops_answering_ends_the_run() -> None:
+    t = RecordingTransport(delay_s=3600)
+    with pytest.raises(PerfRunError, match="the server stopped answering"):
+        await _run(t, grace_s=0.1)
+    assert t.in_flight == 0  # the hung requests were cancelled

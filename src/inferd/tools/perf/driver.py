@@ -36,6 +36,7 @@ from inferd.tools.perf.summary import LoadPoint, Window, merge
 from inferd.tools.perf.transport import Channel, PerfRequestError, SequenceFlags, Transport
 
 MAX_ERROR_SAMPLES = 5
+STOP_GRACE_S = 10.0  # at least this long for the requests in flight when a load point ends
 
 
 class PerfRunError(InferdError):
@@ -118,6 +119,7 @@ class Driver:
         probe: CostProbe,
         progress: Progress | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
+        stop_grace_s: float = STOP_GRACE_S,
     ) -> None:
         if request_count < 1:
             raise ValueError("the driver needs at least one prepared request")
@@ -128,6 +130,7 @@ class Driver:
         self._probe = probe
         self._progress = progress or NoProgress()
         self._clock = clock
+        self._stop_grace_s = stop_grace_s
         self._idle: list[Channel] = []
         self._all: list[Channel] = []
         self._sequence_ids: Iterator[int] = itertools.count(1)
@@ -194,7 +197,7 @@ class Driver:
                     break
         finally:
             self._stopping = True
-            await load
+            await self._stop(load)
         figures = [w.figures(opts.batch_size, opts.percentile) for w in windows]
         stable = is_stable(figures, opts.stability_ratio)
         point = merge(
@@ -216,6 +219,19 @@ class Driver:
                 "--measurement-interval"
             )
         return point
+
+    async def _stop(self, load: asyncio.Task[None]) -> None:
+        """Let the requests in flight finish; cancel the ones a hung server never answers."""
+        grace_s = max(self._stop_grace_s, 2 * self._options.measurement_interval_ms / 1000)
+        done, _ = await asyncio.wait({load}, timeout=grace_s)
+        if not done:
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+            raise PerfRunError(
+                f"requests were still unanswered {grace_s:g} s after the load point ended: "
+                "the server stopped answering"
+            )
+        load.result()
 
     async def close(self) -> None:
         channels, self._all, self._idle = self._all, [], []
