@@ -53,7 +53,7 @@ class Engine:
         response_cache: ResponseCache | None = None,
     ) -> None:
         self._manager = manager
-        self._streaming = InProcessCaller(manager.get)
+        self._streaming = InProcessCaller(manager.get, response_cache)
         self._cache = response_cache
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
         self._strict_readiness = strict_readiness

@@ -1,10 +1,12 @@
-"""The response cache on an ensemble, end to end: ``inferd serve --cache-config`` with the
-``digits_pipeline`` example ensemble and its three step models, driven by tritonclient.
+"""The response cache on an ensemble and on models that models call, end to end: ``inferd serve
+--cache-config`` with the ``digits_pipeline`` example ensemble and its three step models, and
+the ``bls_router`` Python model calling ``simple``, driven by tritonclient.
 
 The ensemble enables the cache (top-level caching: a hit answers without running any step), and
 so does its classifier step ``digits`` (a step's own cache answers the step, whatever the
 ensemble's request was). Statistics count hits and misses as Triton counts them for an ensemble;
 ``/metrics`` has cache counters for ``digits`` and none for the ensemble, as Triton reports.
+A business-logic call of ``simple``, which enables the cache, is answered from it.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from inferd.testing import ServerProcess, running_server
 pytestmark = pytest.mark.e2e
 
 PIPELINE = ("digits_pipeline", "digits_preprocess", "digits", "digits_postprocess")
-CACHED = ("digits_pipeline", "digits")
+CACHED = ("digits_pipeline", "digits", "simple")
 
 
 @pytest.fixture(scope="module")
 def server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     repo = tmp_path_factory.mktemp("ensemble_cache")
-    for name in PIPELINE:
+    for name in (*PIPELINE, "simple", "bls_router"):
         shutil.copytree(example_repo / name, repo / name)
     for name in CACHED:
         config = repo / name / "config.pbtxt"
@@ -121,3 +123,26 @@ def test_cache_counters_on_metrics_as_triton_reports_them(server: ServerProcess)
     assert any('model="digits"' in line for line in cache_lines)
     assert not any('model="digits_pipeline"' in line for line in cache_lines)
     assert 'nv_inference_request_success{model="digits_pipeline"' in text
+
+
+def test_a_model_called_by_a_model_answers_from_its_cache(server: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        inputs = [
+            httpclient.InferInput("MODEL", [1], "BYTES"),
+            httpclient.InferInput("INPUT0", [16], "INT32"),
+            httpclient.InferInput("INPUT1", [16], "INT32"),
+        ]
+        inputs[0].set_data_from_numpy(np.array([b"simple"], dtype=object))
+        inputs[1].set_data_from_numpy(np.arange(16, dtype=np.int32))
+        inputs[2].set_data_from_numpy(np.full(16, 3, dtype=np.int32))
+        before = _counts(client, "simple")
+        for _ in range(3):
+            result = client.infer("bls_router", inputs)
+            assert result.as_numpy("OUTPUT0").tolist() == list(range(3, 19))
+        delta = _delta(before, _counts(client, "simple"))
+        assert delta["executions"] == 1  # the business-logic call ran simple once
+        assert delta["cache_miss"] == 1
+        assert delta["cache_hit"] == 2
+    finally:
+        client.close()

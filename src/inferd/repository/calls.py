@@ -77,14 +77,32 @@ async def submit_cached(
     return outputs
 
 
-def _configured(spec: ModelSpec) -> Callable[[Outputs], Outputs]:
-    """The outputs the engine answers to a request that names none: the configured ones."""
-    names = tuple(t.name for t in spec.outputs)
+def _answered(spec: ModelSpec, request: InferRequest) -> Callable[[Outputs], Outputs] | None:
+    """What the engine answers to ``request`` out of a model's outputs: the configured ones when
+    it names none, else the ones it names (a missing one refused as the engine refuses it).
+    None when it asks for a classification, which only the engine shapes (such a request is
+    never answered from the cache here)."""
+    wanted = request.outputs
+    if wanted is None:
+        configured = tuple(t.name for t in spec.outputs)
 
-    def select(outputs: Outputs) -> Outputs:
-        return {n: outputs[n] for n in names if n in outputs}
+        def every(outputs: Outputs) -> Outputs:
+            return {n: outputs[n] for n in configured if n in outputs}
 
-    return select
+        return every
+    if any(o.classification > 0 for o in wanted):
+        return None
+    names = tuple(o.name for o in wanted)
+
+    def named(outputs: Outputs) -> Outputs:
+        for n in names:
+            if n not in outputs:
+                raise InvalidArgumentError(
+                    f"model '{spec.name}' did not produce requested output '{n}'"
+                )
+        return {n: outputs[n] for n in names}
+
+    return named
 
 
 def _select(request: InferRequest, outputs: Outputs) -> Outputs:
@@ -100,9 +118,9 @@ class InProcessCaller:
     ``caller.stream(request)`` yields every response (many, one or none for a decoupled model)
     with only the requested outputs. ``get`` resolves a model name and version (None: the
     latest READY one) to a serving version, raising ``NotFoundError`` as the engine does.
-    Given the server's response ``cache``, a model that enables it answers the calls that name
-    no outputs (ensemble steps, models calling models) from the cache, as the engine answers
-    its requests: such a call and the same request from a client share an entry.
+    Given the server's response ``cache``, a model that enables it answers these calls and
+    streams (ensemble steps, models calling models) from the cache as the engine answers its
+    requests, sharing their entries (a request for a classification runs uncached here).
     """
 
     __slots__ = ("_cache", "_get")
@@ -117,8 +135,10 @@ class InProcessCaller:
 
     async def _submit(self, model: ServingModel, request: InferRequest, rows: int) -> Outputs:
         cache = self._cache
-        if cache is not None and model.spec.response_cache and request.outputs is None:
-            return await submit_cached(cache, model, request, rows, _configured(model.spec))
+        if cache is not None and model.spec.response_cache:
+            shape = _answered(model.spec, request)
+            if shape is not None:
+                return await submit_cached(cache, model, request, rows, shape)
         return await model.scheduler.submit(request, rows)
 
     def resolve(self, request: InferRequest) -> ServingModel:
@@ -160,6 +180,14 @@ class InProcessCaller:
             model = self.resolve(request)
         rows = validate_request(request, model.spec)
         name, version = model.spec.name, str(model.version)
+        if self._cache is not None and model.spec.response_cache:
+            # a model that enables the cache is never decoupled (refused at load): one answer,
+            # from the cache or stored in it, as for the same request outside a stream
+            outputs = _select(request, await self._submit(model, request, rows))
+            yield StreamEvent(
+                InferResponse(name, version, outputs, request.id), None, True, name, version
+            )
+            return
         items = stream_model(model, request, rows, budget)
         async with contextlib.aclosing(items):
             async for item in items:
