@@ -1,18 +1,22 @@
 """The statistics extension's ``response_stats`` for a decoupled model, read with tritonclient
 over HTTP and gRPC after requests of ``repeat_int32`` (one response per element of ``IN``, then
-the final flag alone)."""
+the final flag alone); and, read through them, the bound on what a stream that is not read
+makes the server take from its model."""
 
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferd.examples.simple_models import build_simple
 from inferd.examples.streaming_models import build_streaming
@@ -163,3 +167,55 @@ def test_an_ordinary_model_has_no_response_stats(server: ServerProcess) -> None:
         stats = client.get_inference_statistics("simple")["model_stats"][0]
     assert stats["response_stats"] == {}
     assert stats["inference_stats"]["success"]["count"] >= 1
+
+
+def _stream_request(count: int) -> Any:
+    request = service_pb2.ModelInferRequest(model_name="repeat_int32", id="big")
+    arrays = (
+        ("IN", np.arange(count, dtype=np.int32), "INT32"),
+        ("DELAY", np.zeros(count, dtype=np.uint32), "UINT32"),
+        ("WAIT", np.zeros(1, dtype=np.uint32), "UINT32"),
+    )
+    for name, array, datatype in arrays:
+        request.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        request.raw_input_contents.append(array.tobytes())
+    return request
+
+
+def test_a_stream_that_is_not_read_holds_the_model_back(server: ServerProcess) -> None:
+    """The server takes a decoupled model's responses only as far as the stream's bound (1,024)
+    and HTTP/2 flow control allow; ``response_stats`` shows how many it took (each response
+    is counted as the server takes it)."""
+    count = 6000
+    hold = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        yield _stream_request(count)
+        hold.wait(60)  # the client keeps its side open, and reads nothing yet
+
+    # without BDP probing the client's flow-control window stays at 64 KiB: it does not
+    # absorb the responses itself
+    channel = grpc.insecure_channel(server.grpc_url, options=[("grpc.http2.bdp_probe", 0)])
+    try:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        responses = stub.ModelStreamInfer(requests(), timeout=60)
+        taken, steady = -1, 0
+        deadline = time.monotonic() + 20
+        while steady < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = len(_http_stats(server))
+            steady = steady + 1 if now == taken else 0
+            taken = now
+        # 1,024 held by the server, one in hand, and what 64 KiB of HTTP/2 window carries
+        assert taken < 2500
+        values = []
+        for response in responses:
+            assert not response.error_message
+            out = response.infer_response.raw_output_contents[0]
+            values.append(int(np.frombuffer(out, dtype=np.int32)[0]))
+            if len(values) == count:
+                break
+        assert values == list(range(count))  # once read, everything arrives, in order
+    finally:
+        hold.set()
+        channel.close()
