@@ -124,3 +124,15 @@ def test_a_padding_row_is_not_ready(corrid: str, zero: object) -> None:
     assert idle["E"].tolist() == [[0]]
     assert idle["R"].tolist() == [[0]]
     assert idle["C"].tolist() == [[zero]]
+
+
+def test_a_sample_of_batch_size_0_is_skipped_with_a_warning(
+    model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = MODEL % "TYPE_UINT64" + WARMUP.replace("batch_size: 3", "batch_size: 0") % ""
+    spec = spec_from_proto(parse_pbtxt(text, "seq/config.pbtxt"))
+    recorder = _Recorder()
+    with caplog.at_level("WARNING", logger="inferd.repository"):
+        warm_up(spec, [recorder], model_dir)  # type: ignore[list-item]
+    assert recorder.batches == []  # as Triton: "Skipping batch 0 warmup sample"
+    assert "has batch_size 0 and is skipped" in caplog.text

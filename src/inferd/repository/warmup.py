@@ -9,6 +9,7 @@ row is a whole one-request sequence: START, READY and END true, the correlation 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from inferd.core.sequence_spec import ControlKind
 from inferd.errors import ConfigError, InferdError
 from inferd.repository.paths import resolve_inside
 from inferd.scheduling.state import initial_value
+
+_log = logging.getLogger("inferd.repository")
 
 WARMUP_DIR = "warmup"
 
@@ -126,11 +129,20 @@ def sequence_fill(
 
 
 def warm_up(spec: ModelSpec, instances: Sequence[ModelInstance], model_dir: Path) -> None:
-    """Run each warm-up sample ``count`` times (at least once) on every instance. Blocking."""
+    """Run each warm-up sample ``count`` times (at least once) on every instance, a sample of
+    ``batch_size`` 0 not at all (Triton skips it; a warning says so). Blocking."""
     rng = np.random.default_rng(0)
     for warmup in spec.warmups:
+        if warmup.batch_size <= 0:
+            _log.warning(
+                "warmup '%s' of model '%s' has batch_size 0 and is skipped, as Triton skips "
+                "it; set batch_size: 1 or more to run it",
+                warmup.name,
+                spec.name,
+            )
+            continue
         _check_names(spec, warmup)
-        batch = max(1, warmup.batch_size)
+        batch = warmup.batch_size
         try:
             inputs = {
                 name: _sample(spec, name, item, batch, model_dir, rng)
