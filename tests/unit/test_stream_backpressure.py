@@ -157,3 +157,18 @@ def test_release_lets_one_waiter_in_and_gone_lets_it_give_up() -> None:
 def test_a_budget_needs_room() -> None:
     with pytest.raises(ValueError, match="at least one"):
         ResponseBudget(0)
+
+
+def test_a_final_response_never_waits_for_room() -> None:
+    budget = ResponseBudget(1)
+    outcome: list[bool] = []
+
+    def send_two() -> None:
+        outcome.append(budget.acquire(lambda: False))
+        outcome.append(budget.acquire(lambda: False, wait=False))  # over the limit, at once
+
+    sender = threading.Thread(target=send_two)
+    sender.start()
+    sender.join(5)
+    assert outcome == [True, True]
+    assert budget.held == 2

@@ -178,7 +178,9 @@ class ResponseBudget:
     :meth:`acquire` takes a place; on any thread but the one that built the budget (the event
     loop's, which must never wait) it waits while none is free, until :meth:`release` frees
     one, or ``gone()`` turns true (call :meth:`wake` after making it so), or the budget is
-    closed. Taking over the limit on the loop's own thread is allowed: it cannot wait.
+    closed. Taking over the limit on the loop's own thread is allowed: it cannot wait; so is
+    taking it without waiting when the caller asks (a request's final response: one per
+    request, and a thread that ends requests may hold locks it must not wait under).
     """
 
     __slots__ = ("_closed", "_cond", "_held", "_limit", "_owner")
@@ -200,11 +202,11 @@ class ResponseBudget:
     def held(self) -> int:
         return self._held
 
-    def acquire(self, gone: Callable[[], bool]) -> bool:
-        """Take one place (waiting for room off the owner's thread); False, taking nothing,
-        when the consumer is ``gone()`` or the budget is closed."""
+    def acquire(self, gone: Callable[[], bool], *, wait: bool = True) -> bool:
+        """Take one place (waiting for room off the owner's thread, unless ``wait`` is false);
+        False, taking nothing, when the consumer is ``gone()`` or the budget is closed."""
         with self._cond:
-            if threading.get_ident() != self._owner:
+            if wait and threading.get_ident() != self._owner:
                 while self._held >= self._limit and not self._closed and not gone():
                     self._cond.wait()
             if self._closed or gone():

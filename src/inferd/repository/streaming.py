@@ -58,7 +58,8 @@ async def stream_model(
     """Every response of ``model`` to ``request`` (already validated), the last one final.
 
     With a ``budget``, a decoupled model's response takes a place in it as it is sent (the
-    sending thread waits for one) and gives it back when this stream yields it."""
+    sending thread waits for one, except for the final response) and gives it back when this
+    stream yields it."""
     if not model.spec.decoupled:
         outputs = await model.scheduler.submit(request, rows)
         yield StreamedResponse(outputs, None, True)
@@ -82,7 +83,13 @@ async def stream_model(
         queue.put_nowait(item)
 
     def deliver(item: StreamedResponse | None, timing: ResponseTiming) -> None:
-        if item is not None and budget is not None and not budget.acquire(consumer_gone):
+        # a final response never waits for room: one per request, and the thread that ends a
+        # request may hold locks (a Python worker's reader failing its open requests)
+        if (
+            item is not None
+            and budget is not None
+            and not budget.acquire(consumer_gone, wait=not item.final)
+        ):
             item = None  # dropped: nobody will read it (counted all the same)
         loop.call_soon_threadsafe(arrive, item, timing)
 
