@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inferd.core.streaming import ResponseBudget
 from inferd.frontends.grpc.streaming import StreamResult, serve_stream, split_response_room
@@ -185,3 +188,50 @@ def test_the_response_room_is_split_between_written_and_sent_ahead() -> None:
     assert split_response_room(2) == (1, 1)
     with pytest.raises(ValueError, match="max_responses"):
         split_response_room(1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.one_of(st.just(0), st.integers(1, 3)), min_size=1, max_size=6),
+    st.randoms(use_true_random=False),
+    st.integers(2, 6),
+)
+def test_any_completion_order_loses_nothing_and_keeps_the_ordering_rules(
+    shape: list[int], rng: random.Random, max_responses: int
+) -> None:
+    """``shape``: per request, 0 for an ordinary one (one response), else how many responses a
+    decoupled one sends; every response waits for its gate, released in a random order."""
+    requests = [
+        Request(f"r{i}", [f"r{i}-{j}" for j in range(n or 1)], ordered=n == 0)
+        for i, n in enumerate(shape)
+    ]
+    parts = [part for request in requests for part in request.parts]
+    for request in requests:
+        for part in request.parts:
+            request.gate(part)
+    gates = {part: request.gates[part] for request in requests for part in request.parts}
+    order = list(parts)
+    rng.shuffle(order)
+
+    async def run() -> list[str]:
+        written: list[str] = []
+        results = stream(requests, Answers(), max_inflight=3, max_responses=max_responses)
+
+        async def read() -> None:
+            async for response, _ in results:
+                written.append(response)
+
+        reader = asyncio.ensure_future(read())
+        for part in order:
+            gates[part].set()
+            for _ in range(5):
+                await asyncio.sleep(0)
+        await asyncio.wait_for(reader, 10)
+        return written
+
+    written = asyncio.run(run())
+    assert sorted(written) == sorted(parts)  # nothing lost or repeated
+    for request in requests:  # each request's responses in the order it sent them
+        assert [w for w in written if w.startswith(f"{request.name}-")] == request.parts
+    ordinary = [r.parts[0] for r in requests if r.ordered]
+    assert [w for w in written if w in ordinary] == ordinary  # in request order
