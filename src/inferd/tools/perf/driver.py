@@ -36,6 +36,7 @@ from inferd.tools.perf.summary import LoadPoint, Window, merge
 from inferd.tools.perf.transport import Channel, PerfRequestError, SequenceFlags, Transport
 
 MAX_ERROR_SAMPLES = 5
+OPEN_LOOP_MAX_PREOPEN = 64  # open loop: connections opened before the first send, at most
 STOP_GRACE_S = 10.0  # at least this long for the requests in flight when a load point ends
 
 
@@ -279,6 +280,9 @@ class Driver:
     async def _channel(self) -> Channel:
         if self._idle:
             return self._idle.pop()
+        return await self._new_channel()
+
+    async def _new_channel(self) -> Channel:
         channel = await self._transport.open_channel()
         self._all.append(channel)
         return channel
@@ -307,7 +311,8 @@ class Driver:
             schedule = gaps(opts.distribution, level, np.random.default_rng(opts.seed))
         else:
             schedule = file_gaps(opts.intervals_us)
-        return asyncio.create_task(self._open(schedule), name="inferd-perf-open-loop")
+        rate = level if opts.mode is LoadMode.REQUEST_RATE else 1e6 / min(opts.intervals_us)
+        return asyncio.create_task(self._open(schedule, rate), name="inferd-perf-open-loop")
 
     async def _closed(self, channels: list[Channel]) -> None:
         contexts = [
@@ -360,14 +365,17 @@ class Driver:
         finally:
             tally.in_flight -= 1
 
-    async def _open(self, schedule: Iterator[float]) -> None:
-        tally, clock, n = self._tally, self._clock, self._n
-        bound_ns = int(self._options.slip_bound_us * 1000)
+    async def _open(self, schedule: Iterator[float], rate: float) -> None:
+        clock, n = self._clock, self._n
         sequences = (
             [_Sequence(next(self._sequence_ids)) for _ in range(self._options.num_sequences)]
             if self._sequence
             else []
         )
+        # connections for the requests expected in flight, opened before the first send; a
+        # burst beyond them opens more from the request's own task, never from the sender
+        while len(self._idle) < min(OPEN_LOOP_MAX_PREOPEN, 2 + int(rate * 0.005)):
+            self._idle.append(await self._new_channel())
         tasks: set[asyncio.Task[None]] = set()
         due = clock()
         index = 0
@@ -380,20 +388,13 @@ class Driver:
                     await asyncio.sleep(wait / 1e9)
                     if self._stopping:
                         break
-                now = clock()
-                slip = now - due
-                tally.sent += 1
-                if slip > bound_ns:
-                    tally.late += 1
-                tally.max_slip_ns = max(tally.max_slip_ns, slip)
                 flags = None
                 if sequences:
                     seq = sequences[turn]
                     turn = (turn + 1) % len(sequences)
                     flags = self._flags(seq)
                     self._advance(seq)
-                channel = await self._channel()
-                task = asyncio.create_task(self._one(channel, index, flags))
+                task = asyncio.create_task(self._one(index, flags, due))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 index = index + 1 if index + 1 < n else 0
@@ -401,27 +402,37 @@ class Driver:
             # end the sequences under way so the server frees their slots
             for seq in sequences:
                 if seq.position != 0:
-                    channel = await self._channel()
                     end = SequenceFlags(seq.sequence_id, False, True)
-                    await self._one(channel, index, end, count=False)
+                    await self._one(index, end, None)
         finally:
             for task in tasks:
                 task.cancel()
 
-    async def _one(
-        self, channel: Channel, index: int, flags: SequenceFlags | None, *, count: bool = True
-    ) -> None:
+    async def _one(self, index: int, flags: SequenceFlags | None, due: int | None) -> None:
+        """One open-loop request: a channel, the send (late if past ``due`` + the bound), the
+        answer. ``due`` None: a closing request, not counted."""
         tally, clock = self._tally, self._clock
         tally.in_flight += 1
         tally.max_in_flight = max(tally.max_in_flight, tally.in_flight)
+        try:
+            channel = await self._channel()
+        except BaseException:
+            tally.in_flight -= 1
+            raise
         start = clock()
+        if due is not None:
+            slip = start - due
+            tally.sent += 1
+            if slip > self._options.slip_bound_us * 1000:
+                tally.late += 1
+            tally.max_slip_ns = max(tally.max_slip_ns, slip)
         try:
             await channel.infer(index, flags)
         except PerfRequestError as exc:
-            if count:
+            if due is not None:
                 tally.error(str(exc))
         else:
-            if count:
+            if due is not None:
                 tally.latencies.append(clock() - start)
         finally:
             tally.in_flight -= 1
