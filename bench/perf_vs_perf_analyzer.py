@@ -33,16 +33,29 @@ def read_csv(path: Path) -> dict[str, float]:
     return {"throughput": float(row["Inferences/Second"]), "p50": float(row["p50 latency"])}
 
 
-def measure(cmd: list[str], out: Path) -> dict[str, float]:
-    done = subprocess.run([*cmd, "-f", str(out)], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return read_csv(out)
+def measure(cmd: list[str], out: Path) -> dict[str, float] | None:
+    """The tool's CSV figures; None when it gave none (perf_analyzer exits 2 on a point that
+    never settles), after one more try."""
+    for _ in range(2):
+        done = subprocess.run([*cmd, "-f", str(out)], capture_output=True, text=True, timeout=900)
+        if done.returncode == 0:
+            return read_csv(out)
+        print(f"  {Path(cmd[0]).name} exited {done.returncode}: {done.stdout.strip()[-200:]}")
+    return None
 
 
-def mean(results: Iterable[dict[str, float]]) -> dict[str, float]:
-    taken = list(results)
+def mean(results: Iterable[dict[str, float] | None]) -> dict[str, float] | None:
+    taken = [r for r in results if r is not None]
+    if not taken:
+        return None
     return {key: sum(r[key] for r in taken) / len(taken) for key in taken[0]}
+
+
+def cells(theirs: dict[str, float] | None, ours: dict[str, float] | None, key: str) -> str:
+    a = f"{theirs[key]:.0f}" if theirs else "unstable"
+    b = f"{ours[key]:.0f}" if ours else "unstable"
+    ratio = f"{ours[key] / theirs[key]:.2f}" if theirs and ours else "—"
+    return f"{a} | {b} | {ratio}"
 
 
 def main() -> None:
@@ -85,9 +98,8 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for protocol, concurrency, theirs, ours in rows:
         print(
-            f"| {protocol} | {concurrency} | {theirs['throughput']:.0f} | "
-            f"{ours['throughput']:.0f} | {ours['throughput'] / theirs['throughput']:.2f} | "
-            f"{theirs['p50']:.0f} | {ours['p50']:.0f} | {ours['p50'] / theirs['p50']:.2f} |"
+            f"| {protocol} | {concurrency} | {cells(theirs, ours, 'throughput')} | "
+            f"{cells(theirs, ours, 'p50')} |"
         )
 
 
