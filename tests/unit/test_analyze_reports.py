@@ -135,3 +135,17 @@ def test_outputs_write_configs_reports_and_apply(tmp_path: Path) -> None:
     write_outputs([run], GOALS, OutputPlan(results, repo, apply=True), [])
     assert (repo / "simple" / "config.pbtxt.orig").is_file()
     assert candidate_of(load_base_config(repo / "simple", None)) == Candidate(1, 8, True, 100)
+
+
+def test_a_best_with_the_defaults_settings_is_called_noise() -> None:
+    default, same = measurements()[0], measurements()[0]
+    same = Measurement(
+        "simple", "i2-b8-off", default.candidate, (point(1, 1100, 1.0), point(4, 2100, 2.5)), 100.0
+    )
+    result = judge("simple", [default, same], GOALS)
+    assert result.best is same
+    assert result.best_matches_default
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(summary_table(result, measured_now=2, resumed=0))
+    assert "measurement noise" in console.export_text()
+    assert not outcome().best_matches_default

@@ -241,6 +241,18 @@ class Outcome:
     def verdict(self, measurement: Measurement) -> Verdict:
         return self.verdicts[measurement.key]
 
+    @property
+    def best_matches_default(self) -> bool:
+        """The best config is another measurement of the default's settings: its margin is
+        measurement noise, not a gain."""
+        best, default = self.best, self.default
+        return (
+            best is not None
+            and default is not None
+            and not best.is_default
+            and best.candidate == default.candidate
+        )
+
     def margin(self) -> float | None:
         """How much better the best is than the default, as a fraction (0.25: 25% better):
         more throughput, or less latency. None when either has no value."""

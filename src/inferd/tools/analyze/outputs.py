@@ -51,6 +51,8 @@ def config_header(run: ModelRun, goals: Goals) -> str:
     margin = outcome.margin()
     if best.is_default:
         lines.append("the model's own config was the best measured; it is unchanged")
+    elif outcome.best_matches_default:
+        lines.append("the same settings as the model's own config (now written out in full)")
     elif margin is not None:
         lines.append(f"{margin * 100:+.1f}% against the model's own config")
     lines.append(f"settings: {best.candidate.describe()}")

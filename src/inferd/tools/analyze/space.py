@@ -203,10 +203,10 @@ def _powers_up_to(limit: int) -> list[int]:
 def default_space(facts: ModelFacts, cores: int) -> Space:
     """Ranges that suit the machine and the model when the user names none.
 
-    Instances: 1, 2, 4 … up to the cores (at most four values: 1 and the three largest). Batching models: the dynamic
-    batcher off and on, max_batch_size the model's own plus 8 and 32 where smaller, queue delays
-    0, 100 and 1000 µs. ONNX Runtime models on a machine with more than one core: the runtime's
-    own thread layout and one intra-op thread per instance.
+    Instances: 1, 2, 4 … up to the cores (at most four values: 1 and the three largest).
+    Batching models: the dynamic batcher off and on, max_batch_size the model's own plus 8 and 32
+    where smaller, queue delays 0, 100 and 1000 µs. ONNX Runtime models on a machine with more
+    than one core: the runtime's own thread layout and one intra-op thread per instance.
     """
     instances = _powers_up_to(max(1, cores))
     if cores not in instances:

@@ -73,6 +73,11 @@ def summary_table(outcome: Outcome, measured_now: int, resumed: int) -> Any:
         table.caption = "no configuration met every constraint"
     elif best.is_default:
         table.caption = "the default config is the best measured"
+    elif outcome.best_matches_default:
+        table.caption = (
+            "the best has the default's settings: the margin between them "
+            f"({(margin or 0.0) * 100:+.1f}%) is measurement noise"
+        )
     elif margin is not None:
         better = "more throughput" if outcome.goals.maximise else "lower latency"
         table.caption = f"margin: {margin * 100:+.1f}% {better} than the default"
