@@ -34,12 +34,13 @@ from inferd.codecs.generate_json import (
 )
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.metadata import TensorMetadata
+from inferd.core.streaming import ResponseBudget
 from inferd.engine import Engine
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.frontends.http.body import OffLoop
 from inferd.frontends.http.errors import describe_exception, status_for
 
-__all__ = ["ClientGone", "SseReply", "decode_generate", "generate_once"]
+__all__ = ["STREAM_RESPONSES", "ClientGone", "SseReply", "decode_generate", "generate_once"]
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -48,6 +49,11 @@ T = TypeVar("T")
 
 #: (response, error, final): one response of the model as the routes see it
 _Event = tuple[InferResponse | None, InferdError | None, bool]
+
+#: The responses a decoupled model may have sent that the client has not been sent yet; beyond
+#: it the model's next response waits (the HTTP edge sends an event once the client's socket
+#: has room for it).
+STREAM_RESPONSES = 1024
 
 _ONE_RESPONSE = (
     "generate expects the model to produce exactly 1 response; use generate_stream for a "
@@ -76,12 +82,14 @@ def _decode(model: str, version: str, body: bytes, inputs: list[TensorMetadata])
 
 
 async def _events(engine: Engine, request: InferRequest) -> AsyncGenerator[_Event, None]:
-    """Every response to ``request``: through the stream for a decoupled model, through
-    :meth:`Engine.infer` (response cache and all) for any other."""
+    """Every response to ``request``: through the stream for a decoupled model (which may send
+    at most :data:`STREAM_RESPONSES` ahead of the client), through :meth:`Engine.infer`
+    (response cache and all) for any other."""
     if not engine.is_decoupled(request.model_name, request.model_version):
         yield await engine.infer(request), None, True
         return
-    async with contextlib.aclosing(engine.stream_infer(request)) as events:
+    budget = ResponseBudget(STREAM_RESPONSES)
+    async with contextlib.aclosing(engine.stream_infer(request, budget)) as events:
         async for event in events:
             yield event.response, event.error, event.final
 
