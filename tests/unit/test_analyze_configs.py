@@ -115,3 +115,21 @@ async def test_the_written_model_loads_and_answers(simple_repo: Path, tmp_path: 
         request = InferRequest(model_name="simple", inputs={"INPUT0": ones, "INPUT1": ones})
         response = await engine.infer(request)
         assert np.array_equal(response.outputs["OUTPUT0"], ones * 2)
+
+
+async def test_a_model_without_config_pbtxt_starts_from_the_served_config(tmp_path: Path) -> None:
+    repo, out = tmp_path / "repo", tmp_path / "out"
+    (repo / "auto" / "1").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "simple" / "1" / "model.onnx", repo / "auto" / "1" / "model.onnx")
+    async with running_engine(repo, "auto") as engine:
+        served = dict(engine.model_config("auto").config)
+    base = load_base_config(repo / "auto", served)
+    assert base.name == "auto"
+    assert base.max_batch_size > 0  # the server found the batch dimension
+    tuned = Candidate(1, 4, True, 100)
+    write_config(repo / "auto", apply_candidate(base, tuned), "", output_repository=out)
+    async with running_engine(out, "auto") as engine:
+        spec = engine.model_config("auto")
+        assert spec.max_batch_size == 4
+        assert spec.dynamic_batching is not None
+        assert spec.dynamic_batching.max_queue_delay_us == 100
