@@ -208,3 +208,20 @@ async def test_unreachable_server_and_unknown_model(server: ServerProcess) -> No
                 await t.model_info()
         finally:
             await t.close()
+
+
+@pytest.mark.parametrize("name", ["grpc", "http-binary"])
+async def test_requests_larger_than_a_window_arrive_whole(server: ServerProcess, name: str) -> None:
+    t = transport(server, name, "simple")
+    try:
+        await t.model_info()
+        # 1 MB for INPUT0: past HTTP/2's default 64 KiB window and 16 KiB frames
+        big = RequestData({"INPUT0": np.zeros(250_000, np.int32), "INPUT1": np.zeros(16, np.int32)})
+        await t.prepare([big], 1, None)
+        channel = await t.open_channel()
+        for _ in range(3):  # the server read it all: it names the shape it got
+            with pytest.raises(PerfRequestError, match="250000"):
+                await channel.infer(0)
+        await channel.close()
+    finally:
+        await t.close()

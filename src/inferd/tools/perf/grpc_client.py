@@ -1,9 +1,11 @@
 """The load generator over gRPC: ``grpc`` (unary ``ModelInfer``) and ``grpc-stream``
 (``ModelStreamInfer``, one bidirectional stream per channel).
 
-Every ``ModelInferRequest`` is serialised once in :meth:`GrpcTransport.prepare`; calls go
-through generic methods that take and give bytes, so a unary call does no protobuf work at all
-(an error answer is a gRPC status, whose details are the server's message). What changes from
+Every ``ModelInferRequest`` is serialised once in :meth:`GrpcTransport.prepare`. Unary calls go
+over the lean HTTP/2 client of :mod:`inferd.tools.perf.grpc_h2` and do no protobuf work at all
+(an error answer is a gRPC status, whose message is the server's); streams and the model's
+metadata, configuration and statistics go through grpcio's asyncio client with generic methods
+that take and give bytes. What changes from
 call to call (a stream request's id, a sequence's flags) is appended as a second serialised
 message: protobuf merges concatenated messages field by field, so the server reads one request
 with those fields set, and the prepared bytes are never rebuilt.
@@ -25,6 +27,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
+from inferd.tools.perf.grpc_h2 import Http2Connection, grpc_message, request_headers
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, raw_bytes
 from inferd.tools.perf.transport import (
@@ -71,11 +74,12 @@ class GrpcTransport:
     def __init__(self, url: str, model: str, version: str = "", *, streaming: bool = False) -> None:
         self.name = "grpc-stream" if streaming else "grpc"
         host, port = metadata.split_url(url, DEFAULT_GRPC_PORT)
+        self._host, self._port = host, port
+        self.header_block = request_headers(_target(host, port), SERVICE + "ModelInfer")
         self._model, self._version = model, version
         self._streaming = streaming
         self._channel = grpc.aio.insecure_channel(_target(host, port), options=CHANNEL_OPTIONS)
         # no serialisers: requests go out as the bytes given, replies come back as bytes
-        self.unary_infer = self._channel.unary_unary(SERVICE + "ModelInfer")
         self.stream_infer = self._channel.stream_stream(SERVICE + "ModelStreamInfer")
         self.wires: list[bytes] = []
         self.info: ModelInfo | None = None
@@ -157,9 +161,22 @@ class GrpcTransport:
             assert self.info is not None
             channel = GrpcStreamChannel(self, decoupled=self.info.decoupled)
         else:
-            channel = GrpcChannel(self)
+            channel = GrpcChannel(self, await self.connect())
         self._channels.add(channel)
         return channel
+
+    async def connect(self) -> Http2Connection:
+        """A new HTTP/2 connection for unary calls."""
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await loop.create_connection(
+                lambda: Http2Connection(loop), self._host, self._port
+            )
+        except OSError as exc:
+            raise PerfRequestError(
+                f"cannot connect to {self._host}:{self._port} over gRPC ({exc.strerror or exc})"
+            ) from None
+        return protocol
 
     def forget(self, channel: GrpcChannel | GrpcStreamChannel) -> None:
         self._channels.discard(channel)
@@ -171,23 +188,29 @@ class GrpcTransport:
 
 
 class GrpcChannel:
-    """Unary ``ModelInfer`` calls of prepared bytes (the connection is the transport's)."""
+    """Unary ``ModelInfer`` calls of prepared bytes over its own HTTP/2 connection
+    (:mod:`inferd.tools.perf.grpc_h2`: grpcio's client costs several times more CPU per call)."""
 
-    def __init__(self, transport: GrpcTransport) -> None:
+    def __init__(self, transport: GrpcTransport, connection: Http2Connection) -> None:
         self._transport = transport
-        self._call = transport.unary_infer
-        self._wires = transport.wires
+        self._conn: Http2Connection | None = connection
+        self._head = transport.header_block
+        self._messages = [grpc_message(wire) for wire in transport.wires]
 
     async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
-        data = self._wires[index]
-        if sequence is not None:
-            data += call_suffix(None, sequence)
-        try:
-            await self._call(data)
-        except grpc.aio.AioRpcError as exc:
-            raise _failure(exc) from None
+        conn = self._conn
+        if conn is None or not conn.open:
+            conn = self._conn = await self._transport.connect()
+        if sequence is None:
+            await conn.call(self._head, self._messages[index])
+        else:
+            wire = self._transport.wires[index] + call_suffix(None, sequence)
+            await conn.call(self._head, grpc_message(wire))
 
     async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
         self._transport.forget(self)
 
 
