@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,12 +36,16 @@ def read_csv(path: Path) -> dict[str, float]:
 
 
 def measure(cmd: list[str], out: Path) -> dict[str, float] | None:
-    """The tool's CSV figures; None when it gave none (perf_analyzer exits 2 on a point that
-    never settles), after one more try."""
+    """The tool's CSV figures and the cores it used on average (its CPU time over its run
+    time); None when it gave none (perf_analyzer exits 2 on a point that never settles), after
+    one more try."""
     for _ in range(2):
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         done = subprocess.run([*cmd, "-f", str(out)], capture_output=True, text=True, timeout=900)
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - start
         if done.returncode == 0:
-            return read_csv(out)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            return {**read_csv(out), "cores": cpu / wall}
         print(f"  {Path(cmd[0]).name} exited {done.returncode}: {done.stdout.strip()[-200:]}")
     return None
 
@@ -58,6 +64,10 @@ def cells(theirs: dict[str, float] | None, ours: dict[str, float] | None, key: s
     return f"{a} | {b} | {ratio}"
 
 
+def cores(figures: dict[str, float] | None) -> str:
+    return f"{figures['cores']:.2f}" if figures else "—"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,8,16,32")
@@ -66,6 +76,11 @@ def main() -> None:
     # 2 shared cores are noisy: perf_analyzer exits 2 when a point does not settle
     parser.add_argument("--stability-percentage", type=float, default=20.0)
     parser.add_argument("--model", default="simple")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on CPU 0 and the load generators on CPU 1 (they do not compete)",
+    )
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT / "src"))
@@ -80,26 +95,32 @@ def main() -> None:
     rows = []
     server_args = ["--model-control-mode", "explicit", "--load-model", args.model]
     with running_server([ROOT / "examples" / "models"], server_args) as server:
+        if args.pin:
+            subprocess.run(["taskset", "-a", "-p", "-c", "0", str(server.process.pid)], check=True)
+            pa_cmd, inferd = ["taskset", "-c", "1", str(pa)], ["taskset", "-c", "1", *inferd]
+        else:
+            pa_cmd = [str(pa)]
         for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
             for concurrency in [int(c) for c in args.concurrency.split(",")]:
                 load = [*common, "-i", protocol, "-u", url, "--concurrency-range", str(concurrency)]
                 with tempfile.TemporaryDirectory() as tmp:
                     # A B B A: a drift of the machine during the pair weighs on both alike
-                    first = measure([str(pa), *load], Path(tmp) / "pa.csv")
+                    first = measure([*pa_cmd, *load], Path(tmp) / "pa.csv")
                     ours = mean(measure([*inferd, *load], Path(tmp) / "inferd.csv") for _ in "ab")
-                    theirs = mean([first, measure([str(pa), *load], Path(tmp) / "pa.csv")])
+                    theirs = mean([first, measure([*pa_cmd, *load], Path(tmp) / "pa.csv")])
                 rows.append((protocol, concurrency, theirs, ours))
                 print(f"{protocol} c={concurrency}: perf_analyzer {theirs} inferd perf {ours}")
     print()
     print(
         "| protocol | concurrency | perf_analyzer infer/s | inferd perf infer/s | ratio "
-        "| perf_analyzer p50 (usec) | inferd perf p50 (usec) | ratio |"
+        "| perf_analyzer p50 (usec) | inferd perf p50 (usec) | ratio "
+        "| perf_analyzer cores | inferd perf cores |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for protocol, concurrency, theirs, ours in rows:
         print(
             f"| {protocol} | {concurrency} | {cells(theirs, ours, 'throughput')} | "
-            f"{cells(theirs, ours, 'p50')} |"
+            f"{cells(theirs, ours, 'p50')} | {cores(theirs)} | {cores(ours)} |"
         )
 
 
