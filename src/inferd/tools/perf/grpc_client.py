@@ -1,11 +1,12 @@
 """The load generator over gRPC: ``grpc`` (unary ``ModelInfer``) and ``grpc-stream``
 (``ModelStreamInfer``, one bidirectional stream per channel).
 
-Every ``ModelInferRequest`` is serialised once in :meth:`GrpcTransport.prepare`. Unary calls go
-over the lean HTTP/2 client of :mod:`inferd.tools.perf.grpc_h2` and do no protobuf work at all
-(an error answer is a gRPC status, whose message is the server's); streams and the model's
-metadata, configuration and statistics go through grpcio's asyncio client with generic methods
-that take and give bytes. What changes from
+Every ``ModelInferRequest`` is serialised once in :meth:`GrpcTransport.prepare`. Calls and
+streams go over the lean HTTP/2 client of :mod:`inferd.tools.perf.grpc_h2` (grpcio's asyncio
+client spends several times more CPU per request): a unary call does no protobuf work at all (an
+error answer is a gRPC status, whose message is the server's); a stream parses each response to
+match it to its request. The model's metadata, configuration and statistics, read a few times
+per run, go through grpcio. What changes from
 call to call (a stream request's id, a sequence's flags) is appended as a second serialised
 message: protobuf merges concatenated messages field by field, so the server reads one request
 with those fields set, and the prepared bytes are never rebuilt.
@@ -64,10 +65,6 @@ def _target(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _failure(exc: grpc.aio.AioRpcError) -> PerfRequestError:
-    return PerfRequestError(exc.details() or str(exc.code()))
-
-
 class GrpcTransport:
     """One model on a v2 gRPC server; ``streaming`` picks ``grpc-stream`` over ``grpc``."""
 
@@ -76,11 +73,12 @@ class GrpcTransport:
         host, port = metadata.split_url(url, DEFAULT_GRPC_PORT)
         self._host, self._port = host, port
         self.header_block = request_headers(_target(host, port), SERVICE + "ModelInfer")
+        self.stream_header_block = request_headers(
+            _target(host, port), SERVICE + "ModelStreamInfer"
+        )
         self._model, self._version = model, version
         self._streaming = streaming
         self._channel = grpc.aio.insecure_channel(_target(host, port), options=CHANNEL_OPTIONS)
-        # no serialisers: requests go out as the bytes given, replies come back as bytes
-        self.stream_infer = self._channel.stream_stream(SERVICE + "ModelStreamInfer")
         self.wires: list[bytes] = []
         self.info: ModelInfo | None = None
         self._channels: set[GrpcChannel | GrpcStreamChannel] = set()
@@ -215,52 +213,66 @@ class GrpcChannel:
 
 
 class GrpcStreamChannel:
-    """One ``ModelStreamInfer`` stream; each request waits for its final response."""
+    """One ``ModelStreamInfer`` stream on its own HTTP/2 connection; each request waits for its
+    final response. A cancelled request leaves the stream open: its late answers carry its id
+    and are skipped."""
 
     def __init__(self, transport: GrpcTransport, *, decoupled: bool) -> None:
         self._transport = transport
         self._wires = transport.wires
         self._decoupled = decoupled
-        self._stream: Any = None
+        self._conn: Http2Connection | None = None
+        self._stream = 0
+        self._ended: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._request_id = ""
         self._count = 0
 
-    async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
-        stream = self._stream
-        if stream is None or stream.done():
-            stream = self._stream = self._transport.stream_infer()
-        self._count += 1  # a stream may still bring answers to an abandoned request: ids differ
-        request_id = str(self._count)
-        try:
-            await stream.write(self._wires[index] + call_suffix(request_id, sequence))
-            while True:
-                raw = await stream.read()
-                if raw is grpc.aio.EOF:
-                    self._stream = None
-                    raise PerfRequestError("the server ended the stream")
-                if self._done(service_pb2.ModelStreamInferResponse.FromString(raw), request_id):
-                    return
-        except grpc.aio.AioRpcError as exc:
-            self._stream = None
-            raise _failure(exc) from None
-        except asyncio.CancelledError:
-            # cancelling a read or write cancels the whole call: the next request opens another
-            self._stream = None
-            raise
+    async def _open(self) -> Http2Connection:
+        conn = self._conn
+        if conn is None or not conn.open:
+            conn = self._conn = await self._transport.connect()
+        self._stream, self._ended = conn.open_stream(
+            self._transport.stream_header_block, self._on_message
+        )
+        self._ended.add_done_callback(self._on_end)
+        return conn
 
-    def _done(self, reply: Any, request_id: str) -> bool:
-        """Whether ``reply`` ends request ``request_id`` (raising if it is its error)."""
+    async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
+        conn = self._conn
+        if conn is None or self._ended is None or self._ended.done():
+            conn = await self._open()
+        self._count += 1
+        self._request_id = request_id = str(self._count)
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        await conn.send(
+            self._stream, grpc_message(self._wires[index] + call_suffix(request_id, sequence))
+        )
+        await waiter
+
+    def _on_message(self, raw: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        reply = service_pb2.ModelStreamInferResponse.FromString(raw)
         response = reply.infer_response
-        if response.id and response.id != request_id:
-            return False  # an answer to an earlier, abandoned request
+        if response.id and response.id != self._request_id:
+            return  # an answer to an earlier, abandoned request
         if reply.error_message:
-            raise PerfRequestError(reply.error_message)
+            waiter.set_exception(PerfRequestError(reply.error_message))
+            return
         flag = response.parameters.get(FINAL_RESPONSE)
-        if flag is not None:
-            return bool(flag.bool_param)
-        return not self._decoupled
+        if flag.bool_param if flag is not None else not self._decoupled:
+            waiter.set_result(None)
+
+    def _on_end(self, ended: asyncio.Future[None]) -> None:
+        error = None if ended.cancelled() else ended.exception()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(error or PerfRequestError("the server ended the stream"))
 
     async def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.cancel()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
         self._transport.forget(self)

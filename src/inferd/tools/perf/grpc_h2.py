@@ -1,12 +1,13 @@
-"""A lean HTTP/2 client for gRPC unary calls, so the load generator costs little per request.
+"""A lean HTTP/2 client for gRPC calls, so the load generator costs little per request.
 
 grpcio's asyncio client spends a few hundred microseconds of CPU per call on this machine,
 several times what perf_analyzer's C++ client spends; a load generator that heavy takes the
 cores the server under test needs. This client does only what a unary call of prepared bytes
-needs: the request is one ``write`` (a HEADERS frame whose header block is built once, then one
-DATA frame holding the gRPC message), and the answer is read frame by frame until its trailers,
-whose ``grpc-status`` and ``grpc-message`` decide success or the error raised. Response messages
-are not parsed.
+needs: a unary request is one ``write`` (a HEADERS frame whose header block is built once, then
+one DATA frame holding the gRPC message), and the answer is read frame by frame until its
+trailers, whose ``grpc-status`` and ``grpc-message`` decide success or the error raised; its
+response message is not even parsed. A bidirectional stream (``ModelStreamInfer``) is one HTTP/2
+stream: each request one DATA frame, each response message handed to the stream's reader.
 
 It follows RFC 9113 where a client must: the connection preface and SETTINGS (acknowledged both
 ways), PING answered, flow control on what it sends (large requests wait for WINDOW_UPDATE and
@@ -21,7 +22,7 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 from urllib.parse import unquote
 
@@ -96,16 +97,24 @@ def trailer_error(headers: dict[bytes, bytes]) -> str | None:
 
 
 class _Stream:
-    __slots__ = ("headers", "send_window", "waiter")
+    __slots__ = ("headers", "on_message", "pending", "received", "send_window", "waiter")
 
-    def __init__(self, waiter: asyncio.Future[None], send_window: int) -> None:
-        self.waiter = waiter
+    def __init__(
+        self,
+        waiter: asyncio.Future[None],
+        send_window: int,
+        on_message: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.waiter = waiter  # done when the stream ends (its trailers, a reset, a lost link)
         self.headers: dict[bytes, bytes] = {}
         self.send_window = send_window
+        self.on_message = on_message  # streams read their messages; unary calls do not
+        self.pending = bytearray()
+        self.received = 0
 
 
 class Http2Connection(asyncio.Protocol):
-    """One HTTP/2 connection carrying gRPC unary calls (several may be in flight)."""
+    """One HTTP/2 connection carrying gRPC calls and streams (several may be in flight)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -222,8 +231,33 @@ class Http2Connection(asyncio.Protocol):
         if self._received > MAX_WINDOW // 2:  # keep the connection window open
             self._write(frame(WINDOW_UPDATE, 0, 0, _HEAD.pack(self._received)))
             self._received = 0
+        entry = self._streams.get(stream)
+        if entry is not None and entry.on_message is not None:
+            entry.received += len(payload)
+            if entry.received > MAX_WINDOW // 2:  # and a long stream's own window
+                self._write(frame(WINDOW_UPDATE, 0, stream, _HEAD.pack(entry.received)))
+                entry.received = 0
+            if flags & PADDED:
+                payload = payload[1 : len(payload) - payload[0]]
+            self._messages(entry, payload)
         if flags & END_STREAM:
             self._finish(stream, "the server ended the call without a gRPC status")
+
+    def _messages(self, entry: _Stream, payload: bytes) -> None:
+        """Hand each complete gRPC message of a stream to its reader."""
+        pending = entry.pending
+        pending += payload
+        pos, end = 0, len(pending)
+        while end - pos >= 5:
+            size = _HEAD.unpack_from(pending, pos + 1)[0]
+            if end - pos - 5 < size:
+                break
+            if pending[pos]:
+                raise ValueError("a compressed gRPC message, which was not asked for")
+            assert entry.on_message is not None
+            entry.on_message(bytes(pending[pos + 5 : pos + 5 + size]))
+            pos += 5 + size
+        del pending[:pos]
 
     def _headers_done(self) -> None:
         headers = self._decoder.decode(bytes(self._block))  # always: keeps the table in step
@@ -256,14 +290,18 @@ class Http2Connection(asyncio.Protocol):
             self._transport.write(data)
 
     # --- calls
-    async def call(self, header_block: bytes, message: bytes) -> None:
-        """One unary call: ``message`` is the gRPC-framed request (:func:`grpc_message`)."""
+    def _new_stream(self, on_message: Callable[[bytes], None] | None) -> tuple[int, _Stream]:
         if not self.open or self._next_id > MAX_WINDOW:
             raise PerfRequestError(self.closed_reason or "the HTTP/2 connection is closed")
         stream = self._next_id
         self._next_id += 2
-        waiter: asyncio.Future[None] = self._loop.create_future()
-        entry = self._streams[stream] = _Stream(waiter, self._peer_window)
+        entry = _Stream(self._loop.create_future(), self._peer_window, on_message)
+        self._streams[stream] = entry
+        return stream, entry
+
+    async def call(self, header_block: bytes, message: bytes) -> None:
+        """One unary call: ``message`` is the gRPC-framed request (:func:`grpc_message`)."""
+        stream, entry = self._new_stream(None)
         head = frame(HEADERS, END_HEADERS, stream, header_block)
         size = len(message)
         try:
@@ -273,18 +311,47 @@ class Http2Connection(asyncio.Protocol):
                 self._write(head + frame(DATA, END_STREAM, stream, message))
             else:
                 self._write(head)
-                await self._send_data(stream, entry, message)
-            await waiter
+                await self._send_data(stream, entry, message, end=True)
+            await entry.waiter
         except asyncio.CancelledError:
-            if self._streams.pop(stream, None) is not None:
-                self._write(frame(RST_STREAM, 0, stream, _HEAD.pack(CANCEL)))
+            self.reset(stream)
             raise
 
-    async def _send_data(self, stream: int, entry: _Stream, message: bytes) -> None:
+    def open_stream(
+        self, header_block: bytes, on_message: Callable[[bytes], None]
+    ) -> tuple[int, asyncio.Future[None]]:
+        """Start a streaming call; ``on_message`` gets each response message. Returns the
+        stream's id and a future done when the server ends it (an error unless status 0)."""
+        stream, entry = self._new_stream(on_message)
+        self._write(frame(HEADERS, END_HEADERS, stream, header_block))
+        return stream, entry.waiter
+
+    async def send(self, stream: int, message: bytes) -> None:
+        """One gRPC-framed message on an open stream."""
+        entry = self._streams.get(stream)
+        if entry is None:
+            raise PerfRequestError(self.closed_reason or "the stream has ended")
+        size = len(message)
+        if size <= min(self._max_frame, self._conn_window, entry.send_window):
+            self._conn_window -= size
+            entry.send_window -= size
+            self._write(frame(DATA, 0, stream, message))
+        else:
+            await self._send_data(stream, entry, message, end=False)
+
+    def reset(self, stream: int) -> None:
+        """Abandon a stream (RST_STREAM CANCEL); whatever it still brings is ignored."""
+        entry = self._streams.pop(stream, None)
+        if entry is not None:
+            self._write(frame(RST_STREAM, 0, stream, _HEAD.pack(CANCEL)))
+            if not entry.waiter.done():
+                entry.waiter.cancel()
+
+    async def _send_data(self, stream: int, entry: _Stream, message: bytes, *, end: bool) -> None:
         view = memoryview(message)
-        while True:
+        while view:
             room = min(self._max_frame, self._conn_window, entry.send_window, len(view))
-            if room <= 0 and len(view):
+            if room <= 0:
                 self._window_opened.clear()
                 await self._window_opened.wait()
                 if not self.open or entry.waiter.done():
@@ -293,10 +360,8 @@ class Http2Connection(asyncio.Protocol):
             last = room == len(view)
             self._conn_window -= room
             entry.send_window -= room
-            self._write(frame(DATA, END_STREAM if last else 0, stream, bytes(view[:room])))
+            self._write(frame(DATA, END_STREAM if last and end else 0, stream, bytes(view[:room])))
             view = view[room:]
-            if last:
-                return
 
     def close(self) -> None:
         self._close_all("the connection was closed")
