@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,30 @@ def test_analyze_a_running_server_over_grpc_and_leave_it_as_it_was(tmp_path: Pat
         assert after["instance_group"] == before["instance_group"]
         assert "dynamic_batching" not in after
         client.close()
+
+
+def test_ctrl_c_keeps_what_was_measured_and_the_rerun_resumes(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "inferd.cli.main", "analyze", "simple",
+               "--model-repository", str(EXAMPLES), *TINY, "--results", str(results)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("simple default:"):
+            process.send_signal(signal.SIGINT)  # as Ctrl-C does
+            break
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "interrupted; the measurements so far are kept in" in err
+    kept = (results / "measurements.jsonl").read_text().splitlines()
+    assert 1 <= len(kept) < 3
+    rerun = analyze(*command[4:])
+    assert rerun.returncode == 0, rerun.stderr + rerun.stdout
+    assert f"resuming: {len(kept)} configuration(s) of 'simple'" in rerun.stdout
+    lines = (results / "measurements.jsonl").read_text().splitlines()
+    assert lines[: len(kept)] == kept
+    assert sorted(json.loads(line)["key"] for line in lines) == [
+        "default",
+        "i1-b8-q100",
+        "i2-b8-q100",
+    ]
