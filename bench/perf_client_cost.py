@@ -1,0 +1,239 @@
+"""What one process of ``inferd perf``'s network clients can send, beside perf_analyzer.
+
+    flock /tmp/bench.lock .venv/bin/python bench/perf_client_cost.py [--seconds 4] [--json OUT]
+
+Both load generators drive the canned-response server (bench/servers/canned.py, serving the
+benchmark's small MLP: its answers are precomputed bytes, so the server does as little as a
+server can) at concurrency 1 and 8, one after the other in the same run, with the same input
+data: inferd's clients (``http-binary``, ``http-json``, ``grpc``, each in a fresh process on
+uvloop, as ``inferd perf`` runs) and perf_analyzer with the matching flags. (The canned server
+answers unary calls only, so ``grpc-stream`` is not measured here.)
+For each it prints requests per second and the client's CPU per request (the client's CPU
+seconds over the requests it completed; perf_analyzer's over its whole run, start-up included,
+so its figure is an upper bound; it runs windows of ``--seconds`` until three agree within
+50 %). Client, server and anything else share the machine's cores:
+the throughputs are comparable within a run, and the CPU per request says how much of a core
+the load generator itself takes. Cores taken by other processes meanwhile are shown per cell.
+
+perf_analyzer is found where bench/generators.py looks ($PERF_ANALYZER, ...); without it only
+inferd's figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import cpu_share  # noqa: E402
+import models as bench_models  # noqa: E402
+from generators import PERF_ANALYZER, missing_generators, process  # noqa: E402
+
+HOST = "127.0.0.1"
+HTTP_PORT, GRPC_PORT = 18360, 18361
+MODEL = "mlp"
+CONCURRENCY = (1, 8)
+# inferd transport -> perf_analyzer protocol, tensor format ("" for gRPC), extra flags
+PAIRS = {
+    "http-binary": ("http", "binary", []),
+    "http-json": ("http", "json", []),
+    "grpc": ("grpc", "", []),
+}
+
+
+# -- the inferd side: one worker process per cell ---------------------------------------------
+
+
+async def _drive(
+    transport_name: str, concurrency: int, seconds: float, data: Path
+) -> dict[str, Any]:
+    from inferd.tools.perf.grpc_client import GrpcTransport
+    from inferd.tools.perf.http_client import HttpTransport
+    from inferd.tools.perf.inputs import load_input_data
+    from inferd.tools.perf.transport import Transport
+
+    transport: Transport
+    if transport_name.startswith("http"):
+        transport = HttpTransport(
+            f"{HOST}:{HTTP_PORT}", MODEL, binary=transport_name == "http-binary"
+        )
+    else:
+        transport = GrpcTransport(
+            f"{HOST}:{GRPC_PORT}", MODEL, streaming=transport_name == "grpc-stream"
+        )
+    info = await transport.model_info()
+    await transport.prepare(load_input_data(info, data).requests, 1, None)
+    channels = [await transport.open_channel() for _ in range(concurrency)]
+    counting = False
+    done = 0
+    stop = False
+
+    async def loop(channel: Any) -> None:
+        nonlocal done
+        while not stop:
+            await channel.infer(0)
+            if counting:
+                done += 1
+
+    tasks = [asyncio.ensure_future(loop(c)) for c in channels]
+    await asyncio.sleep(0.5)  # warm up: connections open, caches filled
+    counting = True
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    await asyncio.sleep(seconds)
+    counting = False
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    stop = True
+    await asyncio.gather(*tasks)
+    await transport.close()
+    return {"requests": done, "wall_s": wall, "cpu_s": cpu}
+
+
+def worker(args: argparse.Namespace) -> None:
+    import uvloop
+
+    result = uvloop.run(_drive(args.worker, args.concurrency, args.seconds, args.data))
+    print(json.dumps(result))
+
+
+def inferd_cell(transport: str, concurrency: int, seconds: float, data: Path) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", transport, "--concurrency", str(concurrency)]
+    cmd += ["--seconds", str(seconds), "--data", str(data)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if run.returncode != 0:
+        return {"error": run.stderr.strip().splitlines()[-1][:300]}
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    return {
+        "throughput": figures["requests"] / figures["wall_s"],
+        "cpu_us_per_request": 1e6 * figures["cpu_s"] / max(1, figures["requests"]),
+        "client_cores": figures["cpu_s"] / figures["wall_s"],
+    }
+
+
+# -- the perf_analyzer side -------------------------------------------------------------------
+
+
+def pa_cell(
+    transport: str, concurrency: int, seconds: float, data: Path, scratch: Path
+) -> dict[str, Any]:
+    """perf_analyzer at one concurrency: three stable windows (within 50 %) of ``seconds``."""
+    protocol, fmt, extra = PAIRS[transport]
+    url = f"{HOST}:{HTTP_PORT if protocol == 'http' else GRPC_PORT}"
+    csv = scratch / f"pa-{transport}-{concurrency}.csv"
+    csv.unlink(missing_ok=True)
+    cmd = [str(PERF_ANALYZER), "-m", MODEL, "-u", url, "-i", protocol, "-b", "1"]
+    cmd += ["--concurrency-range", str(concurrency), "--input-data", str(data)]
+    cmd += ["-p", str(int(seconds * 1000)), "-r", "6", "-s", "50", "-f", str(csv), *extra]
+    if fmt:
+        cmd += ["--input-tensor-format", fmt, "--output-tensor-format", fmt]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall0 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    wall = time.perf_counter() - wall0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if run.returncode != 0 or not csv.exists():
+        tail = (run.stdout + run.stderr).strip().splitlines()[-2:]
+        return {"error": " / ".join(tail)[:300]}
+    header, row = csv.read_text().splitlines()[:2]
+    throughput = float(
+        dict(zip(header.split(","), row.split(","), strict=False))["Inferences/Second"]
+    )
+    cores = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / wall
+    return {
+        "throughput": throughput,
+        "cpu_us_per_request": 1e6 * cores / throughput,
+        "client_cores": cores,
+    }
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured time per cell")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    bench_models.build([MODEL])
+    with_pa = "perf_analyzer" not in missing_generators()
+    if not with_pa:
+        print(f"perf_analyzer not found ({PERF_ANALYZER}): inferd's clients only", flush=True)
+    with tempfile.TemporaryDirectory(prefix="perf-client-cost-") as tmp:
+        scratch = Path(tmp)
+        model_dir = scratch / MODEL
+        model_dir.mkdir()
+        (model_dir / "config.pbtxt").write_text(bench_models.config_text(MODEL, batching=False))
+        data = scratch / "data.json"
+        data.write_text(json.dumps({"data": [{"input": [0.25] * 64}]}))
+        cmd = [sys.executable, str(BENCH / "servers" / "canned.py"), str(model_dir)]
+        cmd += ["--host", HOST, "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT)]
+        rows = []
+        ready = f"http://{HOST}:{HTTP_PORT}/v2/health/ready"
+        with process(cmd, ready, scratch / "canned.log") as server:
+            groups = frozenset({os.getpgid(server.pid)})
+            for concurrency in CONCURRENCY:
+                for transport in PAIRS:
+                    for client in ("inferd", "perf_analyzer") if with_pa else ("inferd",):
+                        with cpu_share.watch(groups) as share:
+                            if client == "inferd":
+                                cell = inferd_cell(transport, concurrency, args.seconds, data)
+                            else:
+                                cell = pa_cell(transport, concurrency, args.seconds, data, scratch)
+                        cell |= {
+                            "client": client,
+                            "transport": transport,
+                            "concurrency": concurrency,
+                            "others_cores": share.others_cores,
+                        }
+                        rows.append(cell)
+                        print(_line(cell), flush=True)
+    _summary(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+def _line(cell: dict[str, Any]) -> str:
+    head = f"{cell['client']:>13} {cell['transport']:<11} c={cell['concurrency']:<2}"
+    if "error" in cell:
+        return f"{head} error: {cell['error']}"
+    others = cell["others_cores"]
+    return (
+        f"{head} {cell['throughput']:>9.0f} req/s  {cell['cpu_us_per_request']:>6.1f} us CPU/req"
+        f"  client {cell['client_cores']:.2f} cores  others {others or 0:.2f} cores"
+    )
+
+
+def _summary(rows: list[dict[str, Any]]) -> None:
+    by = {(r["client"], r["transport"], r["concurrency"]): r for r in rows if "error" not in r}
+    print("\ninferd / perf_analyzer (throughput ratio, CPU-per-request ratio):")
+    for (client, transport, concurrency), mine in by.items():
+        if client != "inferd":
+            continue
+        theirs = by.get(("perf_analyzer", transport, concurrency))
+        if theirs is None:
+            continue
+        print(
+            f"  {transport:<11} c={concurrency:<2} "
+            f"throughput x{mine['throughput'] / theirs['throughput']:.2f}  "
+            f"CPU/request x{mine['cpu_us_per_request'] / theirs['cpu_us_per_request']:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
