@@ -33,6 +33,7 @@ TINY = [
     "--concurrency", "1,2",
     "--measurement-interval", "200",
     "--max-trials", "3",
+    "--confirm", "0",
 ]  # fmt: skip
 
 
@@ -48,14 +49,17 @@ def analyze(*args: str | Path, timeout_s: float = 120) -> subprocess.CompletedPr
 
 def test_analyze_writes_a_config_that_serves_and_a_rerun_resumes(tmp_path: Path) -> None:
     results, out = tmp_path / "results", tmp_path / "tuned"
-    command = ["simple", "--model-repository", EXAMPLES, *TINY, "--results", results,
-               "--output-repository", out]  # fmt: skip
+    command = ["simple", "--model-repository", EXAMPLES, *TINY, "--confirm", "1",
+               "--results", results, "--output-repository", out]  # fmt: skip
     first = analyze(*command)
     assert first.returncode == 0, first.stderr + first.stdout
     assert "simple: 2 configurations in the space; grid search" in first.stdout
     lines = (results / "measurements.jsonl").read_text().splitlines()
     keys = [json.loads(line)["key"] for line in lines]
-    assert keys == ["default", "i1-b8-q100", "i2-b8-q100"]
+    # the search, then the default and the better of the two measured again
+    assert keys[:4] == ["default", "i1-b8-q100", "i2-b8-q100", "default"]
+    assert keys[4] in ("i1-b8-q100", "i2-b8-q100")
+    assert [json.loads(line)["repeat"] for line in lines] == [0, 0, 0, 1, 1]
     for line in lines:
         entry = json.loads(line)
         assert entry["error"] is None
@@ -64,8 +68,12 @@ def test_analyze_writes_a_config_that_serves_and_a_rerun_resumes(tmp_path: Path)
         assert entry["memory_mb"] > 10
     with (results / "results.csv").open() as text:
         rows = list(csv.DictReader(text))
-    assert len(rows) == 6
+    assert len(rows) == 6  # the rounds of a config are combined into one
     assert sum(row["best"] == "True" for row in rows) == 2  # the best config's two load points
+    runs = {row["config"]: row["runs"] for row in rows}
+    assert runs["default"] == runs[keys[4]] == "2"
+    best_key = next(row["config"] for row in rows if row["best"] == "True")
+    assert best_key in ("default", keys[4])  # chosen among the confirmed
     report = (results / "report.html").read_text()
     assert "Pareto front" in report
     assert "Plotly" in report
@@ -88,7 +96,6 @@ def test_analyze_writes_a_config_that_serves_and_a_rerun_resumes(tmp_path: Path)
         result = client.infer("simple", inputs)
         assert np.array_equal(result.as_numpy("OUTPUT0"), data * 2)
         config = client.get_model_config("simple")
-        best_key = next(row["config"] for row in rows if row["best"] == "True")
         best = json.loads(lines[keys.index(best_key)])["candidate"]
         assert config["instance_group"][0]["count"] == best["instances"]
         client.close()

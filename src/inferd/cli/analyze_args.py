@@ -89,6 +89,14 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         "of the space, at least 4, for quick)",
     )
     search.add_argument("--seed", type=int, default=0, help="the quick search's seed")
+    search.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        metavar="K",
+        help="after the search, measure the model's own config and the K best once more and "
+        "choose among them by the mean of both measurements; 0 skips it (default: 3)",
+    )
     space = p.add_argument_group("the search space (comma-separated values to try)")
     space.add_argument(
         "--instances",
@@ -216,6 +224,8 @@ def options_from_args(args: argparse.Namespace) -> CommandOptions:
         (args.max_trials, "--max-trials"),
     ):
         _positive(value, flag)
+    if args.confirm < 0:
+        raise InvalidArgumentError(f"--confirm must be 0 or more, got {args.confirm}")
     if args.max_trials < 3:
         raise InvalidArgumentError("--max-trials must be at least 3 (stability needs 3 windows)")
     if args.apply and args.output_repository is not None:
@@ -260,6 +270,7 @@ def options_from_args(args: argparse.Namespace) -> CommandOptions:
         budget=args.budget,
         seed=args.seed,
         cores=cores,
+        confirm=args.confirm,
     )
     return CommandOptions(
         analyze=analyze,

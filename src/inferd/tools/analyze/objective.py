@@ -81,6 +81,13 @@ class Measurement:
     points: tuple[PointFigures, ...]
     memory_mb: float | None = None
     error: str | None = None
+    # 0: the first measurement of this config; 1, 2 ...: the confirmation rounds. A combined
+    # measurement (repeats.combine) holds the last round's number.
+    repeat: int = 0
+
+    @property
+    def runs(self) -> int:
+        return self.repeat + 1
 
     @property
     def is_default(self) -> bool:
@@ -98,6 +105,7 @@ class Measurement:
             "points": [p.to_dict() for p in self.points],
             "memory_mb": self.memory_mb,
             "error": self.error,
+            "repeat": self.repeat,
         }
 
     @classmethod
@@ -110,6 +118,7 @@ class Measurement:
             points=tuple(PointFigures.from_dict(p) for p in data.get("points", ())),
             memory_mb=None if memory is None else float(memory),
             error=data.get("error"),
+            repeat=int(data.get("repeat", 0)),
         )
 
 
@@ -265,16 +274,28 @@ class Outcome:
         return best / default - 1.0 if self.goals.maximise else default / best - 1.0
 
 
-def judge(model: str, measurements: Sequence[Measurement], goals: Goals) -> Outcome:
+def judge(
+    model: str,
+    measurements: Sequence[Measurement],
+    goals: Goals,
+    *,
+    confirmed_only: bool = False,
+) -> Outcome:
     """Verdicts for every measurement of ``model`` and the best feasible one.
 
-    Ties go to the configuration measured first (the default is measured first of all).
+    With ``confirmed_only`` the best is taken among the configurations measured more than once
+    (the confirmation round) when any of them is feasible. Ties go to the configuration
+    measured first (the default is measured first of all).
     """
     mine = tuple(m for m in measurements if m.model == model)
     verdicts = {m.key: evaluate(m, goals) for m in mine}
+    pool = mine
+    if confirmed_only:
+        confirmed = tuple(m for m in mine if m.runs > 1 and verdicts[m.key].feasible)
+        pool = confirmed or mine
     best: Measurement | None = None
     best_score = float("-inf")
-    for m in mine:
+    for m in pool:
         verdict = verdicts[m.key]
         if verdict.feasible and verdict.score(goals) > best_score:
             best, best_score = m, verdict.score(goals)

@@ -1,5 +1,6 @@
 """``results.csv``: one row per load point of every measured configuration (a configuration that
-failed to load gets one row with its error)."""
+failed to load gets one row with its error). A configuration measured more than once (``runs``)
+shows the mean of its measurements."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ COLUMNS = (
     "preferred_batch_sizes",
     "intra_op_threads",
     "inter_op_threads",
+    "runs",
     "concurrency",
     "inferences_per_second",
     *(f"{p}_latency_us" for p in PERCENTILES),
@@ -60,6 +62,7 @@ def write_csv(path: Path, outcomes: Sequence[Outcome]) -> None:
                     "+".join(str(s) for s in c.preferred_batch_sizes) or None,
                     c.intra_op_threads if c.intra_op_threads is not None else "auto",
                     c.inter_op_threads if c.inter_op_threads is not None else "auto",
+                    m.runs,
                 ]
                 tail = [
                     m.memory_mb,

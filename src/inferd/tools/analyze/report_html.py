@@ -79,7 +79,8 @@ def _table(outcome: Outcome) -> str:
     goals = outcome.goals
     head = (
         "<tr><th>config</th><th>settings</th><th>objective</th><th>at concurrency</th>"
-        f"<th>{goals.percentile} latency (ms)</th><th>memory (MB)</th><th>verdict</th></tr>"
+        f"<th>{goals.percentile} latency (ms)</th><th>memory (MB)</th><th>runs</th>"
+        "<th>verdict</th></tr>"
     )
     rows = [head]
     ranked = sorted(outcome.measurements, key=lambda m: -outcome.verdict(m).score(goals))
@@ -97,6 +98,7 @@ def _table(outcome: Outcome) -> str:
             f"<td>{'' if point is None else point.concurrency}</td>"
             f"<td>{'' if point is None else f'{point.latency(goals.percentile) / 1000:.3f}'}</td>"
             f"<td>{'' if m.memory_mb is None else f'{m.memory_mb:.1f}'}</td>"
+            f"<td>{m.runs}</td>"
             f"<td class='{'good' if verdict.feasible else 'bad'} name'>{html.escape(why)}</td></tr>"
         )
     return "<table>" + "".join(rows) + "</table>"

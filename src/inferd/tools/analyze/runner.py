@@ -35,6 +35,7 @@ from inferd.tools.analyze.objective import (
     judge,
 )
 from inferd.tools.analyze.progress import Reporter
+from inferd.tools.analyze.repeats import combine, to_confirm
 from inferd.tools.analyze.search import GridSearch, QuickSearch, Searcher, drive
 from inferd.tools.analyze.space import Candidate, RangeChoices, Space, enumerate_space, space_for
 from inferd.tools.analyze.store import ResultStore
@@ -58,6 +59,7 @@ class AnalyzeOptions:
     budget: int | None = None
     seed: int = 0
     cores: int = 1
+    confirm: int = 3  # the best configs measured a second time, besides the default
 
 
 @dataclass
@@ -140,12 +142,11 @@ class Analyzer:
             self._reporter.note(note)
         candidates = enumerate_space(space)
         search, budget = plan_search(options.search, len(candidates), options.budget)
-        earlier = self._store.measurements(model)
+        earlier = [m for m in self._store.measurements(model) if m.repeat == 0]
         in_space = set(candidates)
-        known = {m.candidate: self._score(m) for m in earlier if not m.is_default}
-        resumed = sum(1 for c in known if c in in_space) + (
-            1 if any(m.is_default for m in earlier) else 0
-        )
+        known = {m.candidate: self._score(m) for m in combine(self._store.measurements(model))
+                 if not m.is_default}  # fmt: skip
+        resumed = len(earlier)
         if earlier:
             self._reporter.note(
                 f"resuming: {resumed} configuration(s) of '{model}' measured earlier in "
@@ -156,7 +157,7 @@ class Analyzer:
             f"up to {budget} measured" + (" besides the model's own config" if budget else "")
         )
         planned = max(0, budget - sum(1 for c in known if c in in_space))
-        has_default = any(m.is_default for m in earlier)
+        has_default = any(m.is_default for m in earlier)  # its first round
         self._reporter.add_total(planned + (0 if has_default else 1))
         measured_now = 0
         if not has_default:
@@ -174,14 +175,41 @@ class Analyzer:
             return self._score(measurement)
 
         measured_now += await drive(searcher, measure, budget=budget, known=known, space=candidates)
-        outcome = judge(model, self._store.measurements(model), options.goals)
+        measured_now += await self._confirm(model, base)
+        outcome = judge(
+            model,
+            combine(self._store.measurements(model)),
+            options.goals,
+            confirmed_only=options.confirm > 0,
+        )
         return ModelRun(model, base, space, search, budget, outcome, measured_now, resumed)
+
+    async def _confirm(self, model: str, base: ModelConfig) -> int:
+        """Measure the default and the leading configs once more (see repeats.py)."""
+        outcome = judge(model, combine(self._store.measurements(model)), self._options.goals)
+        pending = to_confirm(outcome, self._options.confirm)
+        if not pending:
+            return 0
+        self._reporter.note(
+            f"{model}: measuring again, to confirm: " + ", ".join(m.label for m in pending)
+        )
+        self._reporter.add_total(len(pending))
+        for m in pending:
+            config = None if m.is_default else apply_candidate(base, m.candidate)
+            await self._measure(model, m.key, m.candidate, config, repeat=m.repeat + 1)
+        return len(pending)
 
     def _score(self, measurement: Measurement) -> float:
         return evaluate(measurement, self._options.goals).score(self._options.goals)
 
     async def _measure(
-        self, model: str, key: str, candidate: Candidate, config: ModelConfig | None
+        self,
+        model: str,
+        key: str,
+        candidate: Candidate,
+        config: ModelConfig | None,
+        *,
+        repeat: int = 0,
     ) -> Measurement:
         """Load ``config`` (None: the repository's own), measure it, store the result."""
         self._reporter.start(model, key, candidate.describe())
@@ -207,7 +235,7 @@ class Analyzer:
             error = f"requests failed: {exc.message}"
         except PerfRunError as exc:
             error = exc.message
-        measurement = Measurement(model, key, candidate, points, memory_mb, error)
+        measurement = Measurement(model, key, candidate, points, memory_mb, error, repeat)
         self._store.append(measurement)
         self._reporter.done(measurement, evaluate(measurement, self._options.goals))
         return measurement

@@ -68,17 +68,17 @@ class ResultStore:
         return found
 
     def measurements(self, model: str | None = None) -> list[Measurement]:
-        """Every measurement kept (the last one per model and key), in the order taken."""
-        latest: dict[tuple[str, str], Measurement] = {}
+        """Every measurement kept (the last one per model, key and round), in the order taken."""
+        latest: dict[tuple[str, str, int], Measurement] = {}
         for m in self._measurements:
             if model is None or m.model == model:
-                latest.pop((m.model, m.key), None)
-                latest[(m.model, m.key)] = m
+                latest.pop((m.model, m.key, m.repeat), None)
+                latest[(m.model, m.key, m.repeat)] = m
         return list(latest.values())
 
-    def get(self, model: str, key: str) -> Measurement | None:
+    def get(self, model: str, key: str, repeat: int = 0) -> Measurement | None:
         for m in reversed(self._measurements):
-            if m.model == model and m.key == key:
+            if m.model == model and m.key == key and m.repeat == repeat:
                 return m
         return None
 

@@ -38,6 +38,7 @@ def _figures(outcome: Outcome, m: Measurement | None) -> dict[str, str]:
         if point is None
         else f"{point.latency(goals.percentile) / 1000:.3f} ms",
         "memory": "not measured" if m.memory_mb is None else f"{m.memory_mb:.1f} MB",
+        "measured": "once" if m.runs == 1 else f"{m.runs} times (mean)",
     }
     for check in verdict.checks:
         rows[check.name] = ("pass" if check.passed else "FAIL") + f" ({check.detail})"
