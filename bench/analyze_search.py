@@ -10,6 +10,8 @@ replayed over the grid's own measurements.
 2. The quick search (optuna TPE) is then run with seeds 0-9 and a budget of a quarter of the
    grid, each "measurement" answered by the grid's figures for that config, so every seed sees
    the same machine: it prints, per seed, the best throughput it found against the grid's best.
+   The grid run ends with the confirmation round (the default and the three best measured
+   again); each is printed with both figures.
 3. One live quick search (seed 0, its own results directory) shows the same on fresh
    measurements, with the noise of a second run.
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from inferd.tools.analyze.measure import MeasureSettings
 from inferd.tools.analyze.objective import Goals, judge
+from inferd.tools.analyze.repeats import combine
 from inferd.tools.analyze.search import QuickSearch, drive
 from inferd.tools.analyze.space import Candidate, ModelFacts, default_space, enumerate_space
 from inferd.tools.analyze.store import ResultStore
@@ -65,9 +68,12 @@ def main() -> int:
     analyze(grid_dir, "grid", args.interval_ms, [])
     goals = Goals()
     store = ResultStore(grid_dir, settings(args.interval_ms))
-    measured = store.measurements("mlp")
+    rounds = store.measurements("mlp")
+    # the search saw the first round; the confirmation round is reported below
+    measured = [m for m in rounds if m.repeat == 0]
     outcome = judge("mlp", measured, goals)
     scores = {m.candidate: outcome.verdict(m).score(goals) for m in measured if not m.is_default}
+    confirmed = judge("mlp", combine(rounds), goals, confirmed_only=True)
     space = default_space(ModelFacts("mlp", 64, onnxruntime=True), cores=2)
     candidates = enumerate_space(space)
     assert set(candidates) <= set(scores), "the grid run did not measure the whole space"
@@ -77,6 +83,16 @@ def main() -> int:
     budget = len(candidates) // 4
     print(f"\ngrid: {len(candidates)} configs; best {grid_best:.0f} infer/s", end="")
     print(f" (the model's own config: {default_value:.0f} infer/s)" if default_value else "")
+    for m in (x for x in rounds if x.repeat > 0):
+        first = outcome.verdict(next(x for x in measured if x.key == m.key)).value or 0.0
+        again = judge("mlp", [m], goals).verdict(m).value or 0.0
+        print(f"  confirmation: {m.label} measured {first:.0f} then {again:.0f} infer/s")
+    if confirmed.best is not None:
+        value = confirmed.verdict(confirmed.best).value or 0.0
+        margin = confirmed.margin()
+        against = f", {margin * 100:+.0f}% against the default's mean" if margin else ""
+        print(f"  chosen after confirmation: {confirmed.best.label}, mean {value:.0f} infer/s"
+              + against)  # fmt: skip
     print(f"quick search replayed on the grid's figures, budget {budget}:")
     hits = 0
     for seed in range(args.seeds):
@@ -96,7 +112,10 @@ def main() -> int:
     live_dir = WORK / "analyze-mlp-quick"
     analyze(live_dir, "quick", args.interval_ms, ["--budget", str(budget)])
     live = judge(
-        "mlp", ResultStore(live_dir, settings(args.interval_ms)).measurements("mlp"), goals
+        "mlp",
+        combine(ResultStore(live_dir, settings(args.interval_ms)).measurements("mlp")),
+        goals,
+        confirmed_only=True,
     )
     if live.best is not None:
         value = live.verdict(live.best).value or 0.0
