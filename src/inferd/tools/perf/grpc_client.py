@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from inferd.errors import InvalidArgumentError
@@ -254,7 +255,11 @@ class GrpcStreamChannel:
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        reply = service_pb2.ModelStreamInferResponse.FromString(raw)
+        try:
+            reply = service_pb2.ModelStreamInferResponse.FromString(raw)
+        except DecodeError:
+            waiter.set_exception(PerfRequestError("the server sent a malformed stream response"))
+            return
         response = reply.infer_response
         if response.id and response.id != self._request_id:
             return  # an answer to an earlier, abandoned request
