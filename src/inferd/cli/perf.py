@@ -6,7 +6,7 @@ the percentile); its flags that are not carried out are refused by name (``perf_
 listeners, on the same event loop as the load.
 
 Exit codes: 0 ok, 1 the baseline gate failed, 2 usage or configuration error, 3 the server
-could not be reached or every request failed.
+could not be reached, refused the model's metadata (an unknown model...) or failed every request.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def add_perf_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "  inferd perf -m simple --json-output now.json --baseline before.json "
             "--fail-below 0.9\n"
             "exit codes: 0 ok, 1 below the baseline, 2 usage or configuration error, "
-            "3 server unreachable or every request failed"
+            "3 server unreachable, model refused, or every request failed"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
