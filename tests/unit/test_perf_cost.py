@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from inferd.tools.perf.cost import (
     NO_POWER_COUNTERS,
     CostProbe,
     energy_delta_j,
+    fetch_cpu_metric,
     parse_cpu_metric,
     parse_proc_stat,
     parse_rss_bytes,
@@ -99,3 +102,40 @@ async def test_an_unreachable_metrics_url_leaves_the_server_cpu_unknown(tmp_path
     )
     await probe.start()
     assert probe.server_cpu_source == "unknown"
+
+
+class _Metrics(BaseHTTPRequestHandler):
+    cpu = 1.5
+
+    def do_GET(self) -> None:
+        body = (
+            f"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {_Metrics.cpu}\n"
+        )
+        data = body.encode() if self.path == "/metrics" else b""
+        self.send_response(200 if data else 404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_a_metrics_endpoint_gives_the_server_cpu(tmp_path: Path) -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"127.0.0.1:{httpd.server_address[1]}"
+        assert fetch_cpu_metric(url) == 1.5
+        probe = CostProbe(server_pid=None, metrics_url=url, in_process=False, powercap=tmp_path)
+        await probe.start()
+        assert probe.server_cpu_source == f"process_cpu_seconds_total at {url}"
+        first = await probe.sample()
+        _Metrics.cpu = 4.0
+        second = await probe.sample()
+        assert (first.server_cpu_s, second.server_cpu_s) == (1.5, 4.0)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
