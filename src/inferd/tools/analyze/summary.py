@@ -58,7 +58,7 @@ def summary_table(outcome: Outcome, measured_now: int, resumed: int) -> Any:
     best, default = outcome.best, outcome.default
     title = (
         f"{outcome.model}: {len(outcome.measurements)} configurations "
-        f"({measured_now} measured now, {resumed} from earlier runs)"
+        f"({measured_now} measurements in this run, {resumed} from earlier runs)"
     )
     table = Table(title=title, title_justify="left")
     table.add_column("")
