@@ -109,7 +109,7 @@ def test_summary_names_default_best_margin_and_verdicts() -> None:
     assert "+30.0% more throughput" in text
     assert "p99 latency ≤ 3 ms" in text
     assert "pass (2.900 ms)" in text
-    assert "3 measurements in this run, 1 from earlier runs" in text
+    assert "3 measurements in this run, 1 from earlier runs" in " ".join(text.split())
 
 
 def test_outputs_write_configs_reports_and_apply(tmp_path: Path) -> None:
