@@ -17,6 +17,7 @@ from inferd.tools.perf.cost import (
     parse_cpu_metric,
     parse_proc_stat,
     parse_rss_bytes,
+    parse_rss_metric,
     per_thousand,
     proc_cpu_s,
     proc_rss_bytes,
@@ -46,6 +47,8 @@ def test_the_prometheus_cpu_counter_is_found() -> None:
     assert parse_cpu_metric(text) == 12.5
     assert parse_cpu_metric(b'process_cpu_seconds_total{job="a"} 1e3\n') == 1000.0
     assert parse_cpu_metric(b"nv_cpu_utilization 0.5\n") is None
+    assert parse_rss_metric(b"process_resident_memory_bytes 1.5e+06\n") == 1_500_000
+    assert parse_rss_metric(text) is None
 
 
 def _fake_rapl(root: Path, value: int, max_range: int = 1000) -> None:
@@ -135,6 +138,7 @@ async def test_a_metrics_endpoint_gives_the_server_cpu(tmp_path: Path) -> None:
         _Metrics.cpu = 4.0
         second = await probe.sample()
         assert (first.server_cpu_s, second.server_cpu_s) == (1.5, 4.0)
+        assert second.server_rss_bytes == 52_428_800
     finally:
         httpd.shutdown()
         httpd.server_close()

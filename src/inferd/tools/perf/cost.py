@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POWERCAP = Path("/sys/class/powercap")
-_CPU_METRIC = re.compile(rb"^process_cpu_seconds_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
+_METRIC = r"^{}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)\s*$"
+_CPU_METRIC = re.compile(_METRIC.format("process_cpu_seconds_total").encode(), re.M)
+_RSS_METRIC = re.compile(_METRIC.format("process_resident_memory_bytes").encode(), re.M)
 NO_POWER_COUNTERS = "this machine does not expose power counters (no readable RAPL energy_uj)"
 
 
@@ -71,17 +73,29 @@ def parse_cpu_metric(exposition: bytes) -> float | None:
     return float(match.group(1)) if match else None
 
 
+def parse_rss_metric(exposition: bytes) -> int | None:
+    """``process_resident_memory_bytes`` from a Prometheus text exposition, if present."""
+    match = _RSS_METRIC.search(exposition)
+    return int(float(match.group(1))) if match else None
+
+
 def _metrics_url(url: str) -> str:
     url = url if "://" in url else f"http://{url}"
     return url if url.rstrip("/").endswith("/metrics") else url.rstrip("/") + "/metrics"
 
 
-def fetch_cpu_metric(url: str, timeout_s: float = 2.0) -> float | None:
+def fetch_process_metrics(url: str, timeout_s: float = 2.0) -> tuple[float | None, int | None]:
+    """The server's CPU seconds and resident bytes from its metrics endpoint (None: absent)."""
     try:
         with urllib.request.urlopen(_metrics_url(url), timeout=timeout_s) as answer:
-            return parse_cpu_metric(answer.read())
+            text = answer.read()
     except (OSError, ValueError):
-        return None
+        return None, None
+    return parse_cpu_metric(text), parse_rss_metric(text)
+
+
+def fetch_cpu_metric(url: str, timeout_s: float = 2.0) -> float | None:
+    return fetch_process_metrics(url, timeout_s)[0]
 
 
 # -- RAPL -------------------------------------------------------------------------------------
@@ -180,7 +194,7 @@ class CostProbe:
         rss: int | None = None
         if self.server_cpu_source != "unknown":
             if self._use_metrics and self._metrics_url is not None:
-                server_cpu = await asyncio.to_thread(fetch_cpu_metric, self._metrics_url)
+                server_cpu, rss = await asyncio.to_thread(fetch_process_metrics, self._metrics_url)
             elif self._pid is not None:
                 server_cpu = self._cpu_of_pid(self._pid)
         if self._pid is not None:
