@@ -67,7 +67,9 @@ def test_concurrent_requests_are_batched_and_counted(server: ServerProcess) -> N
         sums = list(pool.map(one, range(64)))
     assert sums == [2 * v for v in range(64)]
 
-    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("batched")
+    http = httpclient.InferenceServerClient(server.http_url)
+    stats = http.get_inference_statistics("batched")
+    http.close()
     entry = stats["model_stats"][0]
     assert entry["version"] == "1"
     assert entry["inference_count"] == 64
@@ -101,6 +103,8 @@ def test_full_queue_is_refused_and_counted_by_reason(server: ServerProcess) -> N
             client.infer("bounded", [inp])
         except InferenceServerException as exc:
             return f"{exc.status()} {exc.message()}"
+        finally:
+            client.close()
         return "ok"
 
     # each request spins ~20 units; one runs, one waits, the rest find the queue full
@@ -124,3 +128,6 @@ def test_full_queue_is_refused_and_counted_by_reason(server: ServerProcess) -> N
     assert _metric(text, "nv_inference_count", model="batched") == 64
     assert _metric(text, "inferd_batch_size_count", model="batched") < 64
     assert 0.0 <= _metric(text, "nv_cpu_utilization") <= 1.0
+    # the server process's own cost, as Prometheus' process collector reports it
+    assert _metric(text, "process_cpu_seconds_total") > 0
+    assert _metric(text, "process_resident_memory_bytes") > 10 * 2**20

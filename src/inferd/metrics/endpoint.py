@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    ProcessCollector,
+    generate_latest,
+)
 
 from inferd.engine import Engine
 from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
@@ -21,8 +26,13 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def build_registry(engine: Engine) -> CollectorRegistry:
-    """A fresh registry for one server; nothing is registered globally."""
+    """A fresh registry for one server; nothing is registered globally.
+
+    Besides Triton's metrics it carries Prometheus' standard ``process_*`` metrics of the server
+    process (CPU seconds, resident memory, open files; on Linux), which load generators such as
+    ``inferd perf`` read to report the CPU cost of an inference."""
     registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
     registry.register(SystemCollector())
     registry.register(ModelCollector(lambda: engine.model_statistics()))
     return registry
