@@ -112,7 +112,7 @@ class _Metrics(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = (
-            f"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {_Metrics.cpu}\n"
+            f"process_cpu_seconds_total {_Metrics.cpu}\nprocess_resident_memory_bytes 5.24288e+07\n"
         )
         data = body.encode() if self.path == "/metrics" else b""
         self.send_response(200 if data else 404)
