@@ -145,3 +145,25 @@ def test_ctrl_c_keeps_what_was_measured_and_the_rerun_resumes(tmp_path: Path) ->
         "i1-b8-q100",
         "i2-b8-q100",
     ]
+
+
+def test_two_models_one_after_the_other_in_process(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    run = analyze(
+        "simple", "digits", "--model-repository", EXAMPLES, "-i", "in-process", *TINY,
+        "--instances", "1", "--dynamic-batching", "off", "--results", results,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr + run.stdout
+    stored = (results / "measurements.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in stored]
+    assert [(e["model"], e["key"]) for e in entries] == [
+        ("simple", "default"),
+        ("simple", "i1-b8-off"),
+        ("digits", "default"),
+        ("digits", "i1-b32-off"),
+    ]
+    assert (results / "configs" / "simple" / "config.pbtxt").is_file()
+    assert (results / "configs" / "digits" / "config.pbtxt").is_file()
+    report = (results / "report.html").read_text()
+    assert "<h2>Model simple</h2>" in report
+    assert "<h2>Model digits</h2>" in report
