@@ -167,3 +167,17 @@ def test_two_models_one_after_the_other_in_process(tmp_path: Path) -> None:
     report = (results / "report.html").read_text()
     assert "<h2>Model simple</h2>" in report
     assert "<h2>Model digits</h2>" in report
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [("digits_pipeline", "is an ensemble"), ("repeat_int32", "is decoupled")],
+)
+def test_models_the_search_does_not_describe_are_refused(
+    model: str, message: str, tmp_path: Path
+) -> None:
+    run = analyze(model, "--model-repository", EXAMPLES, "-i", "in-process", *TINY,
+                  "--results", tmp_path / "r")  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"inferd analyze: error: model '{model}' {message}")
+    assert not (tmp_path / "r" / "measurements.jsonl").exists()

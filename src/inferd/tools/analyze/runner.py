@@ -136,6 +136,7 @@ class Analyzer:
             raise InvalidArgumentError(f"model '{model}' has no directory in {options.repository}")
         base = load_base_config(model_dir, served)
         served_config = served_message(served, base)
+        _check_searchable(model, served_config)
         facts = facts_of(served_config)
         space = space_for(facts, options.cores, options.choices)
         for note in space.notes:
@@ -239,3 +240,17 @@ class Analyzer:
         self._store.append(measurement)
         self._reporter.done(measurement, evaluate(measurement, self._options.goals))
         return measurement
+
+
+def _check_searchable(model: str, config: ModelConfig) -> None:
+    """Models whose serving the searched settings do not describe are refused by name."""
+    if config.platform == "ensemble":
+        raise InvalidArgumentError(
+            f"model '{model}' is an ensemble, which has no instances or batcher of its own: "
+            "analyze the models its steps call"
+        )
+    if config.model_transaction_policy.decoupled:
+        raise InvalidArgumentError(
+            f"model '{model}' is decoupled (any number of responses per request): inferd analyze "
+            "measures request/response models"
+        )
