@@ -47,7 +47,8 @@ def config_header(run: ModelRun, goals: Goals) -> str:
             if goals.maximise
             else f"{goals.percentile} latency {verdict.value:.3f} ms"
         )
-        lines.append(f"measured: {figure} at concurrency {verdict.point.concurrency}")
+        rounds = f" (the mean of {best.runs} rounds)" if best.runs > 1 else ""
+        lines.append(f"measured: {figure} at concurrency {verdict.point.concurrency}{rounds}")
     margin = outcome.margin()
     if best.is_default:
         lines.append("the model's own config was the best measured; it is unchanged")
