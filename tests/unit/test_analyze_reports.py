@@ -149,3 +149,22 @@ def test_a_best_with_the_defaults_settings_is_called_noise() -> None:
     console.print(summary_table(result, measured_now=2, resumed=0))
     assert "measurement noise" in console.export_text()
     assert not outcome().best_matches_default
+
+
+def test_the_progress_bar_counts_measurements_and_prints_each_result() -> None:
+    from inferd.tools.analyze.objective import evaluate
+    from inferd.tools.analyze.progress import RichReporter
+
+    console = Console(file=io.StringIO(), width=160, force_terminal=True, record=True)
+    reporter = RichReporter(GOALS, console=console)
+    reporter.add_total(2)
+    for m in measurements()[:2]:
+        reporter.start(m.model, m.label, m.candidate.describe())
+        reporter.start_point("concurrency 1", 10)
+        reporter.window(1, 123.0, 456.0, 1)
+        reporter.done(m, evaluate(m, GOALS))
+    assert reporter.counts == (2, 2)
+    reporter.close()
+    text = console.export_text()
+    assert "simple default: 2000.0 infer/s at concurrency 4 100 MB" in text
+    assert "simple i1-b8-q100: 2600.0 infer/s at concurrency 4 110 MB" in text

@@ -119,6 +119,12 @@ class RichReporter:
         self._current = ""
         self._progress.start()
 
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(measurements done, measurements planned)."""
+        task = self._progress.tasks[0]
+        return int(task.completed), int(task.total or 0)
+
     def add_total(self, count: int) -> None:
         self._total += count
         self._progress.update(self._task, total=self._total)
