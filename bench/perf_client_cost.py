@@ -6,8 +6,10 @@ Both load generators drive the canned-response server (bench/servers/canned.py, 
 benchmark's small MLP: its answers are precomputed bytes, so the server does as little as a
 server can) at concurrency 1 and 8, one after the other in the same run, with the same input
 data: inferd's clients (``http-binary``, ``http-json``, ``grpc``, each in a fresh process on
-uvloop, as ``inferd perf`` runs) and perf_analyzer with the matching flags. (The canned server
-answers unary calls only, so ``grpc-stream`` is not measured here.)
+uvloop, as ``inferd perf`` runs) and perf_analyzer with the matching flags. The canned server
+answers unary calls only, so ``grpc-stream`` (perf_analyzer ``--streaming``) is measured against
+``inferd serve`` on the same model: there the server, not the client, sets the throughput, and
+the client's CPU per request is the figure to compare.
 For each it prints requests per second and the client's CPU per request (the client's CPU
 seconds over the requests it completed; perf_analyzer's over its whole run, start-up included,
 so its figure is an upper bound; it runs windows of ``--seconds`` until three agree within
@@ -41,7 +43,8 @@ import models as bench_models  # noqa: E402
 from generators import PERF_ANALYZER, missing_generators, process  # noqa: E402
 
 HOST = "127.0.0.1"
-HTTP_PORT, GRPC_PORT = 18360, 18361
+CANNED_PORTS = (18360, 18361)  # HTTP, gRPC
+INFERD_PORTS = (18370, 18371)
 MODEL = "mlp"
 CONCURRENCY = (1, 8)
 # inferd transport -> perf_analyzer protocol, tensor format ("" for gRPC), extra flags
@@ -50,13 +53,15 @@ PAIRS = {
     "http-json": ("http", "json", []),
     "grpc": ("grpc", "", []),
 }
+# the canned server answers unary calls only: streams are measured against `inferd serve`
+STREAM_PAIRS = {"grpc-stream": ("grpc", "", ["--streaming"])}
 
 
 # -- the inferd side: one worker process per cell ---------------------------------------------
 
 
 async def _drive(
-    transport_name: str, concurrency: int, seconds: float, data: Path
+    transport_name: str, concurrency: int, seconds: float, data: Path, ports: tuple[int, int]
 ) -> dict[str, Any]:
     from inferd.tools.perf.grpc_client import GrpcTransport
     from inferd.tools.perf.http_client import HttpTransport
@@ -66,11 +71,11 @@ async def _drive(
     transport: Transport
     if transport_name.startswith("http"):
         transport = HttpTransport(
-            f"{HOST}:{HTTP_PORT}", MODEL, binary=transport_name == "http-binary"
+            f"{HOST}:{ports[0]}", MODEL, binary=transport_name == "http-binary"
         )
     else:
         transport = GrpcTransport(
-            f"{HOST}:{GRPC_PORT}", MODEL, streaming=transport_name == "grpc-stream"
+            f"{HOST}:{ports[1]}", MODEL, streaming=transport_name == "grpc-stream"
         )
     info = await transport.model_info()
     await transport.prepare(load_input_data(info, data).requests, 1, None)
@@ -102,13 +107,17 @@ async def _drive(
 def worker(args: argparse.Namespace) -> None:
     import uvloop
 
-    result = uvloop.run(_drive(args.worker, args.concurrency, args.seconds, args.data))
+    ports = (args.http_port, args.grpc_port)
+    result = uvloop.run(_drive(args.worker, args.concurrency, args.seconds, args.data, ports))
     print(json.dumps(result))
 
 
-def inferd_cell(transport: str, concurrency: int, seconds: float, data: Path) -> dict[str, Any]:
+def inferd_cell(
+    transport: str, concurrency: int, seconds: float, data: Path, ports: tuple[int, int]
+) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", transport, "--concurrency", str(concurrency)]
     cmd += ["--seconds", str(seconds), "--data", str(data)]
+    cmd += ["--http-port", str(ports[0]), "--grpc-port", str(ports[1])]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if run.returncode != 0:
         return {"error": run.stderr.strip().splitlines()[-1][:300]}
@@ -124,11 +133,16 @@ def inferd_cell(transport: str, concurrency: int, seconds: float, data: Path) ->
 
 
 def pa_cell(
-    transport: str, concurrency: int, seconds: float, data: Path, scratch: Path
+    transport: str,
+    concurrency: int,
+    seconds: float,
+    data: Path,
+    scratch: Path,
+    ports: tuple[int, int],
 ) -> dict[str, Any]:
     """perf_analyzer at one concurrency: three stable windows (within 50 %) of ``seconds``."""
-    protocol, fmt, extra = PAIRS[transport]
-    url = f"{HOST}:{HTTP_PORT if protocol == 'http' else GRPC_PORT}"
+    protocol, fmt, extra = {**PAIRS, **STREAM_PAIRS}[transport]
+    url = f"{HOST}:{ports[0] if protocol == 'http' else ports[1]}"
     csv = scratch / f"pa-{transport}-{concurrency}.csv"
     csv.unlink(missing_ok=True)
     cmd = [str(PERF_ANALYZER), "-m", MODEL, "-u", url, "-i", protocol, "-b", "1"]
@@ -166,6 +180,8 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--http-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--grpc-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -181,35 +197,50 @@ def main() -> None:
         (model_dir / "config.pbtxt").write_text(bench_models.config_text(MODEL, batching=False))
         data = scratch / "data.json"
         data.write_text(json.dumps({"data": [{"input": [0.25] * 64}]}))
-        cmd = [sys.executable, str(BENCH / "servers" / "canned.py"), str(model_dir)]
-        cmd += ["--host", HOST, "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT)]
-        rows = []
-        ready = f"http://{HOST}:{HTTP_PORT}/v2/health/ready"
-        with process(cmd, ready, scratch / "canned.log") as server:
-            groups = frozenset({os.getpgid(server.pid)})
-            for concurrency in CONCURRENCY:
-                for transport in PAIRS:
-                    for client in ("inferd", "perf_analyzer") if with_pa else ("inferd",):
-                        with cpu_share.watch(groups) as share:
-                            if client == "inferd":
-                                cell = inferd_cell(transport, concurrency, args.seconds, data)
-                            else:
-                                cell = pa_cell(transport, concurrency, args.seconds, data, scratch)
-                        cell |= {
-                            "client": client,
-                            "transport": transport,
-                            "concurrency": concurrency,
-                            "others_cores": share.others_cores,
-                        }
-                        rows.append(cell)
-                        print(_line(cell), flush=True)
+        canned = [sys.executable, str(BENCH / "servers" / "canned.py"), str(model_dir)]
+        canned += ["--host", HOST, "--http-port", str(CANNED_PORTS[0])]
+        canned += ["--grpc-port", str(CANNED_PORTS[1])]
+        serve = [sys.executable, "-m", "inferd.cli.main", "serve", "--model-repository"]
+        serve += [str(bench_models.repo_dir(MODEL, "off")), "--http-address", HOST]
+        serve += ["--http-port", str(INFERD_PORTS[0]), "--grpc-address", HOST]
+        serve += ["--grpc-port", str(INFERD_PORTS[1]), "--metrics-port", "0"]
+        rows: list[dict[str, Any]] = []
+        for name, cmd, ports, pairs in (
+            ("canned", canned, CANNED_PORTS, PAIRS),
+            ("inferd", serve, INFERD_PORTS, STREAM_PAIRS),
+        ):
+            ready = f"http://{HOST}:{ports[0]}/v2/health/ready"
+            with process(cmd, ready, scratch / f"{name}.log") as server:
+                groups = frozenset({os.getpgid(server.pid)})
+                for concurrency in CONCURRENCY:
+                    for transport in pairs:
+                        for client in ("inferd", "perf_analyzer") if with_pa else ("inferd",):
+                            with cpu_share.watch(groups) as share:
+                                if client == "inferd":
+                                    cell = inferd_cell(
+                                        transport, concurrency, args.seconds, data, ports
+                                    )
+                                else:
+                                    cell = pa_cell(
+                                        transport, concurrency, args.seconds, data, scratch, ports
+                                    )
+                            cell |= {
+                                "server": name,
+                                "client": client,
+                                "transport": transport,
+                                "concurrency": concurrency,
+                                "others_cores": share.others_cores,
+                            }
+                            rows.append(cell)
+                            print(_line(cell), flush=True)
     _summary(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
 
 def _line(cell: dict[str, Any]) -> str:
-    head = f"{cell['client']:>13} {cell['transport']:<11} c={cell['concurrency']:<2}"
+    head = f"{cell['server']:>6} {cell['client']:>13} {cell['transport']:<11} "
+    head += f"c={cell['concurrency']:<2}"
     if "error" in cell:
         return f"{head} error: {cell['error']}"
     others = cell["others_cores"]
