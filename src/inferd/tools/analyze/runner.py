@@ -143,10 +143,10 @@ class Analyzer:
             self._reporter.note(note)
         candidates = enumerate_space(space)
         search, budget = plan_search(options.search, len(candidates), options.budget)
-        earlier = [m for m in self._store.measurements(model) if m.repeat == 0]
+        stored = self._store.measurements(model)
+        earlier = [m for m in stored if m.repeat == 0]  # the search's rounds
         in_space = set(candidates)
-        known = {m.candidate: self._score(m) for m in combine(self._store.measurements(model))
-                 if not m.is_default}  # fmt: skip
+        known = {m.candidate: self._score(m) for m in combine(stored) if not m.is_default}
         resumed = len(earlier)
         if earlier:
             self._reporter.note(
