@@ -33,6 +33,7 @@ class Server:
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
         self.heads: list[dict[str, str]] = []
+        self.slow_first = False  # answer the first two requests after 50 ms each
         self.connections = 0
         self.infers = 0
 
@@ -47,6 +48,8 @@ class Server:
                 self.heads.append(fields)
                 length = int(fields.get("content-length", 0))
                 self.bodies.append(await reader.readexactly(length))
+                if self.slow_first and len(self.bodies) <= 2:
+                    await asyncio.sleep(0.05)
                 if path == "/v2/models/m":
                     writer.write(chunked("200 OK", json.dumps(META).encode()))
                 elif path == "/v2/models/m/config":  # answers, then closes the connection
@@ -104,5 +107,25 @@ async def test_chunked_answers_closed_connections_and_errors(server: tuple[Serve
         with pytest.raises(PerfRequestError, match="HTTP 404: <html>nope</html>"):
             await HttpTransport(url, "other").model_info()
         await channel.close()
+    finally:
+        await t.close()
+
+
+async def test_a_cancelled_control_request_does_not_shift_the_answers(
+    server: tuple[Server, str],
+) -> None:
+    state, url = server
+    state.slow_first = True
+    t = HttpTransport(url, "m")
+    try:
+        pending = asyncio.ensure_future(t.model_info())
+        while not state.bodies:  # noqa: ASYNC110 (the metadata request is on its way)
+            await asyncio.sleep(0.001)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        info = await t.model_info()
+        assert info.max_batch_size == 4  # the config's answer, not the metadata's
+        assert info.inputs[0].name == "X"
     finally:
         await t.close()

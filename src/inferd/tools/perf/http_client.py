@@ -142,7 +142,8 @@ class HttpTransport:
         if version:
             path += f"/versions/{quote(version, safe='')}"
         self._model_path = path
-        self._host_header = f"{self._host}:{self._port}".encode()
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self._host_header = f"{host}:{self._port}".encode()
         self._prepared: list[_Prepared] = []
         self._control: _Connection | None = None
         self._control_lock = asyncio.Lock()
@@ -167,8 +168,13 @@ class HttpTransport:
         async with self._control_lock:
             if self._control is None or not self._control.open:
                 self._control = await self.connect()
+            control = self._control
             request = b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path.encode(), self._host_header)
-            status, body = await self._control.send(request, want_body=True)
+            try:
+                status, body = await control.send(request, want_body=True)
+            except asyncio.CancelledError:
+                control.close()  # its answer would be taken for the next request's
+                raise
         if status != 200:
             return status, metadata.error_text(status, body)
         try:
@@ -272,6 +278,10 @@ class HttpTransport:
     def forget(self, channel: HttpChannel) -> None:
         self._channels.discard(channel)
 
+    def wires(self) -> list[bytes]:
+        """Every prepared request's bytes, by index."""
+        return [p.wire for p in self._prepared]
+
     def prepared(self, index: int) -> _Prepared:
         return self._prepared[index]
 
@@ -289,7 +299,7 @@ class HttpChannel:
     def __init__(self, transport: HttpTransport, connection: _Connection) -> None:
         self._transport = transport
         self._conn: _Connection | None = connection
-        self._wires = [p.wire for p in transport._prepared]
+        self._wires = transport.wires()
 
     async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
         conn = self._conn
