@@ -9,7 +9,7 @@ its measurements: the default and the leaders are then compared on the same foot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from inferd.tools.analyze.objective import PERCENTILES, Measurement, Outcome, PointFigures
@@ -17,19 +17,24 @@ from inferd.tools.analyze.objective import PERCENTILES, Measurement, Outcome, Po
 __all__ = ["combine", "to_confirm"]
 
 
-def to_confirm(outcome: Outcome, count: int) -> list[Measurement]:
-    """The default (when it answered) and the ``count`` best feasible others, best first, that
-    have been measured only once."""
+def to_confirm(first_round: Outcome, count: int, done: Collection[str] = ()) -> list[Measurement]:
+    """The default (when it answered) and the ``count`` best feasible others, best first, by
+    their first round (so a rerun picks the same ones), leaving out the keys in ``done`` (those
+    already measured again)."""
     if count <= 0:
         return []
-    goals = outcome.goals
+    goals = first_round.goals
     ranked = sorted(
-        (m for m in outcome.measurements if not m.is_default and outcome.verdict(m).feasible),
-        key=lambda m: -outcome.verdict(m).score(goals),
+        (
+            m
+            for m in first_round.measurements
+            if not m.is_default and first_round.verdict(m).feasible
+        ),
+        key=lambda m: -first_round.verdict(m).score(goals),
     )[:count]
-    chosen = [outcome.default] if outcome.default is not None else []
+    chosen = [first_round.default] if first_round.default is not None else []
     chosen += ranked
-    return [m for m in chosen if m.error is None and m.repeat == 0]
+    return [m for m in chosen if m.error is None and m.key not in done]
 
 
 def combine(measurements: Sequence[Measurement]) -> list[Measurement]:

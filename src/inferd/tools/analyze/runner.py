@@ -187,8 +187,10 @@ class Analyzer:
 
     async def _confirm(self, model: str, base: ModelConfig) -> int:
         """Measure the default and the leading configs once more (see repeats.py)."""
-        outcome = judge(model, combine(self._store.measurements(model)), self._options.goals)
-        pending = to_confirm(outcome, self._options.confirm)
+        stored = self._store.measurements(model)
+        first_round = judge(model, [m for m in stored if m.repeat == 0], self._options.goals)
+        done = {m.key for m in stored if m.repeat > 0}
+        pending = to_confirm(first_round, self._options.confirm, done)
         if not pending:
             return 0
         self._reporter.note(
@@ -197,7 +199,7 @@ class Analyzer:
         self._reporter.add_total(len(pending))
         for m in pending:
             config = None if m.is_default else apply_candidate(base, m.candidate)
-            await self._measure(model, m.key, m.candidate, config, repeat=m.repeat + 1)
+            await self._measure(model, m.key, m.candidate, config, repeat=1)
         return len(pending)
 
     def _score(self, measurement: Measurement) -> float:
