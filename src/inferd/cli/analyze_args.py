@@ -145,12 +145,33 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="measurement window (default: 2000)",
     )
-    load.add_argument("--stability-percentage", type=float, default=10.0, metavar="PCT")
-    load.add_argument("--max-trials", type=int, default=10, metavar="N")
     load.add_argument(
-        "--input-data", default="random", help="random, zero, or a file inferd perf reads"
+        "--stability-percentage",
+        type=float,
+        default=10.0,
+        metavar="PCT",
+        help="a load point is stable when its last 3 windows agree within PCT (default: 10)",
     )
-    load.add_argument("--shape", action="append", default=[], metavar="NAME:D1,D2")
+    load.add_argument(
+        "--max-trials",
+        type=int,
+        default=10,
+        metavar="N",
+        help="at most N windows per load point (default: 10)",
+    )
+    load.add_argument(
+        "--input-data",
+        default="random",
+        metavar="DATA",
+        help="random, zero, or a file inferd perf reads (default: random)",
+    )
+    load.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2",
+        help="the shape of an input with variable dims (repeatable)",
+    )
     out = p.add_argument_group("results")
     out.add_argument(
         "--results",
