@@ -17,7 +17,12 @@ from inferd.backends.base import Result
 from inferd.core.inference import InferRequest
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.scheduling.direct import DirectScheduler
-from inferd.scheduling.instances import INLINE_WARM_UP, InstancePool
+from inferd.scheduling.instances import (
+    INLINE_WARM_UP,
+    SAMPLE_EVERY,
+    SETTLED_SAMPLES,
+    InstancePool,
+)
 from inferd.scheduling.stats import ModelStats
 
 
@@ -124,6 +129,26 @@ async def test_batches_stay_on_the_instance_threads(bound_ns: int) -> None:
         await asyncio.to_thread(pool.close)
     assert threading.get_ident() not in echo.threads
     assert len(echo.threads) == INLINE_WARM_UP * 2
+
+
+async def test_the_cpu_clock_is_read_for_every_batch_until_the_estimate_settles() -> None:
+    echo = _Echo()
+    loop = asyncio.get_running_loop()
+    stats = ModelStats("m", 1)
+    clock = _SlowCpu()
+    pool = InstancePool("m", [echo], stats, loop, inline_bound_ns=0, cpu_clock=clock)
+    scheduler = DirectScheduler(pool, stats)
+    extra = 2 * SAMPLE_EVERY
+    try:
+        for value in range(SETTLED_SAMPLES + extra):
+            await scheduler.submit(_request(float(value)))
+    finally:
+        await asyncio.to_thread(pool.close)
+    readings = clock.now // 1_000_000
+    # two readings per measured batch: every one of the first SETTLED_SAMPLES, then one in
+    # SAMPLE_EVERY
+    assert readings == 2 * (SETTLED_SAMPLES + extra // SAMPLE_EVERY)
+    assert len(echo.threads) == SETTLED_SAMPLES + extra  # every batch ran
 
 
 async def test_an_instance_that_is_not_inline_safe_never_runs_on_the_loop() -> None:

@@ -42,6 +42,10 @@ Waiter = asyncio.Future[Any]
 
 # executions measured on the instance threads before a batch may run inline
 INLINE_WARM_UP = 8
+#: Batches measured one by one before the cost estimate counts as settled; after that, one
+#: batch in SAMPLE_EVERY updates it.
+SETTLED_SAMPLES = 64
+SAMPLE_EVERY = 8
 # weight of the newest execution in the cost estimate (an exponential moving average)
 _EWMA_WEIGHT = 0.125
 
@@ -132,6 +136,7 @@ class InstancePool:
         self._idle: list[_Slot] = list(reversed(self._slots))  # a stack: the warmest first
         self._inline_bound_ns = max(0, inline_bound_ns)
         self._cost = _CostEstimate()
+        self._batches = 0  # batches executed (from any thread; a lost update is harmless)
         self._cpu_clock = cpu_clock
         self._backlog: deque[WorkItem] = deque()  # put while no instance was idle
         self._handing_out = False
@@ -242,28 +247,34 @@ class InstancePool:
         """Execute one batch (under the slot's lock): per-request results, the phases' times,
         when it started, and whether anything ran."""
         start_ns = self._clock.monotonic_ns()
-        cpu_ns = self._cpu_clock()
-        live = [i for i, w in enumerate(item.waiters) if not w.done()]
+        # the estimate counts the thread's CPU time, not the wall clock: on an instance thread
+        # the wall clock also counts waiting for the GIL while the loop holds it, which would
+        # make a 10 µs model look slow exactly when the loop is busiest. Reading a thread's CPU
+        # clock is a system call, so once the estimate has settled one batch in SAMPLE_EVERY
+        # is measured.
+        cost = self._cost
+        self._batches += 1
+        measured = cost.calls < SETTLED_SAMPLES or self._batches % SAMPLE_EVERY == 0
+        cpu_ns = self._cpu_clock() if measured else 0
+        waiters = item.waiters
+        live = [i for i, w in enumerate(waiters) if not w.done()]
         times = ExecutionTimes()
-        results: list[Result | BaseException] = [
-            RequestCancelledError("the request was cancelled") for _ in item.requests
-        ]
-        if live:
-            requests = (
-                item.requests
-                if len(live) == len(item.requests)
-                else [item.requests[i] for i in live]
-            )
-            produced = self._execute(slot, requests, times)
+        results: list[Result | BaseException]
+        if not live:
+            results = [RequestCancelledError("the request was cancelled") for _ in waiters]
+            return results, times, start_ns, False
+        if len(live) == len(item.requests):
+            results = self._execute(slot, item.requests, times)
+        else:
+            produced = self._execute(slot, [item.requests[i] for i in live], times)
+            results = [RequestCancelledError("the request was cancelled") for _ in waiters]
             for i, result in zip(live, produced, strict=True):
                 results[i] = result
-            if slot.timed is None:
-                times.infer_ns = self._clock.monotonic_ns() - start_ns
-            # the estimate counts the thread's CPU time, not the wall clock: on an instance
-            # thread the wall clock also counts waiting for the GIL while the loop holds it,
-            # which would make a 10 µs model look slow exactly when the loop is busiest
-            self._cost.add(self._cpu_clock() - cpu_ns, item.rows)
-        return results, times, start_ns, bool(live)
+        if slot.timed is None:
+            times.infer_ns = self._clock.monotonic_ns() - start_ns
+        if measured:
+            cost.add(self._cpu_clock() - cpu_ns, item.rows)
+        return results, times, start_ns, True
 
     def _execute(
         self, slot: _Slot, requests: list[InferRequest], times: ExecutionTimes
