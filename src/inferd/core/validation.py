@@ -35,7 +35,12 @@ def validate_request(request: InferRequest, spec: ModelSpec) -> int:
             raise InvalidArgumentError(
                 f"unexpected inference input '{name}' for model '{spec.name}'"
             )
-    missing = [t.name for t in spec.inputs if not t.optional and t.name not in inputs]
+    # every name is known and a dict holds each once: as many as the model has means none missing
+    missing = (
+        []
+        if len(inputs) == len(spec.inputs)
+        else [t.name for t in spec.inputs if not t.optional and t.name not in inputs]
+    )
     if missing:
         raise InvalidArgumentError(
             f"expected {len(spec.inputs)} inputs but got {len(inputs)} inputs for model "
@@ -69,7 +74,11 @@ def validate_request(request: InferRequest, spec: ModelSpec) -> int:
             inner = shape[1:]
         else:
             inner = shape
-        if not tensor.allow_ragged_batch and not _dims_match(inner, tensor.dims):
+        if (
+            inner != tensor.dims
+            and not tensor.allow_ragged_batch
+            and not _dims_match(inner, tensor.dims)
+        ):
             raise InvalidArgumentError(
                 f"unexpected shape for input '{name}' for model '{spec.name}'. Expected "
                 f"{_shape_str(tensor.full_shape(spec.max_batch_size))}, got {_shape_str(shape)}"
