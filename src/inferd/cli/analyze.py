@@ -27,7 +27,7 @@ from inferd.tools.analyze.memory import MemoryProbe
 from inferd.tools.analyze.outputs import OutputPlan, write_outputs
 from inferd.tools.analyze.progress import QuietReporter, Reporter, RichReporter
 from inferd.tools.analyze.runner import Analyzer, ModelRun
-from inferd.tools.analyze.server_process import start_server
+from inferd.tools.analyze.server_process import start_analyzed_server
 from inferd.tools.analyze.store import ResultStore
 from inferd.tools.analyze.summary import summary_table
 from inferd.tools.perf.transport import Transport
@@ -108,7 +108,7 @@ async def _target(options: CommandOptions) -> AsyncIterator[_Target]:
         finally:
             await target.control.close()
         return
-    server = await asyncio.to_thread(start_server, options.analyze.repository, models)
+    server = await asyncio.to_thread(start_analyzed_server, options.analyze.repository, models)
     try:
         url = server.grpc_url if options.protocol == "grpc" else server.http_url
         target = _network_target(url, options.protocol, server.pid, None)
