@@ -19,6 +19,12 @@ the load generator itself takes. Cores taken by other processes meanwhile are sh
 
 perf_analyzer is found where bench/generators.py looks ($PERF_ANALYZER, ...); without it only
 inferd's figures are printed.
+
+Two more gRPC clients can join the same run: ``--grpc-aio`` adds grpcio's asyncio client sending
+the same prepared bytes (no protobuf work: raw bytes in and out) for unary calls, and
+``--old-src DIR`` runs inferd's gRPC cells a second time with ``DIR`` (another checkout's
+``src``) first on PYTHONPATH, to set a change of the client beside the one before it.
+``--transports`` keeps only the transports named (comma separated).
 """
 
 from __future__ import annotations
@@ -55,6 +61,25 @@ PAIRS = {
 }
 # the canned server answers unary calls only: streams are measured against `inferd serve`
 STREAM_PAIRS = {"grpc-stream": ("grpc", "", ["--streaming"])}
+SERVICE = "/inference.GRPCInferenceService/"
+
+
+class AioChannel:
+    """grpcio's asyncio client sending prepared ``ModelInferRequest`` bytes (no serialisers:
+    bytes in, bytes out), one channel per context as inferd's clients have a connection each."""
+
+    def __init__(self, target: str, wire: bytes) -> None:
+        import grpc
+
+        self._channel = grpc.aio.insecure_channel(target)
+        self._call = self._channel.unary_unary(SERVICE + "ModelInfer")
+        self._wire = wire
+
+    async def infer(self, index: int) -> None:
+        await self._call(self._wire)
+
+    async def close(self) -> None:
+        await self._channel.close()
 
 
 # -- the inferd side: one worker process per cell ---------------------------------------------
@@ -79,7 +104,13 @@ async def _drive(
         )
     info = await transport.model_info()
     await transport.prepare(load_input_data(info, data).requests, 1, None)
-    channels = [await transport.open_channel() for _ in range(concurrency)]
+    channels: list[Any]
+    if transport_name == "grpc-aio":
+        assert isinstance(transport, GrpcTransport)
+        target = f"{HOST}:{ports[1]}"
+        channels = [AioChannel(target, transport.wires[0]) for _ in range(concurrency)]
+    else:
+        channels = [await transport.open_channel() for _ in range(concurrency)]
     counting = False
     done = 0
     stop = False
@@ -100,6 +131,8 @@ async def _drive(
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     stop = True
     await asyncio.gather(*tasks)
+    for channel in channels:
+        await channel.close()
     await transport.close()
     return {"requests": done, "wall_s": wall, "cpu_s": cpu}
 
@@ -113,12 +146,21 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def inferd_cell(
-    transport: str, concurrency: int, seconds: float, data: Path, ports: tuple[int, int]
+    transport: str,
+    concurrency: int,
+    seconds: float,
+    data: Path,
+    ports: tuple[int, int],
+    src: Path | None = None,
 ) -> dict[str, Any]:
+    """One client in its own process; ``src``, when given, is imported before this checkout."""
     cmd = [sys.executable, __file__, "--worker", transport, "--concurrency", str(concurrency)]
     cmd += ["--seconds", str(seconds), "--data", str(data)]
     cmd += ["--http-port", str(ports[0]), "--grpc-port", str(ports[1])]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     if run.returncode != 0:
         return {"error": run.stderr.strip().splitlines()[-1][:300]}
     figures = json.loads(run.stdout.strip().splitlines()[-1])
@@ -177,6 +219,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per cell")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--transports", help="only these transports, comma separated (e.g. grpc,grpc-stream)"
+    )
+    parser.add_argument(
+        "--grpc-aio", action="store_true", help="also grpcio's asyncio client on unary gRPC"
+    )
+    parser.add_argument(
+        "--old-src",
+        type=Path,
+        help="also inferd's gRPC clients from this src folder (another checkout), as inferd-old",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
@@ -186,6 +239,11 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    wanted = set(args.transports.split(",")) if args.transports else None
+    if wanted is not None and not wanted <= {*PAIRS, *STREAM_PAIRS}:
+        parser.error(f"--transports: choose among {', '.join([*PAIRS, *STREAM_PAIRS])}")
+    if args.old_src is not None and not (args.old_src / "inferd").is_dir():
+        parser.error(f"--old-src: {args.old_src} holds no inferd package")
     bench_models.build([MODEL])
     with_pa = "perf_analyzer" not in missing_generators()
     if not with_pa:
@@ -214,11 +272,26 @@ def main() -> None:
                 groups = frozenset({os.getpgid(server.pid)})
                 for concurrency in CONCURRENCY:
                     for transport in pairs:
-                        for client in ("inferd", "perf_analyzer") if with_pa else ("inferd",):
+                        if wanted is not None and transport not in wanted:
+                            continue
+                        for client in _clients(transport, args, with_pa):
                             with cpu_share.watch(groups) as share:
                                 if client == "inferd":
                                     cell = inferd_cell(
                                         transport, concurrency, args.seconds, data, ports
+                                    )
+                                elif client == "inferd-old":
+                                    cell = inferd_cell(
+                                        transport,
+                                        concurrency,
+                                        args.seconds,
+                                        data,
+                                        ports,
+                                        args.old_src.resolve(),
+                                    )
+                                elif client == "grpc.aio":
+                                    cell = inferd_cell(
+                                        "grpc-aio", concurrency, args.seconds, data, ports
                                     )
                                 else:
                                     cell = pa_cell(
@@ -236,6 +309,15 @@ def main() -> None:
     _summary(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+
+
+def _clients(transport: str, args: argparse.Namespace, with_pa: bool) -> list[str]:
+    clients = ["inferd"]
+    if args.old_src is not None and transport.startswith("grpc"):
+        clients.append("inferd-old")
+    if args.grpc_aio and transport == "grpc":
+        clients.append("grpc.aio")
+    return [*clients, "perf_analyzer"] if with_pa else clients
 
 
 def _line(cell: dict[str, Any]) -> str:
@@ -264,6 +346,21 @@ def _summary(rows: list[dict[str, Any]]) -> None:
             f"throughput x{mine['throughput'] / theirs['throughput']:.2f}  "
             f"CPU/request x{mine['cpu_us_per_request'] / theirs['cpu_us_per_request']:.2f}"
         )
+    others = [c for c in ("inferd-old", "grpc.aio") if any(k[0] == c for k in by)]
+    if others:
+        print(f"\ninferd / {' and / '.join(others)} (throughput ratio, CPU-per-request ratio):")
+    for (client, transport, concurrency), mine in by.items():
+        if client != "inferd":
+            continue
+        for other in others:
+            theirs = by.get((other, transport, concurrency))
+            if theirs is None:
+                continue
+            print(
+                f"  {transport:<11} c={concurrency:<2} vs {other:<10} "
+                f"throughput x{mine['throughput'] / theirs['throughput']:.2f}  "
+                f"CPU/request x{mine['cpu_us_per_request'] / theirs['cpu_us_per_request']:.2f}"
+            )
 
 
 if __name__ == "__main__":

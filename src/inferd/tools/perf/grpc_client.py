@@ -2,14 +2,14 @@
 (``ModelStreamInfer``, one bidirectional stream per channel).
 
 Every ``ModelInferRequest`` is serialised once in :meth:`GrpcTransport.prepare`. Calls and
-streams go over :mod:`inferd.tools.perf.grpc_h2`, a thin asyncio protocol over the ``h2``
-library (grpcio's asyncio client spends several times more CPU per request): a unary call does
-no protobuf work at all (an error answer is a gRPC status, whose message is the server's); a
-stream parses each response to match it to its request. The model's metadata, configuration
-and statistics, read a few times per run, go through grpcio. What changes from call to call (a
-stream request's id, a sequence's flags) is appended as a second serialised message: protobuf
-merges concatenated messages field by field, so the server reads one request with those fields
-set, and the prepared bytes are never rebuilt.
+streams go over the lean HTTP/2 client of :mod:`inferd.tools.perf.grpc_h2` (grpcio's asyncio
+client spends several times more CPU per request): a unary call does no protobuf work at all (an
+error answer is a gRPC status, whose message is the server's); a stream parses each response to
+match it to its request. The model's metadata, configuration and statistics, read a few times
+per run, go through grpcio. What changes from
+call to call (a stream request's id, a sequence's flags) is appended as a second serialised
+message: protobuf merges concatenated messages field by field, so the server reads one request
+with those fields set, and the prepared bytes are never rebuilt.
 
 On a stream, responses are matched to the request by id. A decoupled model's request is done when
 the response flagged ``triton_final_response`` arrives (asked for with
@@ -29,6 +29,7 @@ from tritonclient.grpc import service_pb2
 
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
+from inferd.tools.perf.grpc_h2 import Http2Connection, grpc_message, request_headers
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, raw_bytes
 from inferd.tools.perf.transport import (
@@ -37,15 +38,6 @@ from inferd.tools.perf.transport import (
     RequestData,
     SequenceFlags,
 )
-
-try:
-    from inferd.tools.perf.grpc_h2 import Http2Connection, grpc_message, request_headers
-except ModuleNotFoundError as exc:  # pragma: no cover - the perf extra installs h2
-    if exc.name not in {"h2", "hpack", "hyperframe"}:
-        raise
-    raise InvalidArgumentError(
-        "inferd perf over gRPC needs the h2 library: pip install 'inferd[perf]'"
-    ) from exc
 
 DEFAULT_GRPC_PORT = 8001
 SERVICE = "/inference.GRPCInferenceService/"
@@ -81,8 +73,10 @@ class GrpcTransport:
         self.name = "grpc-stream" if streaming else "grpc"
         host, port = metadata.split_url(url, DEFAULT_GRPC_PORT)
         self._host, self._port = host, port
-        self.headers = request_headers(_target(host, port), SERVICE + "ModelInfer")
-        self.stream_headers = request_headers(_target(host, port), SERVICE + "ModelStreamInfer")
+        self.header_block = request_headers(_target(host, port), SERVICE + "ModelInfer")
+        self.stream_header_block = request_headers(
+            _target(host, port), SERVICE + "ModelStreamInfer"
+        )
         self._model, self._version = model, version
         self._streaming = streaming
         self._channel = grpc.aio.insecure_channel(_target(host, port), options=CHANNEL_OPTIONS)
@@ -194,13 +188,12 @@ class GrpcTransport:
 
 class GrpcChannel:
     """Unary ``ModelInfer`` calls of prepared bytes over its own HTTP/2 connection
-    (:mod:`inferd.tools.perf.grpc_h2` on ``h2``: grpcio's client costs several times more CPU
-    per call)."""
+    (:mod:`inferd.tools.perf.grpc_h2`: grpcio's client costs several times more CPU per call)."""
 
     def __init__(self, transport: GrpcTransport, connection: Http2Connection) -> None:
         self._transport = transport
         self._conn: Http2Connection | None = connection
-        self._headers = transport.headers
+        self._head = transport.header_block
         self._messages = [grpc_message(wire) for wire in transport.wires]
 
     async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
@@ -208,10 +201,10 @@ class GrpcChannel:
         if conn is None or not conn.open:
             conn = self._conn = await self._transport.connect()
         if sequence is None:
-            await conn.call(self._headers, self._messages[index])
+            await conn.call(self._head, self._messages[index])
         else:
             wire = self._transport.wires[index] + call_suffix(None, sequence)
-            await conn.call(self._headers, grpc_message(wire))
+            await conn.call(self._head, grpc_message(wire))
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -241,7 +234,7 @@ class GrpcStreamChannel:
         if conn is None or not conn.open:
             conn = self._conn = await self._transport.connect()
         self._stream, self._ended = conn.open_stream(
-            self._transport.stream_headers, self._on_message
+            self._transport.stream_header_block, self._on_message
         )
         self._ended.add_done_callback(self._on_end)
         return conn
