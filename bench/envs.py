@@ -9,6 +9,8 @@ build.
 
 from __future__ import annotations
 
+import platform
+import shutil
 import subprocess
 import sys
 import venv
@@ -61,6 +63,27 @@ def ensure(name: str) -> Path:
     subprocess.run(cmd, check=True)
     (VENVS / name / ".bench-ready").write_text("ok\n")
     return py
+
+
+def versions(packages: dict[str, list[str]]) -> dict[str, str]:
+    """Python's version, then per environment (``project`` is this one, the others are the
+    virtualenvs above) the versions of ``packages[name]``, and wrk's, for a benchmark report.
+    An environment that is not installed is left out."""
+    found = {"python": platform.python_version()}
+    code = (
+        "import importlib.metadata as m, sys; "
+        "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))"
+    )
+    for name, pkgs in packages.items():
+        py = Path(sys.executable) if name == "project" else python_of(name)
+        if not py.exists():
+            continue
+        run = subprocess.run([str(py), "-c", code, *pkgs], capture_output=True, text=True)
+        found[name] = run.stdout.strip() or run.stderr.strip()[-200:]
+    if shutil.which("wrk") is not None:
+        run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
+        found["wrk"] = ((run.stdout + run.stderr).splitlines() or ["?"])[0]
+    return found
 
 
 def main(argv: list[str]) -> None:

@@ -163,6 +163,16 @@ def build(models: list[str], force: bool = False) -> None:
         write_repositories(model, path)
 
 
+def model_inputs(model: str) -> dict[str, np.ndarray]:
+    """One request's inputs (batch 1), the same for every server and client."""
+    if model == "minilm":
+        data = np.load(model_path("minilm").with_suffix(".inputs.npz"))
+        return {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"]}
+    width = MLPS[model][0]
+    rng = np.random.default_rng(1)
+    return {"input": rng.standard_normal((1, width)).astype(np.float32)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", choices=sorted(SIGNATURES))

@@ -58,6 +58,33 @@ def summarize(raw: Path, top: int = 25) -> str:
     return "\n".join(lines)
 
 
+def summarize_per_process(raw: Path, top: int = 10) -> str:
+    """Per process and thread: samples (on-CPU share) and the hottest leaf functions."""
+    if not raw.exists():
+        return "(py-spy wrote no samples)"
+    per_key: collections.Counter[str] = collections.Counter()
+    leaves: dict[str, collections.Counter[str]] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        # with --subprocesses a worker's stack starts server;zygote;worker: keep the innermost
+        procs = [i for i, f in enumerate(frames) if f.startswith("process ")]
+        inner = frames[procs[-1]] if procs else "?"
+        pid, _, cmd = inner.removeprefix("process ").partition(":")
+        rest = frames[procs[-1] + 1 :] if procs else frames
+        thread = rest[0] if rest and rest[0].startswith("thread ") else ""
+        label = " ".join(Path(t).name for t in cmd.strip(chr(34)).split()[:3])
+        key = f"pid {pid} ({label}) {thread}".strip()
+        per_key[key] += int(count)
+        leaves.setdefault(key, collections.Counter())[frames[-1]] += int(count)
+    out = []
+    for key, total in per_key.most_common():
+        out.append(f"{key}: {total} samples")
+        for leaf, n in leaves[key].most_common(top):
+            out.append(f"    {100 * n / total:5.1f}%  {leaf}")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("repo", help="a repository under bench/.work/repos, e.g. mlp-on")
@@ -68,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     model = args.repo.rsplit("-", 1)[0]
     OUT.mkdir(parents=True, exist_ok=True)
-    inputs = bench_run.model_inputs(model)
+    inputs = bench_models.model_inputs(model)
     body = OUT / f"{model}-body.json"
     body.write_text(bench_run.v2_json_body(inputs))
     data = bench_run.perf_analyzer_data(inputs, OUT / f"{model}-data.json")

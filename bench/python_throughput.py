@@ -34,14 +34,12 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,6 +55,7 @@ sys.path.insert(0, str(SERVERS))
 
 import envs  # noqa: E402
 import generators  # noqa: E402
+import profile_server  # noqa: E402
 import py_features  # noqa: E402
 import run as bench_run  # noqa: E402
 
@@ -408,37 +407,10 @@ def profile_inferd(c: int, seconds: int, body: Path, rate: int = 200) -> str:
         f"all {rest:.0f} us\n"
         f"wrk c={c} under py-spy: {result.get('throughput', 0):.0f}/s; py-spy {rate} Hz for "
         f"{duration} s without --idle, so samples / {rate * duration} ~ share of one core\n"
-        + summarize_raw(raw)
+        + profile_server.summarize_per_process(raw)
     )
     (WORK / "profile-summary.txt").write_text(text)
     return text
-
-
-def summarize_raw(raw: Path, top: int = 10) -> str:
-    """Per process and thread: samples (on-CPU share) and the hottest leaf functions."""
-    if not raw.exists():
-        return "(py-spy wrote no samples)"
-    per_key: Counter[str] = Counter()
-    leaves: dict[str, Counter[str]] = {}
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        # with --subprocesses a worker's stack starts server;zygote;worker: keep the innermost
-        procs = [i for i, f in enumerate(frames) if f.startswith("process ")]
-        inner = frames[procs[-1]] if procs else "?"
-        pid, _, cmd = inner.removeprefix("process ").partition(":")
-        rest = frames[procs[-1] + 1 :] if procs else frames
-        thread = rest[0] if rest and rest[0].startswith("thread ") else ""
-        label = " ".join(Path(t).name for t in cmd.strip(chr(34)).split()[:3])
-        key = f"pid {pid} ({label}) {thread}".strip()
-        per_key[key] += int(count)
-        leaves.setdefault(key, Counter())[frames[-1]] += int(count)
-    out = []
-    for key, total in per_key.most_common():
-        out.append(f"{key}: {total} samples")
-        for leaf, n in leaves[key].most_common(top):
-            out.append(f"    {100 * n / total:5.1f}%  {leaf}")
-    return "\n".join(out)
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -501,21 +473,13 @@ def table(cells: list[Cell]) -> str:
 
 
 def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    code = (
-        "import importlib.metadata as m, sys; "
-        "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))"
+    return envs.versions(
+        {
+            "project": ["inferd", "numpy", "uvicorn"],
+            "mlserver": ["mlserver", "numpy", "uvicorn"],
+            "litserve": ["litserve", "numpy", "uvicorn"],
+        }
     )
-    for name, py, pkgs in (
-        ("project", Path(sys.executable), ["inferd", "numpy", "uvicorn"]),
-        ("mlserver", envs.python_of("mlserver"), ["mlserver", "numpy", "uvicorn"]),
-        ("litserve", envs.python_of("litserve"), ["litserve", "numpy", "uvicorn"]),
-    ):
-        run = subprocess.run([str(py), "-c", code, *pkgs], capture_output=True, text=True)
-        found[name] = run.stdout.strip() or run.stderr.strip()[-200:]
-    run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
-    found["wrk"] = ((run.stdout + run.stderr).splitlines() or ["?"])[0]
-    return found
 
 
 def single_call_us(x: np.ndarray, rows: int) -> float:

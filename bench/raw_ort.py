@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_share import Share, watch  # bench/ is on sys.path: the script's own folder
+from cpu_share import QuietGate, Share, watch  # bench/ is on sys.path: the script's own folder
 
 LAYOUTS = {"1x1": (1, 1), "1x2": (1, 2), "2x1": (2, 1)}  # name -> (sessions, intra-op threads)
 MIN_CALLS = 3  # per session and window, however long one call takes
@@ -230,6 +230,62 @@ def latency(
         "samples": len(samples),
         "others_cores": share.others_cores,
     }
+
+
+# -- a layout's grid and cross-check, as bench/run.py measures it -----------------------------
+
+CHECK_TOLERANCE = 0.15  # grid and cross-check further apart: the cell says so (bench/report.py too)
+
+
+def note(point: Point, check: Point | None) -> str:
+    """What a throughput cell should say about its grid point and cross-check."""
+    notes = []
+    if check is not None:
+        gap = point.throughput / check.throughput - 1
+        if abs(gap) > CHECK_TOLERANCE:
+            notes.append(f"grid {gap:+.0%} vs cross-check")
+    for who, p in (("grid", point), ("cross-check", check)):
+        if p is not None and (p.others_cores or 0) > QUIET_CORES:
+            busiest = f" ({', '.join(p.busiest)})" if p.busiest else ""
+            notes.append(f"{who}: other processes took {p.others_cores:.2f} cores{busiest}")
+    return "; ".join(notes)
+
+
+def disagree(point: Point, check: Point | None) -> bool:
+    return check is not None and abs(point.throughput / check.throughput - 1) > CHECK_TOLERANCE
+
+
+def measure_layout(
+    path: Path,
+    inputs: dict[str, np.ndarray],
+    inputs_npz: Path,
+    layout: str,
+    batch_sizes: list[int],
+    seconds: float,
+    repeats: int,
+    gate: QuietGate,
+) -> tuple[list[Point], dict[int, Point], list[Point] | str]:
+    """One layout's grid and cross-check; where they disagree, the lower of the two measures
+    its points once more (its windows join the first ones: the best of all is kept)."""
+    windows = (seconds, repeats)
+    gate.wait()
+    points = grid(path, inputs, layout, batch_sizes, *windows)
+    gate.wait()
+    checked = run_check(path, inputs_npz, layout, batch_sizes, *windows)
+    checks = {} if isinstance(checked, str) else {c.batch: c for c in checked}
+    pairs = [(p, checks.get(p.batch)) for p in points]
+    low_grid = [p.batch for p, c in pairs if disagree(p, c) and c and p.throughput < c.throughput]
+    low_check = [p.batch for p, c in pairs if disagree(p, c) and p.batch not in low_grid]
+    if low_grid:
+        gate.wait()
+        again = {p.batch: p for p in grid(path, inputs, layout, low_grid, *windows)}
+        points = [merge(p, again[p.batch]) if p.batch in again else p for p in points]
+    if low_check:
+        gate.wait()
+        rechecked = run_check(path, inputs_npz, layout, low_check, *windows)
+        for again_check in [] if isinstance(rechecked, str) else rechecked:
+            checks[again_check.batch] = merge(checks[again_check.batch], again_check)
+    return points, checks, checked
 
 
 def main() -> None:

@@ -49,7 +49,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable
@@ -130,16 +129,6 @@ class Cell:
 # -- inputs -------------------------------------------------------------------------------------
 
 
-def model_inputs(model: str) -> dict[str, np.ndarray]:
-    """One request's inputs (batch 1), the same for every server and client."""
-    if model == "minilm":
-        data = np.load(bench_models.model_path("minilm").with_suffix(".inputs.npz"))
-        return {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"]}
-    width = bench_models.MLPS[model][0]
-    rng = np.random.default_rng(1)
-    return {"input": rng.standard_normal((1, width)).astype(np.float32)}
-
-
 V2_TYPES = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64"}
 
 
@@ -172,56 +161,6 @@ def perf_analyzer_data(inputs: dict[str, np.ndarray], path: Path) -> Path:
 
 # -- raw ONNX Runtime ---------------------------------------------------------------------------
 
-CHECK_TOLERANCE = 0.15  # grid and cross-check further apart: the cell says so (report.py too)
-
-
-def _raw_note(point: raw_ort.Point, check: raw_ort.Point | None) -> str:
-    notes = []
-    if check is not None:
-        gap = point.throughput / check.throughput - 1
-        if abs(gap) > CHECK_TOLERANCE:
-            notes.append(f"grid {gap:+.0%} vs cross-check")
-    for who, p in (("grid", point), ("cross-check", check)):
-        if p is not None and (p.others_cores or 0) > raw_ort.QUIET_CORES:
-            busiest = f" ({', '.join(p.busiest)})" if p.busiest else ""
-            notes.append(f"{who}: other processes took {p.others_cores:.2f} cores{busiest}")
-    return "; ".join(notes)
-
-
-def _disagree(point: raw_ort.Point, check: raw_ort.Point | None) -> bool:
-    return check is not None and abs(point.throughput / check.throughput - 1) > CHECK_TOLERANCE
-
-
-def _raw_layout(
-    path: Path,
-    inputs: dict[str, np.ndarray],
-    inputs_npz: Path,
-    layout: str,
-    prof: Profile,
-    gate: cpu_share.QuietGate,
-) -> tuple[list[raw_ort.Point], dict[int, raw_ort.Point], list[raw_ort.Point] | str]:
-    """One layout's grid and cross-check; where they disagree, the lower of the two measures
-    its points once more (its windows join the first ones: the best of all is kept)."""
-    windows = (prof.raw_seconds, prof.raw_repeats)
-    gate.wait()
-    points = raw_ort.grid(path, inputs, layout, prof.batch_sizes, *windows)
-    gate.wait()
-    checked = raw_ort.run_check(path, inputs_npz, layout, prof.batch_sizes, *windows)
-    checks = {} if isinstance(checked, str) else {c.batch: c for c in checked}
-    pairs = [(p, checks.get(p.batch)) for p in points]
-    low_grid = [p.batch for p, c in pairs if _disagree(p, c) and c and p.throughput < c.throughput]
-    low_check = [p.batch for p, c in pairs if _disagree(p, c) and p.batch not in low_grid]
-    if low_grid:
-        gate.wait()
-        again = {p.batch: p for p in raw_ort.grid(path, inputs, layout, low_grid, *windows)}
-        points = [raw_ort.merge(p, again[p.batch]) if p.batch in again else p for p in points]
-    if low_check:
-        gate.wait()
-        rechecked = raw_ort.run_check(path, inputs_npz, layout, low_check, *windows)
-        for again_check in [] if isinstance(rechecked, str) else rechecked:
-            checks[again_check.batch] = raw_ort.merge(checks[again_check.batch], again_check)
-    return points, checks, checked
-
 
 def raw_onnxruntime(
     model: str, prof: Profile, scratch: Path, gate: cpu_share.QuietGate | None = None
@@ -230,7 +169,7 @@ def raw_onnxruntime(
     point measured in-process and cross-checked in a fresh process (bench/raw_ort.py)."""
     gate = gate or cpu_share.QuietGate(0.0)
     path = bench_models.model_path(model)
-    inputs = model_inputs(model)
+    inputs = bench_models.model_inputs(model)
     inputs_npz = scratch / f"{model}-inputs.npz"
     np.savez(inputs_npz, **inputs)
     cells: list[Cell] = []
@@ -251,7 +190,16 @@ def raw_onnxruntime(
             )
         )
     for layout, (sessions, threads) in raw_ort.LAYOUTS.items():
-        points, checks, checked = _raw_layout(path, inputs, inputs_npz, layout, prof, gate)
+        points, checks, checked = raw_ort.measure_layout(
+            path,
+            inputs,
+            inputs_npz,
+            layout,
+            prof.batch_sizes,
+            prof.raw_seconds,
+            prof.raw_repeats,
+            gate,
+        )
         for point in points:
             check = checks.get(point.batch)
             cell = Cell(
@@ -261,7 +209,7 @@ def raw_onnxruntime(
                 "in-process",
                 sessions,
                 point.throughput,
-                note=_raw_note(point, check),
+                note=raw_ort.note(point, check),
                 extra={"kind": "throughput", **asdict(point)},
             )
             if check is not None:
@@ -518,26 +466,16 @@ def bench_litserve(model: str, prof: Profile, scratch: Path, body: Path) -> list
 
 
 def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
     import onnxruntime
 
+    found = envs.versions(
+        {
+            "project": ["inferd", "uvicorn", "grpcio"],
+            "mlserver": ["mlserver", "onnxruntime"],
+            "litserve": ["litserve", "onnxruntime"],
+        }
+    )
     found["onnxruntime (raw, inferd)"] = onnxruntime.__version__
-    for name, py, pkgs in (
-        ("project", Path(sys.executable), ["inferd", "uvicorn", "grpcio"]),
-        ("mlserver", envs.python_of("mlserver"), ["mlserver", "onnxruntime"]),
-        ("litserve", envs.python_of("litserve"), ["litserve", "onnxruntime"]),
-    ):
-        if not py.exists():
-            continue
-        code = (
-            "import importlib.metadata as m, sys; "
-            "print(' '.join(p + '=' + m.version(p) for p in sys.argv[1:]))"
-        )
-        run = subprocess.run([str(py), "-c", code, *pkgs], capture_output=True, text=True)
-        found[name] = run.stdout.strip()
-    if shutil.which("wrk") is not None:
-        run = subprocess.run(["wrk", "--version"], capture_output=True, text=True)
-        found["wrk"] = ((run.stdout + run.stderr).splitlines() or ["?"])[0]
     found["perf_analyzer"] = str(PERF_ANALYZER)
     return found
 
@@ -591,7 +529,7 @@ def main() -> None:
     scratch.mkdir(parents=True)
     for model in model_names:
         print(f"== {model}", flush=True)
-        inputs = model_inputs(model)
+        inputs = bench_models.model_inputs(model)
         data = perf_analyzer_data(inputs, scratch / f"{model}-data.json")
         body = scratch / f"{model}-body.json"
         body.write_text(v2_json_body(inputs))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferd.cli.analyze_args import CommandOptions, add_analyze_arguments, options_from_args
+from inferd.cli.extras import missing_extra
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.tools.analyze.control import EngineControl, GrpcControl, HttpControl, ModelControl
 from inferd.tools.analyze.memory import MemoryProbe
@@ -167,6 +168,10 @@ def _notes(options: CommandOptions, memory_source: str) -> list[str]:
 
 
 def analyze_command(args: argparse.Namespace) -> int:
+    missing = missing_extra("analyze", ("rich", "optuna", "plotly"))
+    if missing is not None:
+        _error(missing)
+        return EXIT_USAGE
     try:
         options = options_from_args(args)
         store = ResultStore(options.results, options.analyze.measure.to_dict())

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from inferd.cli.extras import missing_extra
 from inferd.cli.perf_args import add_perf_arguments, options_from_args
 from inferd.cli.perf_mlperf import (
     measure_scenario,
@@ -218,6 +219,10 @@ def _write(path: Path, text: str) -> None:
 
 
 def perf_command(args: argparse.Namespace) -> int:
+    missing = missing_extra("perf", ("rich",))
+    if missing is not None:
+        _error(missing)
+        return EXIT_USAGE
     try:
         options = options_from_args(args)
         mlperf = mlperf_options_from_args(args)

@@ -9,7 +9,8 @@ from tritonclient.grpc import service_pb2
 
 from inferd.core.statistics import RESPONSE_PHASES, Duration, ResponseStat, StatsSnapshot
 
-_PHASES = (
+#: the durations of ``inference_stats``, in the order Triton lists them
+INFER_PHASES = (
     "success",
     "fail",
     "queue",
@@ -41,7 +42,7 @@ def to_json(snapshots: Sequence[StatsSnapshot]) -> dict[str, Any]:
                 "last_inference": s.last_inference_ms,
                 "inference_count": s.inference_count,
                 "execution_count": s.execution_count,
-                "inference_stats": {p: _d(getattr(s, p)) for p in _PHASES},
+                "inference_stats": {p: _d(getattr(s, p)) for p in INFER_PHASES},
                 "response_stats": _responses_json(s.response_stats),
                 "batch_stats": [
                     {
@@ -73,7 +74,7 @@ def to_proto(snapshots: Sequence[StatsSnapshot]) -> Any:
             inference_count=s.inference_count,
             execution_count=s.execution_count,
         )
-        for phase in _PHASES:
+        for phase in INFER_PHASES:
             getattr(entry.inference_stats, phase).CopyFrom(_pd(getattr(s, phase)))
         for index, stat in s.response_stats.items():
             into = entry.response_stats[str(index)]

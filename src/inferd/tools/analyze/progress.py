@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from inferd.tools.analyze.objective import Goals, Measurement, Verdict
 from inferd.tools.perf import LoadPoint
+from inferd.tools.perf.driver import NoProgress
 
 __all__ = ["QuietReporter", "Reporter", "RichReporter"]
 
@@ -53,7 +54,7 @@ def result_line(measurement: Measurement, verdict: Verdict, goals: Goals) -> str
     return " ".join(parts)
 
 
-class QuietReporter:
+class QuietReporter(NoProgress):
     """Prints nothing but the lines of results and notes (``--quiet`` or not a terminal)."""
 
     def __init__(self, goals: Goals, *, lines: bool = True) -> None:
@@ -73,15 +74,6 @@ class QuietReporter:
     def done(self, measurement: Measurement, verdict: Verdict) -> None:
         if self._lines:
             print(result_line(measurement, verdict, self._goals), flush=True)
-
-    def start_point(self, label: str, max_trials: int) -> None:
-        pass
-
-    def window(self, index: int, throughput: float, latency_us: float, in_flight: int) -> None:
-        pass
-
-    def end_point(self, point: LoadPoint) -> None:
-        pass
 
     def close(self) -> None:
         pass

@@ -13,20 +13,10 @@ from typing import Any
 
 import orjson
 
+from inferd.codecs.statistics import INFER_PHASES
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.transport import ModelInfo, TensorInfo
 
-# the durations of inference_stats, each {"count", "ns"}
-INFER_STATS = (
-    "success",
-    "fail",
-    "queue",
-    "compute_input",
-    "compute_infer",
-    "compute_output",
-    "cache_hit",
-    "cache_miss",
-)
 BATCH_STATS = ("compute_input", "compute_infer", "compute_output")
 
 
@@ -155,7 +145,7 @@ def normalise_statistics(entry: Mapping[str, Any]) -> dict[str, Any]:
         "last_inference": int(entry.get("last_inference", 0) or 0),
         "inference_count": int(entry.get("inference_count", 0) or 0),
         "execution_count": int(entry.get("execution_count", 0) or 0),
-        "inference_stats": {key: _duration(stats.get(key)) for key in INFER_STATS},
+        "inference_stats": {key: _duration(stats.get(key)) for key in INFER_PHASES},
         "batch_stats": [
             {"batch_size": int(b.get("batch_size", 0) or 0)}
             | {key: _duration(b.get(key)) for key in BATCH_STATS}
@@ -178,7 +168,7 @@ def statistics_from_proto(response: Any, name: str, version: str) -> dict[str, A
                 "execution_count": model.execution_count,
                 "inference_stats": {
                     key: {"count": getattr(infer, key).count, "ns": getattr(infer, key).ns}
-                    for key in INFER_STATS
+                    for key in INFER_PHASES
                 },
                 "batch_stats": [
                     {"batch_size": b.batch_size}
