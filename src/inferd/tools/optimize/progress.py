@@ -1,0 +1,106 @@
+"""What the user sees while candidates are built and measured: a rich bar over the candidates
+with the step under way, and one line per candidate as it finishes."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from inferd.tools.optimize.decide import Outcome
+
+__all__ = ["LineReporter", "Reporter", "RichReporter", "outcome_line"]
+
+
+class Reporter(Protocol):
+    def add_total(self, count: int) -> None: ...
+
+    def step(self, candidate: str, what: str) -> None: ...
+
+    def done(self, outcome: Outcome) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def outcome_line(outcome: Outcome) -> str:
+    if outcome.skipped is not None:
+        return f"{outcome.name}: skipped: {outcome.skipped}"
+    parts = [f"{outcome.name}:"]
+    if outcome.quality is not None:
+        parts.append(f"{outcome.quality.metric} {outcome.quality.value:.4f}")
+    for point in outcome.speed:
+        parts.append(f"b{point.batch_size} {point.throughput:,.0f} infer/s")
+    parts.append(f"{outcome.size_bytes / 1e6:.2f} MB")
+    return " ".join(parts)
+
+
+class LineReporter:
+    """One line per candidate (``--quiet`` or not a terminal)."""
+
+    def __init__(self, *, lines: bool = True) -> None:
+        self._lines = lines
+
+    def add_total(self, count: int) -> None:
+        pass
+
+    def step(self, candidate: str, what: str) -> None:
+        pass
+
+    def done(self, outcome: Outcome) -> None:
+        if self._lines:
+            print(outcome_line(outcome), flush=True)
+
+    def note(self, text: str) -> None:
+        if self._lines:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class RichReporter:
+    """A live bar: candidates done of those planned, elapsed and remaining time, current step."""
+
+    def __init__(self, console: Any = None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._console = console or Console()
+        self._progress = Progress(
+            TextColumn("[bold]candidates"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[detail]}"),
+            console=self._console,
+            transient=True,
+        )
+        self._task = self._progress.add_task("candidates", total=0, detail="")
+        self._total = 0
+        self._progress.start()
+
+    def add_total(self, count: int) -> None:
+        self._total += count
+        self._progress.update(self._task, total=self._total)
+
+    def step(self, candidate: str, what: str) -> None:
+        self._progress.update(self._task, detail=f"{candidate}: {what}")
+
+    def done(self, outcome: Outcome) -> None:
+        self._progress.console.print(outcome_line(outcome), markup=False, highlight=False)
+        self._progress.advance(self._task)
+
+    def note(self, text: str) -> None:
+        self._progress.console.print(text, markup=False, highlight=False)
+
+    def close(self) -> None:
+        self._progress.stop()
