@@ -30,7 +30,9 @@ def outcome_line(outcome: Outcome) -> str:
         parts.append(f"{outcome.quality.metric} {outcome.quality.value:.4f}")
     for point in outcome.speed:
         parts.append(f"b{point.batch_size} {point.throughput:,.0f} infer/s")
-    parts.append(f"{outcome.size_bytes / 1e6:.2f} MB")
+    if outcome.size_bytes:
+        size = outcome.size_bytes
+        parts.append(f"{size / 1e3:.1f} kB" if size < 1_000_000 else f"{size / 1e6:.1f} MB")
     return " ".join(parts)
 
 

@@ -1,0 +1,172 @@
+"""Which candidates a run builds, in what order, from what.
+
+Every step builds from the run's *source*: the baseline's own ONNX file, or for a PyTorch model
+the ONNX export (the first step, which later steps then start from). A step that does not apply
+to the model (transformer fusions on a CNN) says so by raising CandidateSkipped; the run goes on.
+After the INT8 steps, an accuracy repair is planned when static INT8 missed the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferd.codecs.model_config import ModelConfig
+from inferd.core.model_spec import ModelSpec
+from inferd.errors import InvalidArgumentError
+from inferd.tools.optimize.candidate import ONNX_PLATFORM, Candidate, CandidateSkipped
+from inferd.tools.optimize.staging import TORCH_PLATFORM
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from inferd.tools.optimize.data import Dataset
+    from inferd.tools.optimize.decide import Goals, Outcome
+
+__all__ = ["KINDS", "PlanContext", "Step", "plan_steps", "repair_step"]
+
+#: every kind of candidate ``--only`` can name, in the order they are built
+KINDS = (
+    "onnx-export",
+    "graph",
+    "transformer",
+    "fp16",
+    "bf16",
+    "int8-dynamic",
+    "int8-static",
+    "int8-mixed",
+    "openvino",
+    "nncf-int8",
+    "prune-2of4",
+    "prune-channels",
+)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    spec: ModelSpec
+    config: ModelConfig
+    model_dir: Path
+    version_dir: Path
+    platform: str
+    calibration: Dataset
+    train: Dataset | None
+    only: tuple[str, ...] = ()
+    source: Candidate | None = None
+
+    def source_model(self) -> Candidate:
+        if self.source is None:
+            raise CandidateSkipped("no ONNX model to start from (the export step failed)")
+        return self.source
+
+
+Builder = Callable[[PlanContext, Path, Mapping[str, object]], Candidate]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    kind: str
+    build: Builder
+    source: bool = False  # its candidate becomes the source of the steps after it
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+def baseline_source(context: PlanContext) -> Candidate | None:
+    """The baseline as an ONNX candidate, when it is one."""
+    if context.platform != ONNX_PLATFORM:
+        return None
+    filename = context.config.default_model_filename or "model.onnx"
+    path = context.version_dir / filename
+    if not path.is_file():
+        raise InvalidArgumentError(f"{path} not found: the model's ONNX file")
+    return Candidate(name="baseline", kind="baseline", path=path)
+
+
+def _wanted(context: PlanContext, kind: str) -> bool:
+    """Whether ``--only`` asks for ``kind`` (empty: every kind; ``none``: no kind)."""
+    return not context.only or kind in context.only
+
+
+def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
+    """The context with its source set (for ONNX baselines), and the steps to run."""
+    from inferd.tools.optimize import builders as b
+
+    steps: list[Step] = []
+    if context.platform == TORCH_PLATFORM:
+        steps.append(Step("onnx-export", "onnx-export", b.export_onnx, source=True))
+    elif context.platform == ONNX_PLATFORM:
+        from dataclasses import replace
+
+        context = replace(context, source=baseline_source(context))
+    else:
+        raise InvalidArgumentError(
+            f"inferd optimize works on ONNX and PyTorch (TorchScript) models; "
+            f"'{context.spec.name}' is {context.platform or 'of an unknown platform'}"
+        )
+    steps += [
+        Step("graph", "graph", b.graph_optimized),
+        Step("transformer", "transformer", b.transformer_fused),
+        Step("fp16", "fp16", b.fp16),
+        Step("bf16", "bf16", b.bf16),
+        Step("int8-dynamic", "int8-dynamic", b.int8_dynamic),
+        Step("transformer-int8-dynamic", "int8-dynamic", b.transformer_int8_dynamic),
+        Step("int8-static-minmax", "int8-static", b.int8_static, options={"method": "minmax"}),
+        Step("int8-static-entropy", "int8-static", b.int8_static, options={"method": "entropy"}),
+        Step(
+            "int8-static-percentile",
+            "int8-static",
+            b.int8_static,
+            options={"method": "percentile"},
+        ),
+        Step("openvino", "openvino", b.openvino_ir),
+        Step("nncf-int8", "nncf-int8", b.nncf_int8),
+        Step("prune-2of4", "prune-2of4", b.prune_2of4),
+        Step("prune-channels", "prune-channels", b.prune_channels),
+    ]
+    return context, [s for s in steps if _wanted(context, s.kind) or s.source]
+
+
+def repair_step(
+    context: PlanContext,
+    outcomes: Sequence[Outcome],
+    candidates: Mapping[str, Candidate],
+    eval_data: Dataset,
+    reference: np.ndarray,
+    output: str,
+    metric: str,
+    goals: Goals,
+) -> Step | None:
+    """An ``int8-mixed`` step when every static INT8 candidate missed the accuracy budget."""
+    if not _wanted(context, "int8-mixed") or context.source is None:
+        return None
+    baseline = outcomes[0]
+    statics = [o for o in outcomes if o.kind == "int8-static" and o.quality is not None]
+    if not statics or baseline.quality is None:
+        return None
+    if any(
+        goals.budget.passes(metric, baseline.quality.value, o.quality.value)
+        for o in statics
+        if o.quality
+    ):
+        return None
+    best = max(statics, key=lambda o: o.quality.value if o.quality else float("-inf"))
+    from inferd.tools.optimize import builders as b
+
+    return Step(
+        "int8-mixed",
+        "int8-mixed",
+        b.int8_mixed,
+        options={
+            "from": best.name,
+            "recipe": dict(candidates[best.name].recipe) if best.name in candidates else {},
+            "eval": eval_data,
+            "reference": reference,
+            "output": output,
+            "metric": metric,
+            "goals": goals,
+            "baseline_value": baseline.quality.value,
+        },
+    )
