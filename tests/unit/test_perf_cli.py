@@ -148,7 +148,10 @@ def test_every_perf_flag_and_option_is_read() -> None:
         if isinstance(a, argparse._SubParsersAction)
     )
     cli_read = _attributes_read(
-        [SRC / "cli" / name for name in ("perf.py", "perf_args.py", "perf_mlperf.py")]
+        [
+            SRC / "cli" / name
+            for name in ("perf.py", "perf_args.py", "perf_mlperf.py", "perf_connection.py")
+        ]
     )
     dests = {
         a.dest

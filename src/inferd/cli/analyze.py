@@ -71,20 +71,30 @@ class _Target:
     in_process: bool = False
 
 
-def _network_target(url: str, protocol: str, pid: int | None, metrics: str | None) -> _Target:
-    if protocol == "grpc":
+def _network_target(
+    url: str, options: CommandOptions, pid: int | None, metrics: str | None
+) -> _Target:
+    """Control calls carry the extra headers and the admin token; requests the headers."""
+    headers, token = options.connection.headers, options.admin_token
+    if options.protocol == "grpc":
         from inferd.tools.perf.grpc_client import GrpcTransport
 
-        def grpc_transport(model: str) -> Transport:
-            return GrpcTransport(url, model)
+        grpc_tls = options.connection.grpc_tls
 
-        return _Target(GrpcControl(url), grpc_transport, MemoryProbe(pid, metrics))
+        def grpc_transport(model: str) -> Transport:
+            return GrpcTransport(url, model, headers=headers, tls=grpc_tls)
+
+        control = GrpcControl(url, headers=headers, admin_token=token, tls=grpc_tls)
+        return _Target(control, grpc_transport, MemoryProbe(pid, metrics))
     from inferd.tools.perf.http_client import HttpTransport
 
-    def http_transport(model: str) -> Transport:
-        return HttpTransport(url, model, binary=True)
+    https = options.connection.https
 
-    return _Target(HttpControl(url), http_transport, MemoryProbe(pid, metrics))
+    def http_transport(model: str) -> Transport:
+        return HttpTransport(url, model, binary=True, headers=headers, tls=https)
+
+    control_http = HttpControl(url, headers=headers, admin_token=token, tls=https)
+    return _Target(control_http, http_transport, MemoryProbe(pid, metrics))
 
 
 @asynccontextmanager
@@ -103,7 +113,7 @@ async def _target(options: CommandOptions) -> AsyncIterator[_Target]:
             yield _Target(EngineControl(engine), local, MemoryProbe(os.getpid(), None), True)
         return
     if options.url is not None:
-        target = _network_target(options.url, options.protocol, None, options.metrics_url)
+        target = _network_target(options.url, options, None, options.metrics_url)
         try:
             yield target
         finally:
@@ -112,7 +122,7 @@ async def _target(options: CommandOptions) -> AsyncIterator[_Target]:
     server = await asyncio.to_thread(start_analyzed_server, options.analyze.repository, models)
     try:
         url = server.grpc_url if options.protocol == "grpc" else server.http_url
-        target = _network_target(url, options.protocol, server.pid, None)
+        target = _network_target(url, options, server.pid, None)
         try:
             yield target
         finally:

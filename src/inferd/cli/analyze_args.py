@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.cli.admin_token import read_admin_token
+from inferd.cli.perf_connection import Connection, add_connection_arguments, connection_from_args
 from inferd.errors import InvalidArgumentError
 from inferd.tools.analyze.measure import MeasureSettings
 from inferd.tools.analyze.objective import Goals
@@ -39,8 +41,9 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         "-u",
         "--url",
         metavar="HOST:PORT",
-        help="a running server in explicit model-control mode (inferd or Triton); without it, "
-        "an `inferd serve` is started over the repository on free ports and stopped at the end",
+        help="a running server in explicit model-control mode (inferd or Triton); "
+        "https://HOST:PORT for HTTP over TLS; without it, an `inferd serve` is started over the "
+        "repository on free ports and stopped at the end",
     )
     where.add_argument(
         "-i",
@@ -49,6 +52,14 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         default="http",
         help="how configs are loaded and requests sent; in-process runs inferd in this process, "
         "with no network (default: http)",
+    )
+    where.add_argument(
+        "--admin-token-file",
+        type=Path,
+        metavar="FILE",
+        help="with -u: the server's admin token (the file's content), sent as 'Authorization: "
+        "Bearer <token>' on model control calls; the INFERD_ADMIN_TOKEN environment variable "
+        "does the same, as for inferd serve",
     )
     where.add_argument(
         "--metrics-url",
@@ -193,6 +204,7 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         help="rewrite each model's config.pbtxt in place (the old one kept as config.pbtxt.orig)",
     )
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_connection_arguments(p)
 
 
 @dataclass(frozen=True)
@@ -201,6 +213,8 @@ class CommandOptions:
     url: str | None
     protocol: str
     metrics_url: str | None
+    connection: Connection  # -H and TLS, for a server given with -u
+    admin_token: str | None  # sent on model control calls
     results: Path
     output_repository: Path | None
     apply: bool
@@ -230,6 +244,7 @@ def options_from_args(args: argparse.Namespace) -> CommandOptions:
         raise InvalidArgumentError("a model is named twice")
     if args.protocol == "in-process" and args.url is not None:
         raise InvalidArgumentError("-i in-process runs the server here: leave out -u")
+    connection, admin_token = _connection(args)
     if args.metrics_url is not None and args.url is None:
         raise InvalidArgumentError(
             "--metrics-url is for a server given with -u (the analyzer reads its own server's "
@@ -298,11 +313,42 @@ def options_from_args(args: argparse.Namespace) -> CommandOptions:
         url=args.url,
         protocol=args.protocol,
         metrics_url=args.metrics_url,
+        connection=connection,
+        admin_token=admin_token,
         results=args.results,
         output_repository=args.output_repository,
         apply=args.apply,
         quiet=args.quiet,
     )
+
+
+def _connection(args: argparse.Namespace) -> tuple[Connection, str | None]:
+    """-H, TLS and the admin token: for a server given with -u (the analyzer's own server
+    needs none of them, bar the token it inherits from INFERD_ADMIN_TOKEN)."""
+    connection = connection_from_args(args, args.protocol, args.url)
+    if args.protocol == "in-process":
+        if args.admin_token_file is not None:
+            raise InvalidArgumentError(
+                "--admin-token-file is for a server given with -u; -i in-process calls the "
+                "engine directly"
+            )
+        return connection, None
+    if args.url is None:
+        given = [
+            flag
+            for flag, value in (
+                ("-H", connection.headers),
+                ("--ssl-grpc-use-ssl", connection.grpc_tls),
+                ("--admin-token-file", args.admin_token_file),
+            )
+            if value
+        ]
+        if given:
+            raise InvalidArgumentError(
+                f"{given[0]} is for a server given with -u; the server the analyzer starts has "
+                "no restrictions and no TLS"
+            )
+    return connection, read_admin_token(args.admin_token_file, os.environ)
 
 
 def _choices(args: argparse.Namespace) -> RangeChoices:

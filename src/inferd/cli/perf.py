@@ -111,7 +111,8 @@ def _settings_block(settings: dict[str, Any]) -> str:
         "*** Measurement Settings ***",
         f"  Batch size: {settings['batch_size']}",
         f"  Transport: {settings['transport']}"
-        + (f" ({settings['url']})" if settings["url"] else ""),
+        + (f" ({settings['url']})" if settings["url"] else "")
+        + (" over TLS" if settings["tls"] else ""),
         '  Using "time_windows" mode for stabilization',
         f"  Stabilizing using {'average latency' if pct is None else f'p{pct} latency'} "
         "and throughput",
@@ -131,12 +132,22 @@ async def _network_transport(options: PerfOptions) -> Transport:
         from inferd.tools.perf.http_client import HttpTransport
 
         return HttpTransport(
-            options.url, options.model, options.version, binary=options.transport == "http-binary"
+            options.url,
+            options.model,
+            options.version,
+            binary=options.transport == "http-binary",
+            headers=options.headers,
+            tls=options.https,
         )
     from inferd.tools.perf.grpc_client import GrpcTransport
 
     return GrpcTransport(
-        options.url, options.model, options.version, streaming=options.transport == "grpc-stream"
+        options.url,
+        options.model,
+        options.version,
+        streaming=options.transport == "grpc-stream",
+        headers=options.headers,
+        tls=options.grpc_tls,
     )
 
 

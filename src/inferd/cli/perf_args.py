@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from inferd.cli.perf_connection import add_connection_arguments, connection_from_args
 from inferd.cli.perf_flags import add_refused_flags, positive_float, positive_int
 from inferd.cli.perf_mlperf import add_mlperf_arguments
 from inferd.errors import InvalidArgumentError
@@ -28,7 +29,10 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     target.add_argument("-m", dest="model", required=True, help="the model to load (required)")
     target.add_argument("-x", dest="model_version", default="", help="its version (default latest)")
     target.add_argument(
-        "-u", dest="url", help="host:port of the server (default localhost:8000, gRPC 8001)"
+        "-u",
+        dest="url",
+        help="host:port of the server (default localhost:8000, gRPC 8001); https://HOST:PORT "
+        "for HTTP over TLS",
     )
     target.add_argument(
         "-i",
@@ -216,6 +220,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="no live display and no per-point text: the summary lines only",
     )
     out.add_argument("-v", dest="verbose", action="store_true", help="print every window")
+    add_connection_arguments(p)
     add_mlperf_arguments(p)
     add_refused_flags(p)
 
@@ -287,12 +292,16 @@ def options_from_args(args: argparse.Namespace) -> PerfOptions:
     if args.zero and args.input_data:
         raise InvalidArgumentError("-z and --input-data cannot be combined: choose one")
     transport = _transport(args)
+    connection = connection_from_args(args, args.protocol, args.url)
     input_data = tuple(args.input_data or (["zero"] if args.zero else ["random"]))
     return PerfOptions(
         model=args.model,
         version=args.model_version,
         transport=transport,
         url="" if transport == "in-process" else args.url or DEFAULT_URLS[args.protocol],
+        headers=connection.headers,
+        https=connection.https,
+        grpc_tls=connection.grpc_tls,
         batch_size=args.batch_size,
         measurement_interval_ms=args.measurement_interval,
         stability_percentage=args.stability_percentage,

@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
+from inferd.cli.admin_token import read_admin_token
 from inferd.errors import InferdError
 from inferd.frontends.access import Api, parse_restriction
 from inferd.frontends.tls import TlsSettings
@@ -386,18 +387,7 @@ def _tls(args: argparse.Namespace, proto: str) -> TlsSettings | None:
 
 
 def _admin_token(args: argparse.Namespace) -> str | None:
-    if args.admin_token_file is not None:
-        try:
-            token: str = args.admin_token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise InferdError(f"cannot read --admin-token-file: {exc}") from exc
-        if not token:
-            raise InferdError(f"--admin-token-file '{args.admin_token_file}' is empty")
-        return token
-    env = os.environ.get("INFERD_ADMIN_TOKEN")
-    if env is not None and not env.strip():
-        raise InferdError("INFERD_ADMIN_TOKEN is set but empty")
-    return env.strip() if env else None
+    return read_admin_token(args.admin_token_file, os.environ)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:

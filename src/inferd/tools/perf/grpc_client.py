@@ -11,6 +11,10 @@ call to call (a stream request's id, a sequence's flags) is appended as a second
 message: protobuf merges concatenated messages field by field, so the server reads one request
 with those fields set, and the prepared bytes are never rebuilt.
 
+Extra headers (``-H``) travel as call metadata: in the header block each call sends (built once)
+and on the grpcio calls. With :class:`~inferd.tools.perf.tls.GrpcTlsSettings` both the HTTP/2
+connections (ALPN ``h2``) and the grpcio channel use TLS.
+
 On a stream, responses are matched to the request by id. A decoupled model's request is done when
 the response flagged ``triton_final_response`` arrives (asked for with
 ``triton_enable_empty_final_response``, so a model that ends with the flag alone still says so).
@@ -19,6 +23,7 @@ the response flagged ``triton_final_response`` arrives (asked for with
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,10 +35,13 @@ from tritonclient.grpc import service_pb2
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
 from inferd.tools.perf.grpc_h2 import Http2Connection, grpc_message, request_headers
+from inferd.tools.perf.headers import Headers, grpc_metadata
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, raw_bytes
+from inferd.tools.perf.tls import GrpcTlsSettings, handshake_error
 from inferd.tools.perf.transport import (
     ModelInfo,
+    PerfAccessError,
     PerfRequestError,
     RequestData,
     SequenceFlags,
@@ -48,6 +56,7 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
 ]
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 def call_suffix(request_id: str | None, sequence: SequenceFlags | None) -> bytes:
@@ -69,17 +78,38 @@ def _target(host: str, port: int) -> str:
 class GrpcTransport:
     """One model on a v2 gRPC server; ``streaming`` picks ``grpc-stream`` over ``grpc``."""
 
-    def __init__(self, url: str, model: str, version: str = "", *, streaming: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        version: str = "",
+        *,
+        streaming: bool = False,
+        headers: Headers = (),
+        tls: GrpcTlsSettings | None = None,
+    ) -> None:
         self.name = "grpc-stream" if streaming else "grpc"
         host, port = metadata.split_url(url, DEFAULT_GRPC_PORT)
         self._host, self._port = host, port
-        self.header_block = request_headers(_target(host, port), SERVICE + "ModelInfer")
-        self.stream_header_block = request_headers(
-            _target(host, port), SERVICE + "ModelStreamInfer"
-        )
+        target = _target(host, port)
+        self._metadata = grpc_metadata(headers)
+        self._tls = tls
+        self._ssl: ssl.SSLContext | None = None if tls is None else tls.context()
+        scheme = "http" if tls is None else "https"
+
+        def block(method: str) -> bytes:
+            return request_headers(target, SERVICE + method, scheme=scheme, metadata=self._metadata)
+
+        self.header_block = block("ModelInfer")
+        self.stream_header_block = block("ModelStreamInfer")
         self._model, self._version = model, version
         self._streaming = streaming
-        self._channel = grpc.aio.insecure_channel(_target(host, port), options=CHANNEL_OPTIONS)
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        else:
+            root, key, chain = tls.read()
+            credentials = grpc.ssl_channel_credentials(root, key, chain)
+            self._channel = grpc.aio.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
         self.wires: list[bytes] = []
         self.info: ModelInfo | None = None
         self._channels: set[GrpcChannel | GrpcStreamChannel] = set()
@@ -92,11 +122,16 @@ class GrpcTransport:
             response_deserializer=reply_type.FromString,
         )
         try:
-            return await call(request)
+            return await call(request, metadata=self._metadata or None)
         except grpc.aio.AioRpcError as exc:
-            raise PerfRequestError(f"{method}: {exc.details() or exc.code()}") from None
+            detail = f"{method}: {exc.details() or exc.code()}"
+            if exc.code() in _REFUSED or metadata.is_restricted(detail):
+                raise PerfAccessError(f"{detail} ({metadata.ACCESS_HINT})") from None
+            raise PerfRequestError(detail) from None
 
     async def model_info(self) -> ModelInfo:
+        if self._ssl is not None:  # a failed handshake says why, where grpcio says UNAVAILABLE
+            (await self.connect()).close()
         meta = await self._rpc(
             "ModelMetadata",
             service_pb2.ModelMetadataRequest(name=self._model, version=self._version),
@@ -167,14 +202,29 @@ class GrpcTransport:
     async def connect(self) -> Http2Connection:
         """A new HTTP/2 connection for unary calls."""
         loop = asyncio.get_running_loop()
+        where = f"{self._host}:{self._port}"
         try:
-            _, protocol = await loop.create_connection(
-                lambda: Http2Connection(loop), self._host, self._port
+            link, protocol = await loop.create_connection(
+                lambda: Http2Connection(loop),
+                self._host,
+                self._port,
+                ssl=self._ssl,
+                server_hostname=None if self._ssl is None else self._host,
             )
+        except ssl.SSLError as exc:
+            assert self._tls is not None
+            raise handshake_error(exc, where, self._tls.hint) from None
         except OSError as exc:
             raise PerfRequestError(
-                f"cannot connect to {self._host}:{self._port} over gRPC ({exc.strerror or exc})"
+                f"cannot connect to {where} over gRPC ({exc.strerror or exc})"
             ) from None
+        if self._ssl is not None:
+            tls_object = link.get_extra_info("ssl_object")
+            if tls_object is None or tls_object.selected_alpn_protocol() != "h2":
+                protocol.close()
+                raise PerfRequestError(
+                    f"{where} did not agree to HTTP/2 over TLS (ALPN h2): is it a gRPC server?"
+                )
         return protocol
 
     def forget(self, channel: GrpcChannel | GrpcStreamChannel) -> None:

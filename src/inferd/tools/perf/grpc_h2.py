@@ -27,6 +27,7 @@ from typing import cast
 from urllib.parse import unquote
 
 from inferd.tools.perf.hpack_decode import HeaderDecoder, HpackError, literal
+from inferd.tools.perf.metadata import ACCESS_HINT, is_restricted
 from inferd.tools.perf.transport import PerfRequestError
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -38,6 +39,7 @@ MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65_535
 CANCEL = 0x8
 _HEAD = struct.Struct(">I")  # length (24 bits) + type, packed by hand below
+ACCESS_CODES = (7, 16)  # PERMISSION_DENIED, UNAUTHENTICATED
 _STATUS_TEXT = {
     1: "CANCELLED",
     2: "UNKNOWN",
@@ -68,15 +70,23 @@ def grpc_message(message: bytes) -> bytes:
     return b"\x00" + _HEAD.pack(len(message)) + message
 
 
-def request_headers(authority: str, path: str) -> bytes:
-    """The header block of every call to ``path`` (pseudo-headers first)."""
+def request_headers(
+    authority: str,
+    path: str,
+    *,
+    scheme: str = "http",
+    metadata: Sequence[tuple[str, str]] = (),
+) -> bytes:
+    """The header block of every call to ``path`` (pseudo-headers first), with the call's
+    ``metadata`` (lower-case names, printable ASCII values: :mod:`inferd.tools.perf.headers`)."""
     fields: Sequence[tuple[str, str]] = (
         (":method", "POST"),
-        (":scheme", "http"),
+        (":scheme", scheme),
         (":path", path),
         (":authority", authority),
         ("content-type", "application/grpc"),
         ("te", "trailers"),
+        *metadata,
     )
     return b"".join(literal(n.encode(), v.encode()) for n, v in fields)
 
@@ -90,10 +100,10 @@ def trailer_error(headers: dict[bytes, bytes]) -> str | None:
     if status == b"0":
         return None
     message = unquote(headers.get(b"grpc-message", b"").decode("utf-8", "replace"))
-    if message:
-        return message
     code = int(status) if status.isdigit() else -1
-    return f"gRPC status {_STATUS_TEXT.get(code, status.decode())}"
+    text = message or f"gRPC status {_STATUS_TEXT.get(code, status.decode())}"
+    refused = code in ACCESS_CODES or is_restricted(text)
+    return f"{text} ({ACCESS_HINT})" if refused else text
 
 
 class _Stream:

@@ -10,6 +10,10 @@ server's ``{"error": ...}`` message.
 ``http-binary`` sends the inputs as the binary tensor extension
 (``Inference-Header-Content-Length``) and asks for binary outputs; ``http-json`` sends and
 receives v2 JSON.
+
+Extra headers (``-H``) go into every request's prepared bytes, and into the metadata and
+statistics requests. An ``https://`` server, or :class:`~inferd.tools.perf.tls.HttpsSettings`,
+puts every connection on TLS (one context per transport).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Sequence
 from typing import Any, cast
 from urllib.parse import quote
@@ -27,10 +32,13 @@ import orjson
 
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
+from inferd.tools.perf.headers import Headers, http_lines
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, json_data, raw_bytes
+from inferd.tools.perf.tls import HttpsSettings, handshake_error
 from inferd.tools.perf.transport import (
     ModelInfo,
+    PerfAccessError,
     PerfRequestError,
     RequestData,
     SequenceFlags,
@@ -133,9 +141,23 @@ class _Prepared:
 class HttpTransport:
     """One model on a v2 HTTP server; ``binary`` picks ``http-binary`` over ``http-json``."""
 
-    def __init__(self, url: str, model: str, version: str = "", *, binary: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        version: str = "",
+        *,
+        binary: bool = True,
+        headers: Headers = (),
+        tls: HttpsSettings | None = None,
+    ) -> None:
         self.name = "http-binary" if binary else "http-json"
         self._host, self._port = metadata.split_url(url, DEFAULT_HTTP_PORT)
+        if tls is None and metadata.is_https(url):
+            tls = HttpsSettings()
+        self._tls = tls
+        self._ssl: ssl.SSLContext | None = None if tls is None else tls.context()
+        self._extra = http_lines(headers)
         self._model, self._version = model, version
         self._binary = binary
         path = f"/v2/models/{quote(model, safe='')}"
@@ -156,8 +178,15 @@ class HttpTransport:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await loop.create_connection(
-                lambda: _Connection(loop), self._host, self._port
+                lambda: _Connection(loop),
+                self._host,
+                self._port,
+                ssl=self._ssl,
+                server_hostname=None if self._ssl is None else self._host,
             )
+        except ssl.SSLError as exc:
+            assert self._tls is not None
+            raise handshake_error(exc, f"{self._host}:{self._port}", self._tls.hint) from None
         except OSError as exc:
             raise PerfRequestError(
                 f"cannot connect to {self._host}:{self._port} over HTTP ({exc.strerror or exc})"
@@ -169,7 +198,11 @@ class HttpTransport:
             if self._control is None or not self._control.open:
                 self._control = await self.connect()
             control = self._control
-            request = b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path.encode(), self._host_header)
+            request = b"GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
+                path.encode(),
+                self._host_header,
+                self._extra,
+            )
             try:
                 status, body = await control.send(request, want_body=True)
             except asyncio.CancelledError:
@@ -184,6 +217,8 @@ class HttpTransport:
 
     async def _get_ok(self, path: str) -> Any:
         status, answer = await self._get(path)
+        if status in (401, 403):
+            raise PerfAccessError(f"GET {path}: {answer}")
         if status != 200:
             raise PerfRequestError(f"GET {path}: {answer}")
         return answer
@@ -266,7 +301,7 @@ class HttpTransport:
         else:
             lines.append(b"Content-Type: application/json")
         lines.append(b"Content-Length: %d" % (len(head) + len(prepared.blobs)))
-        return b"\r\n".join(lines) + b"\r\n\r\n" + head + prepared.blobs
+        return b"\r\n".join(lines) + b"\r\n" + self._extra + b"\r\n" + head + prepared.blobs
 
     async def open_channel(self) -> HttpChannel:
         if not self._prepared:

@@ -20,11 +20,22 @@ from inferd.tools.perf.transport import ModelInfo, TensorInfo
 BATCH_STATS = ("compute_input", "compute_infer", "compute_output")
 
 
+ACCESS_HINT = "send the header the server expects with -H NAME:VALUE"
+# Triton's (and inferd's) answer to a call of a restricted API without its header; over gRPC it
+# comes with status UNAVAILABLE, so the words are what tell it apart
+RESTRICTED_WORDS = "is restricted, expecting header"
+
+
+def is_restricted(message: str) -> bool:
+    """Whether a server's error message is a restricted API's refusal."""
+    return RESTRICTED_WORDS in message
+
+
 def split_url(url: str, default_port: int) -> tuple[str, int]:
-    """``host[:port]`` (perf_analyzer's ``-u``; a leading ``http://`` or ``grpc://`` is allowed)
-    as ``(host, port)``."""
+    """``host[:port]`` (perf_analyzer's ``-u``; a leading ``http://``, ``https://`` or
+    ``grpc://`` is allowed) as ``(host, port)``."""
     text = url.strip()
-    for scheme in ("http://", "grpc://"):
+    for scheme in ("http://", "https://", "grpc://"):
         if text.startswith(scheme):
             text = text[len(scheme) :]
     text = text.rstrip("/")
@@ -44,6 +55,11 @@ def split_url(url: str, default_port: int) -> tuple[str, int]:
     if not host:
         raise InvalidArgumentError(f"-u {url}: no host")
     return host, port
+
+
+def is_https(url: str) -> bool:
+    """Whether ``-u`` names an HTTPS server (``https://HOST:PORT``)."""
+    return url.strip().lower().startswith("https://")
 
 
 def _port(text: str, url: str) -> int:
@@ -184,7 +200,13 @@ def statistics_from_proto(response: Any, name: str, version: str) -> dict[str, A
 
 
 def error_text(status: int, body: bytes | None) -> str:
-    """The server's message from an HTTP error answer (``{"error": ...}``), else the status."""
+    """The server's message from an HTTP error answer (``{"error": ...}``), else the status;
+    a refusal of the client's credentials (401, 403) also says how to send them."""
+    text = _error_text(status, body)
+    return f"{text} ({ACCESS_HINT})" if status in (401, 403) else text
+
+
+def _error_text(status: int, body: bytes | None) -> str:
     if body:
         try:
             decoded = orjson.loads(body)

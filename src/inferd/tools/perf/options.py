@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.errors import InvalidArgumentError
+from inferd.tools.perf.headers import Headers
+from inferd.tools.perf.tls import GrpcTlsSettings, HttpsSettings
 
 
 class LoadMode(enum.Enum):
@@ -82,6 +84,9 @@ class PerfOptions:
     version: str = ""
     transport: str = "http-binary"  # one of transport.TRANSPORT_NAMES
     url: str = ""
+    headers: Headers = ()  # -H: sent with every request (HTTP headers, gRPC metadata)
+    https: HttpsSettings | None = None  # HTTP over TLS (an https:// server)
+    grpc_tls: GrpcTlsSettings | None = None  # gRPC over TLS (--ssl-grpc-use-ssl)
     batch_size: int = 1
     mode: LoadMode = LoadMode.CONCURRENCY
     concurrency: Range = field(default_factory=lambda: Range(1, 1, 1))

@@ -14,6 +14,7 @@ from typing import Any
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.cost import CostProbe
 from inferd.tools.perf.driver import Driver, Progress
+from inferd.tools.perf.headers import names
 from inferd.tools.perf.inputs import load_input_data
 from inferd.tools.perf.options import LoadMode, PerfOptions
 from inferd.tools.perf.summary import LoadPoint
@@ -53,6 +54,8 @@ def settings_of(options: PerfOptions, model: ModelInfo, probe: CostProbe) -> dic
         "version": options.version,
         "transport": options.transport,
         "url": options.url,
+        "tls": options.https is not None or options.grpc_tls is not None,
+        "headers": names(options.headers),  # the names only: values may be secrets
         "batch_size": options.batch_size,
         "mode": options.mode.value,
         "levels": options.load_levels(),

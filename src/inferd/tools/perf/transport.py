@@ -24,6 +24,11 @@ class PerfRequestError(InferdError):
     """The server answered a request with an error; the message is the server's own."""
 
 
+class PerfAccessError(PerfRequestError):
+    """The server refused the client's credentials (HTTP 401 or 403, gRPC UNAUTHENTICATED or
+    PERMISSION_DENIED): a header it expects is missing or wrong."""
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One input or output of a model as its metadata states it (-1 for a variable dim).
