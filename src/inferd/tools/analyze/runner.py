@@ -40,7 +40,7 @@ from inferd.tools.analyze.search import GridSearch, QuickSearch, Searcher, drive
 from inferd.tools.analyze.space import Candidate, RangeChoices, Space, enumerate_space, space_for
 from inferd.tools.analyze.store import ResultStore
 from inferd.tools.perf.driver import PerfRunError
-from inferd.tools.perf.transport import PerfRequestError, Transport
+from inferd.tools.perf.transport import PerfAccessError, PerfRequestError, Transport
 
 __all__ = ["AUTO_GRID_LIMIT", "AnalyzeOptions", "Analyzer", "ModelRun", "plan_search"]
 
@@ -234,6 +234,8 @@ class Analyzer:
             if config is None:
                 raise
             error = f"load failed: {exc.message}"
+        except PerfAccessError:
+            raise  # every config would be refused alike: the command says what to pass
         except PerfRequestError as exc:
             error = f"requests failed: {exc.message}"
         except PerfRunError as exc:
