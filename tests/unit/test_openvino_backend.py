@@ -217,6 +217,19 @@ def test_parameters_are_honoured_by_the_compiled_model(tmp_path: Path) -> None:
     assert str(compiled.get_property("NUM_STREAMS")) == n
 
 
+@pytest.mark.parametrize(("hint", "precision"), [("YES", "bf16"), ("NO", "f32")])
+def test_hint_bf16_sets_the_inference_precision_either_way(
+    tmp_path: Path, hint: str, precision: str
+) -> None:
+    model_dir = _model_dir(add_sub(TensorProto.FLOAT), tmp_path)
+    spec = _spec(model_dir, ONNX_OV + _params(HINT_BF16=hint))
+    assert dict(parse_settings(spec, cores=2).properties)["INFERENCE_PRECISION_HINT"] == precision
+    compiled = _load(spec, model_dir).create_instance(CPU, 0)._compiled
+    assert compiled is not None
+    if precision == "f32" or "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        assert compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name() == precision
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [

@@ -98,8 +98,10 @@ def parse_settings(spec: ModelSpec, cores: int | None = None) -> CompileSettings
             streams = 1
         if streams is not None:
             props["NUM_STREAMS"] = str(streams)
-    if _yes_no(params, "HINT_BF16"):
-        props["INFERENCE_PRECISION_HINT"] = "bf16"
+    if "HINT_BF16" in params:
+        # NO pins FP32: on CPUs with native BF16 (AVX-512 BF16, AMX) OpenVINO's own default
+        # precision is bf16, so leaving the property unset would not mean FP32 there
+        props["INFERENCE_PRECISION_HINT"] = "bf16" if _yes_no(params, "HINT_BF16") else "f32"
     cache_dir = params.get("CACHE_DIR")
     if cache_dir is not None:
         if not cache_dir.strip():
