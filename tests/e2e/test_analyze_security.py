@@ -1,7 +1,8 @@
 """``inferd analyze -u`` against a protected ``inferd serve``: model control behind the admin
 token and a restricted API's header, inference behind the same header, HTTP over TLS. With the
 token (``--admin-token-file`` or ``INFERD_ADMIN_TOKEN``), ``-H`` and the CA the analysis runs;
-without one of them it stops at once with exit code 1 and one line saying what to pass."""
+without one of them it stops at once with exit code 1 and one line saying what to pass. The
+analyzer's own server, which inherits ``INFERD_ADMIN_TOKEN``, is sent that token."""
 
 from __future__ import annotations
 
@@ -129,3 +130,11 @@ def test_without_the_header_one_line_says_to_pass_it(protected: Protected, tmp_p
     assert "expecting header 'x-api-key'" in err
     assert err.endswith("pass the header it expects with -H NAME:VALUE")
     assert len(err.splitlines()) == 1
+
+
+def test_its_own_server_inherits_the_environment_token_and_is_sent_it(
+    protected: Protected, tmp_path: Path
+) -> None:
+    run = analyze(protected, tmp_path / "r", token_env="token-of-the-child-server")
+    assert run.returncode == 0, run.stderr + run.stdout
+    _measured_without_errors(tmp_path / "r")
