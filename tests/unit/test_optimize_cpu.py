@@ -30,7 +30,7 @@ def _cpuinfo(flags: str, model: str = "Test CPU", cores: int = 2) -> str:
 
 def test_an_avx512_cpu_with_vnni_and_bf16_but_no_amx() -> None:
     cpu = parse_cpuinfo(_cpuinfo(ZEN4, "AMD EPYC"))
-    assert cpu.known and cpu.model == "AMD EPYC"
+    assert (cpu.known, cpu.model) == (True, "AMD EPYC")
     assert (cpu.avx2, cpu.avx512, cpu.vnni, cpu.bf16) == (True, True, True, True)
     assert (cpu.fp16, cpu.amx) == (False, False)
     assert cpu.summary() == "AMD EPYC: AVX-512 with VNNI and BF16, no FP16, no AMX"
@@ -38,10 +38,9 @@ def test_an_avx512_cpu_with_vnni_and_bf16_but_no_amx() -> None:
 
 def test_a_cpu_with_amx_and_fp16() -> None:
     cpu = parse_cpuinfo(_cpuinfo(SAPPHIRE_RAPIDS, model=""))
-    assert cpu.amx and cpu.fp16 and cpu.bf16 and cpu.vnni
-    assert cpu.summary() == (
-        "AVX-512 with VNNI, BF16 and FP16, AMX (AMX-INT8, AMX-BF16), AVX-VNNI"
-    )
+    assert (cpu.amx, cpu.fp16, cpu.bf16, cpu.vnni) == (True, True, True, True)
+    summary = "AVX-512 with VNNI, BF16 and FP16, AMX (AMX-INT8, AMX-BF16), AVX-VNNI"
+    assert cpu.summary() == summary
 
 
 @pytest.mark.parametrize(
@@ -55,7 +54,7 @@ def test_a_cpu_with_amx_and_fp16() -> None:
 def test_older_cpus_say_what_they_lack(flags: str, summary: str) -> None:
     cpu = parse_cpuinfo(_cpuinfo(flags, model=""))
     assert cpu.summary() == summary
-    assert not cpu.bf16 and not cpu.fp16 and not cpu.amx
+    assert (cpu.bf16, cpu.fp16, cpu.amx) == (False, False, False)
 
 
 def test_f16c_conversion_is_not_fp16_arithmetic() -> None:
@@ -70,7 +69,7 @@ def test_the_first_flags_line_stands_for_the_machine() -> None:
 def test_text_without_a_flags_line_is_unknown() -> None:
     arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes sve\nCPU implementer\t: 0x41\n"
     cpu = parse_cpuinfo(arm)
-    assert not cpu.known and not cpu.vnni and not cpu.bf16
+    assert (cpu.known, cpu.vnni, cpu.bf16) == (False, False, False)
     assert cpu.summary().startswith("unknown CPU features (no x86 'flags' line")
     assert not parse_cpuinfo("").known
 
