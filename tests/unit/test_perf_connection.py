@@ -156,6 +156,10 @@ def test_unreadable_tls_files_name_their_flag(pki: Pki, tmp_path: Path) -> None:
         (["-i", "in-process", "--admin-token-file", "t"], "calls the engine directly"),
         (["-i", "in-process", "-H", "k:v"], "-H is for a server over the network"),
         (["-u", "h:1", "-H", "bad"], "expected NAME:VALUE"),
+        (
+            ["-u", "h:1", "-H", "authorization:Bearer x", "--admin-token-file", __file__],
+            "-H Authorization and the admin token of --admin-token-file would both be sent",
+        ),
     ],
 )
 def test_analyze_refuses_what_its_own_server_does_not_need(

@@ -204,7 +204,7 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         help="rewrite each model's config.pbtxt in place (the old one kept as config.pbtxt.orig)",
     )
     out.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_connection_arguments(p)
+    add_connection_arguments(p, sent_with="model control call and request, with -u")
 
 
 @dataclass(frozen=True)
@@ -348,7 +348,13 @@ def _connection(args: argparse.Namespace) -> tuple[Connection, str | None]:
                 f"{given[0]} is for a server given with -u; the server the analyzer starts has "
                 "no restrictions and no TLS"
             )
-    return connection, read_admin_token(args.admin_token_file, os.environ)
+    token = read_admin_token(args.admin_token_file, os.environ)
+    if token is not None and any(name.lower() == "authorization" for name, _ in connection.headers):
+        where = "--admin-token-file" if args.admin_token_file is not None else "INFERD_ADMIN_TOKEN"
+        raise InvalidArgumentError(
+            f"-H Authorization and the admin token of {where} would both be sent: give one"
+        )
+    return connection, token
 
 
 def _choices(args: argparse.Namespace) -> RangeChoices:

@@ -46,8 +46,9 @@ def _key_type(text: str) -> str:
     return text
 
 
-def add_connection_arguments(p: argparse.ArgumentParser) -> None:
-    """``-H`` and the ``--ssl-*`` flags, in their own help group."""
+def add_connection_arguments(p: argparse.ArgumentParser, *, sent_with: str = "request") -> None:
+    """``-H`` and the ``--ssl-*`` flags, in their own help group; ``sent_with`` says in the help
+    what carries the headers."""
     group = p.add_argument_group("headers and TLS (perf_analyzer's flags)")
     group.add_argument(
         "-H",
@@ -55,8 +56,8 @@ def add_connection_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME:VALUE",
-        help="a header sent with every request: HTTP header, or gRPC metadata (name in lower "
-        "case); repeatable. E.g. a restricted API's KEY:VALUE, or 'Authorization: Bearer T'",
+        help=f"a header sent with every {sent_with}: HTTP header, or gRPC metadata (name in "
+        "lower case); repeatable. E.g. a restricted API's KEY:VALUE",
     )
     group.add_argument(
         "--ssl-https-verify-peer",
