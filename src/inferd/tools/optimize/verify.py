@@ -57,7 +57,9 @@ class Tolerance:
 
 EXACT = Tolerance("fp32 rewrite", relative=1e-3, min_cosine=0.9999)
 HALF = Tolerance("half precision", relative=5e-2, min_cosine=0.99)
-INT8 = Tolerance("int8", relative=1.0, min_cosine=0.9)
+# INT8 only has to be recognisably the same model here (a peaked softmax may move a lot under
+# INT8): how much accuracy it keeps is for the evaluation, and for repair, to judge
+INT8 = Tolerance("int8", relative=1.0, min_cosine=0.5)
 
 
 @dataclass(frozen=True)
