@@ -8,7 +8,8 @@ the model's configuration, hands it to that version's scheduler and shapes the r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from inferd.core.classification import classify
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, TensorMetadata
 from inferd.core.model_spec import ModelSpec
+from inferd.core.observe import InferenceObserver
 from inferd.core.statistics import StatsSnapshot
 from inferd.core.streaming import ResponseBudget
 from inferd.core.validation import validate_request
@@ -25,6 +27,8 @@ from inferd.repository.calls import InProcessCaller, parse_version, submit_cache
 from inferd.repository.manager_types import ModelManager, ServingModel
 from inferd.repository.streaming import StreamEvent
 from inferd.scheduling.response_cache import ResponseCache
+
+log = logging.getLogger(__name__)
 
 SERVER_NAME = "triton"  # tritonclient examples check that the server calls itself "triton"
 
@@ -51,8 +55,10 @@ class Engine:
         strict_readiness: bool = True,
         extensions: tuple[str, ...] = EXTENSIONS,
         response_cache: ResponseCache | None = None,
+        observers: Sequence[InferenceObserver] = (),
     ) -> None:
         self._manager = manager
+        self._observers = tuple(observers)
         self._streaming = InProcessCaller(manager.get, response_cache)
         self._cache = response_cache
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
@@ -130,7 +136,23 @@ class Engine:
         if model.spec.response_cache and self._cache is not None:
             return await self._infer_cached(request, model, rows, self._cache)
         outputs = await model.scheduler.submit(request, rows)
+        if self._observers:
+            self._notify(model, request, outputs)
         return self._shape_response(request, model, outputs)
+
+    def _notify(
+        self,
+        model: ServingModel,
+        request: InferRequest,
+        outputs: Mapping[str, np.ndarray[Any, Any]],
+    ) -> None:
+        """Hand an answered request to every observer; an observer's failure is logged and
+        never reaches the request."""
+        for observer in self._observers:
+            try:
+                observer.observe(model.spec, model.version, request, outputs)
+            except Exception:
+                log.exception("observer %r failed on a request to '%s'", observer, model.spec.name)
 
     async def _infer_cached(
         self, request: InferRequest, model: ServingModel, rows: int, cache: ResponseCache
@@ -144,6 +166,8 @@ class Engine:
             rows,
             lambda produced: self._shape_response(request, model, produced).outputs,
         )
+        if self._observers:
+            self._notify(model, request, outputs)
         return InferResponse(
             model_name=model.spec.name,
             model_version=str(model.version),

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from inferd import __version__
 from inferd.backends.python.shm import PREFIX as PYTHON_SHM_PREFIX
 from inferd.backends.registry import BackendRegistry, default_registry
+from inferd.core.observe import InferenceObserver
 from inferd.engine import EXTENSIONS, Engine
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.shared_memory import SHARED_MEMORY_EXTENSIONS, SharedMemoryRegistry
@@ -44,6 +45,8 @@ class Server:
 
     config: ServerConfig
     registry: BackendRegistry | None = None
+    # watchers of answered requests (payload log, drift monitor) besides those the config builds
+    observers: Sequence[InferenceObserver] = ()
     manager: RepositoryManager = field(init=False)
     engine: Engine = field(init=False)
     shared_memory: SharedMemoryRegistry = field(init=False)
@@ -90,6 +93,7 @@ class Server:
             server_version=__version__,
             strict_readiness=cfg.strict_readiness,
             response_cache=self.response_cache,
+            observers=self.observers,
         )
 
     async def start(self) -> None:

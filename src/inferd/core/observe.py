@@ -1,0 +1,29 @@
+"""What watches answered requests without being in their way: the payload log, the drift
+monitor. The engine calls every observer on the event loop after a request is answered; an
+observer only samples and hands the data on (a bounded queue, a worker of its own), and must
+never raise into the request or make it wait."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import ModelSpec
+
+__all__ = ["InferenceObserver"]
+
+
+class InferenceObserver(Protocol):
+    def observe(
+        self,
+        spec: ModelSpec,
+        version: int,
+        request: InferRequest,
+        outputs: Mapping[str, np.ndarray[Any, Any]],
+    ) -> None:
+        """``request`` was answered by ``version`` of the model ``spec`` with ``outputs`` (the
+        outputs the model produced for it, before any classification); return at once."""
+        ...
