@@ -104,7 +104,8 @@ def optimize_command(args: argparse.Namespace) -> int:
         report_text(result, options.goals, options.model), encoding="utf-8"
     )
     write_html(results / "report.html", result, options.goals, options.model)
-    console = Console(width=max(Console().width, 100))
+    # a pipe or a log gets every column whole; a terminal keeps its own width
+    console = Console() if interactive else Console(width=160)
     console.print(summary_table(result, options.goals))
     for line in reason_lines(result):
         console.print(line, markup=False, highlight=False)

@@ -53,8 +53,12 @@ class PlanContext:
     platform: str
     calibration: Dataset
     train: Dataset | None
+    work_root: Path
+    output: str | None = None  # the output compared (fine-tuning targets it)
     only: tuple[str, ...] = ()
     source: Candidate | None = None
+    # built once, read by several steps (the graph pre-processed for quantization...)
+    cache: dict[tuple[str, str], object] = field(default_factory=dict)
 
     def source_model(self) -> Candidate:
         if self.source is None:
@@ -114,12 +118,23 @@ def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
         Step("int8-dynamic", "int8-dynamic", b.int8_dynamic),
         Step("transformer-int8-dynamic", "int8-dynamic", b.transformer_int8_dynamic),
         Step("int8-static-minmax", "int8-static", b.int8_static, options={"method": "minmax"}),
-        Step("int8-static-entropy", "int8-static", b.int8_static, options={"method": "entropy"}),
         Step(
-            "int8-static-percentile",
+            "int8-static-minmax-pc",
             "int8-static",
             b.int8_static,
-            options={"method": "percentile"},
+            options={"method": "minmax", "per_channel": True},
+        ),
+        Step(
+            "int8-static-entropy-pc",
+            "int8-static",
+            b.int8_static,
+            options={"method": "entropy", "per_channel": True},
+        ),
+        Step(
+            "int8-static-percentile-pc",
+            "int8-static",
+            b.int8_static,
+            options={"method": "percentile", "per_channel": True},
         ),
         Step("openvino", "openvino", b.openvino_ir),
         Step("nncf-int8", "nncf-int8", b.nncf_int8),
@@ -143,7 +158,11 @@ def repair_step(
     if not _wanted(context, "int8-mixed") or context.source is None:
         return None
     baseline = outcomes[0]
-    statics = [o for o in outcomes if o.kind == "int8-static" and o.quality is not None]
+    statics = [
+        o
+        for o in outcomes
+        if o.kind == "int8-static" and o.quality is not None and o.name in candidates
+    ]
     if not statics or baseline.quality is None:
         return None
     if any(
@@ -161,12 +180,13 @@ def repair_step(
         b.int8_mixed,
         options={
             "from": best.name,
-            "recipe": dict(candidates[best.name].recipe) if best.name in candidates else {},
+            "from_path": str(candidates[best.name].path),
+            "recipe": dict(candidates[best.name].recipe),
             "eval": eval_data,
             "reference": reference,
             "output": output,
             "metric": metric,
-            "goals": goals,
+            "budget": goals.budget,
             "baseline_value": baseline.quality.value,
         },
     )

@@ -296,6 +296,8 @@ async def optimize(
         platform=platform_of(base.spec),
         calibration=base.calibration,
         train=base.train,
+        work_root=session.builds,
+        output=base.output,
         only=options.only,
     )
     context, steps = plan_steps(context)
