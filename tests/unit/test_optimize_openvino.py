@@ -11,8 +11,14 @@ from opt_graph_models import RNG, Rows, bert_inputs, conv_net, mlp, save, serve,
 
 ov = pytest.importorskip("openvino")
 
-from inferd.tools.optimize.candidate import OPENVINO_PLATFORM, CandidateSkipped  # noqa: E402
+from inferd.tools.optimize.candidate import (  # noqa: E402
+    OPENVINO_PLATFORM,
+    Candidate,
+    CandidateSkipped,
+)
+from inferd.tools.optimize.cpu import detect_cpu  # noqa: E402
 from inferd.tools.optimize.openvino import build_nncf_int8, build_openvino  # noqa: E402
+from inferd.tools.optimize.precision import bf16_variant  # noqa: E402
 from inferd.tools.optimize.verify import onnx_session, run_onnx  # noqa: E402
 
 
@@ -58,6 +64,37 @@ def test_nncf_int8_quantizes_a_conv_net(tmp_path: Path) -> None:
     want = run_onnx(onnx_session(source), {"image": image})["scores"]
     error = np.abs(served["scores"] - want).max()
     assert 0 < error < 0.2 * np.abs(want).max()
+
+
+def test_the_int8_model_with_its_float_layers_in_bf16(tmp_path: Path) -> None:
+    pytest.importorskip("nncf")
+    cpu = detect_cpu()
+    if cpu.known and not cpu.bf16:
+        pytest.skip(f"this CPU has no BF16: {cpu.summary()}")
+    source = save(conv_net(), tmp_path / "cnn.onnx")
+    image = _images(8)
+    int8 = build_nncf_int8(
+        source, tmp_path / "out", sample={"image": image}, calibration=Rows({"image": _images(32)})
+    )
+    variant = bf16_variant(int8, source, sample={"image": image}, cpu=cpu)
+    assert (variant.name, variant.kind, variant.parent) == (
+        "nncf-int8-bf16",
+        "nncf-int8",
+        int8.name,
+    )
+    assert variant.path == int8.path
+    assert dict(variant.parameters) == {"HINT_BF16": "YES"}
+    assert dict(int8.parameters) == {"HINT_BF16": "NO"}
+    served = serve(variant, tmp_path, {"image": image})
+    want = run_onnx(onnx_session(source), {"image": image})["scores"]
+    assert np.abs(served["scores"] - want).max() < 0.2 * np.abs(want).max()
+
+
+def test_bf16_variants_are_for_openvino_models_only(tmp_path: Path) -> None:
+    source = save(mlp(), tmp_path / "mlp.onnx")
+    onnx_candidate = Candidate(name="graph-all", kind="graph", path=source)
+    with pytest.raises(CandidateSkipped, match="not an OpenVINO model"):
+        bf16_variant(onnx_candidate, source, sample={"x": np.ones((1, 32))})
 
 
 def test_nncf_reads_at_most_the_subset_size(tmp_path: Path) -> None:

@@ -208,8 +208,7 @@ def build_nncf_int8(
         },
         notes=(
             f"NNCF post-training INT8 quantization ({kind} model type) calibrated on "
-            f"{len(items)} rows; the layers NNCF leaves in float run in FP32 (HINT_BF16=NO): "
-            "in bfloat16 the conversions around the INT8 layers cost more than they save.",
+            f"{len(items)} rows; the layers NNCF leaves in float run in FP32 (HINT_BF16=NO).",
         ),
         parent=parent,
     )

@@ -16,6 +16,7 @@ What the runtimes do with them (checked on ONNX Runtime 1.32 and OpenVINO 2026.4
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from inferd.tools.optimize.cpu import CpuFeatures, detect_cpu
 from inferd.tools.optimize.openvino import check_ir, convert_to_ir
 from inferd.tools.optimize.verify import (
     HALF,
+    INT8,
+    Tolerance,
     check_agreement,
     head_rows,
     load_onnx,
@@ -34,7 +37,14 @@ from inferd.tools.optimize.verify import (
     run_onnx,
 )
 
-__all__ = ["BF16_PARAMETERS", "HEAVY_OPS", "build_bf16", "build_fp16", "fp16_kernels"]
+__all__ = [
+    "BF16_PARAMETERS",
+    "HEAVY_OPS",
+    "bf16_variant",
+    "build_bf16",
+    "build_fp16",
+    "fp16_kernels",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -122,9 +132,9 @@ def build_fp16(
         fast = sorted(op for _, op in (used & HEAVY_OPS) & kernels)
         if heavy and not fast:
             raise CandidateSkipped(
-                f"ONNX Runtime's CPU provider has no FP16 kernel for {', '.join(heavy)}: it "
-                "would cast them back to FP32 at load, so FP16 halves the file but saves no "
-                "time here"
+                f"ONNX Runtime's CPU provider has no FP16 kernel for {', '.join(heavy)}: the "
+                "session would cast back to FP32 at load, so FP16 halves the file but saves "
+                "no time here"
             )
         if not heavy:
             raise CandidateSkipped(
@@ -174,6 +184,14 @@ def build_fp16(
     )
 
 
+def _require_bf16(cpu: CpuFeatures) -> None:
+    if cpu.known and not cpu.bf16:
+        raise CandidateSkipped(
+            f"this CPU has no BF16 instructions (AVX-512 BF16 or AMX-BF16; it has "
+            f"{cpu.summary()}), so OpenVINO would compute in FP32"
+        )
+
+
 def build_bf16(
     source: Path,
     out_dir: Path,
@@ -188,42 +206,80 @@ def build_bf16(
     when the CPU's features are unknown, and then kept only if OpenVINO reports bf16.
     """
     cpu = cpu if cpu is not None else detect_cpu()
-    if cpu.known and not cpu.bf16:
-        raise CandidateSkipped(
-            f"this CPU has no BF16 instructions (AVX-512 BF16 or AMX-BF16; it has "
-            f"{cpu.summary()}), so OpenVINO would compute in FP32"
-        )
-    name = "bf16"
-    path = out_dir / name / "model.xml"
+    _require_bf16(cpu)
+    path = out_dir / "bf16" / "model.xml"
     convert_to_ir(source, path)
-    compiled = openvino_compiled(path, {"INFERENCE_PRECISION_HINT": "bf16"})
+    ir = Candidate(
+        name="bf16",
+        kind="bf16",
+        path=path,
+        platform=OPENVINO_PLATFORM,
+        recipe={"method": "openvino.convert_model", "weights": "fp32 in the IR"},
+        parent=parent,
+    )
+    return _in_bf16(ir, source, sample, cpu, name="bf16", kind="bf16", tolerance=HALF)
+
+
+def bf16_variant(
+    candidate: Candidate,
+    source: Path,
+    *,
+    sample: Mapping[str, Array],
+    cpu: CpuFeatures | None = None,
+) -> Candidate:
+    """An OpenVINO candidate (the NNCF INT8 model, say) served with bfloat16 precision for
+    the layers it computes in float: the same files, ``HINT_BF16=YES``, ``<name>-bf16``."""
+    if candidate.platform != OPENVINO_PLATFORM:
+        raise CandidateSkipped(
+            f"candidate '{candidate.name}' is not an OpenVINO model: bfloat16 precision is "
+            "OpenVINO's"
+        )
+    cpu = cpu if cpu is not None else detect_cpu()
+    _require_bf16(cpu)
+    int8 = candidate.kind.startswith("nncf") or "int8" in candidate.kind
+    return _in_bf16(
+        candidate,
+        source,
+        sample,
+        cpu,
+        name=f"{candidate.name}-bf16",
+        kind=candidate.kind,
+        tolerance=INT8 if int8 else HALF,
+        parent=candidate.name,
+    )
+
+
+def _in_bf16(
+    candidate: Candidate,
+    source: Path,
+    sample: Mapping[str, Array],
+    cpu: CpuFeatures,
+    *,
+    name: str,
+    kind: str,
+    tolerance: Tolerance,
+    parent: str | None = None,
+) -> Candidate:
+    """``candidate`` compiled in bfloat16: checked that OpenVINO runs bf16, and against the
+    ONNX source."""
+    hint = {"INFERENCE_PRECISION_HINT": "bf16"}
+    compiled = openvino_compiled(candidate.path, hint)
     precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
     if "bf16" not in precision and "bfloat16" not in precision:
         raise CandidateSkipped(
             f"OpenVINO runs this model in {precision} even when asked for bf16 on this CPU"
         )
-    error = check_ir(
-        source,
-        path,
-        sample,
-        {"INFERENCE_PRECISION_HINT": "bf16"},
-        HALF,
-        "the model in bfloat16 precision",
-    )
-    return Candidate(
+    error = check_ir(source, candidate.path, sample, hint, tolerance, f"'{name}' in bfloat16")
+    return replace(
+        candidate,
         name=name,
-        kind="bf16",
-        path=path,
-        platform=OPENVINO_PLATFORM,
-        parameters=dict(BF16_PARAMETERS),
-        recipe={
-            "method": "openvino INFERENCE_PRECISION_HINT bf16",
-            "weights": "fp32 in the IR, bf16 when compiled",
-            "max_abs_error": error,
-        },
+        kind=kind,
+        parameters={**candidate.parameters, **BF16_PARAMETERS},
+        recipe={**candidate.recipe, "inference_precision": "bf16", "max_abs_error": error},
         notes=(
-            "BF16 through OpenVINO (HINT_BF16=YES): ONNX Runtime's CPU provider has no BF16 "
-            f"MatMul. This CPU: {cpu.summary()}.",
+            *candidate.notes,
+            "Float layers in bfloat16 through OpenVINO (HINT_BF16=YES); ONNX Runtime's CPU "
+            f"provider has no BF16 MatMul. This CPU: {cpu.summary()}.",
         ),
-        parent=parent,
+        parent=parent if parent is not None else candidate.parent,
     )
