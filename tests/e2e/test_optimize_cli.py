@@ -160,3 +160,43 @@ def test_usage_errors_are_one_line(
     )  # fmt: skip
     assert missing.returncode == 2
     assert "no model 'nope'" in missing.stderr
+
+
+def test_mixed_precision_repairs_what_plain_int8_breaks(tmp_path: Path) -> None:
+    """One activation channel 1000x the others: every static INT8 candidate misses a 1% cosine
+    budget; the repair keeps the nodes around the outlier in float and meets it."""
+    from tests.unit.test_optimize_repair import outlier_model
+
+    repo = tmp_path / "repo"
+    (repo / "outlier" / "1").mkdir(parents=True)
+    onnx.save(outlier_model(), str(repo / "outlier" / "1" / "model.onnx"))
+    (repo / "outlier" / "config.pbtxt").write_text(
+        'name: "outlier"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 16\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+        'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 8 ] } ]\n'
+    )
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "calibration.npz", X=rng.normal(size=(64, 16)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", X=rng.normal(size=(128, 16)).astype(np.float32))
+    results = tmp_path / "results"
+    done = optimize(
+        "outlier", "--model-repository", repo, "--calibration", tmp_path / "calibration.npz",
+        "--eval", tmp_path / "eval.npz", "--only", "int8-static,int8-mixed", "--dry-run",
+        "--results", results, *FAST,
+    )  # fmt: skip
+    assert done.returncode in (0, 3), done.stderr + done.stdout
+    report = json.loads((results / "report.json").read_text())
+    by_name = {c["name"]: c for c in report["candidates"]}
+    assert report["decision"]["reasons"]["int8-static-minmax"].startswith("cosine")
+    for name in ("int8-static-minmax", "int8-static-minmax-pc"):
+        assert by_name[name]["quality"]["value"] < 0.99
+    mixed = by_name["int8-mixed"]
+    assert mixed["skipped"] is None
+    assert mixed["quality"]["value"] >= 0.99
+    excluded = mixed["recipe"]["excluded"]
+    assert excluded
+    assert set(excluded) <= {"mm_a", "mm_b", "mm_c", "mm_d"}
+    assert {"mm_b", "mm_c"} & set(excluded)
+    assert report["sensitivity"]
+    assert "misses the accuracy budget" not in report["decision"]["reasons"].get("int8-mixed", "")
+    assert not (repo / "outlier" / "2").exists()  # --dry-run

@@ -47,6 +47,14 @@ def test_agreement_with_itself_and_with_a_perturbed_copy() -> None:
     assert noisy["max_abs_error"] > 0.5
 
 
+def test_zero_rows_agree_only_with_zero_rows() -> None:
+    ref = np.array([[1.0, 2.0], [0.0, 0.0], [3.0, 1.0]])
+    got = np.array([[0.0, 0.0], [0.0, 0.0], [3.0, 1.0]])
+    figures = agreement_figures(got, ref)
+    assert figures["cosine_min"] == 0.0
+    assert figures["cosine"] == pytest.approx(2.0 / 3.0)
+
+
 def test_labels_must_match_rows() -> None:
     with pytest.raises(InvalidArgumentError, match="3 labels for 2 rows"):
         task_figures(np.zeros((2, 3)), np.array([0, 1, 2]))

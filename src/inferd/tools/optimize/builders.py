@@ -25,6 +25,7 @@ __all__ = [
     "fp16",
     "graph_optimized",
     "int8_dynamic",
+    "int8_dynamic_mixed",
     "int8_mixed",
     "int8_static",
     "nncf_int8",
@@ -166,21 +167,23 @@ class _EvalJudge:
         return self._budget.passes(self._metric, self._baseline, value)
 
 
-def int8_mixed(context: PlanContext, work: Path, options: Options) -> Candidate:
-    """Static INT8 with the most sensitive nodes kept in float until the budget holds."""
-    from inferd.tools.optimize.repair import repair_static
+def _ranking(context: PlanContext, work: Path, options: Options) -> list[Any]:
+    """The quantized nodes of the best static candidate, worst first (computed once a run)."""
     from inferd.tools.optimize.sensitivity import node_sensitivity
 
-    prepared = _prepared(context, _source_path(context))
-    recipe = options.get("recipe")
-    recipe = recipe if isinstance(recipe, dict) else {}
-    settings = _static_settings(
-        {"method": recipe.get("calibration", "minmax"), "per_channel": recipe.get("per_channel")}
-    )
-    quantized = Path(str(options["from_path"]))
-    ranking = node_sensitivity(prepared.path, quantized, context.calibration, work / "sensitivity")
-    judge = _EvalJudge(options)
-    candidate = repair_static(prepared, context.calibration, work, settings, ranking, judge)
+    key = ("sensitivity", str(options["from_path"]))
+    if key not in context.cache:
+        prepared = _prepared(context, _source_path(context))
+        quantized = Path(str(options["from_path"]))
+        context.cache[key] = node_sensitivity(
+            prepared.path, quantized, context.calibration, work / "sensitivity"
+        )
+    ranking = context.cache[key]
+    assert isinstance(ranking, list)
+    return ranking
+
+
+def _with_ranking(candidate: Candidate, ranking: list[Any], parent: str) -> Candidate:
     sensitivity = [{"node": s.node, "op_type": s.op_type, "score": s.score} for s in ranking[:50]]
     return Candidate(
         name=candidate.name,
@@ -190,8 +193,40 @@ def int8_mixed(context: PlanContext, work: Path, options: Options) -> Candidate:
         parameters=candidate.parameters,
         recipe={**candidate.recipe, "sensitivity": sensitivity},
         notes=candidate.notes,
-        parent=str(options.get("from")),
+        parent=parent,
     )
+
+
+def int8_mixed(context: PlanContext, work: Path, options: Options) -> Candidate:
+    """Static INT8 with the most sensitive nodes kept in float until the budget holds."""
+    from inferd.tools.optimize.repair import repair_static
+
+    prepared = _prepared(context, _source_path(context))
+    recipe = options.get("recipe")
+    recipe = recipe if isinstance(recipe, dict) else {}
+    settings = _static_settings(
+        {"method": recipe.get("calibration", "minmax"), "per_channel": recipe.get("per_channel")}
+    )
+    ranking = _ranking(context, work, options)
+    candidate = repair_static(
+        prepared, context.calibration, work, settings, ranking, _EvalJudge(options)
+    )
+    return _with_ranking(candidate, ranking, str(options.get("from")))
+
+
+def int8_dynamic_mixed(context: PlanContext, work: Path, options: Options) -> Candidate:
+    """Dynamic INT8 with the nodes the static ranking finds most sensitive kept in float."""
+    from inferd.tools.optimize.quantize import quantize_dynamic_int8
+    from inferd.tools.optimize.repair import repair_exclusions
+
+    prepared = _prepared(context, _source_path(context))
+    ranking = _ranking(context, work, options)
+
+    def build(excluded: Any, try_name: str) -> Candidate:
+        return quantize_dynamic_int8(prepared, work, nodes_to_exclude=list(excluded), name=try_name)
+
+    candidate = repair_exclusions(ranking, _EvalJudge(options), build, work, "int8-dynamic-mixed")
+    return _with_ranking(candidate, ranking, str(options.get("dynamic_from")))
 
 
 def openvino_ir(context: PlanContext, work: Path, options: Options) -> Candidate:

@@ -112,9 +112,14 @@ def agreement_figures(outputs: np.ndarray, reference: np.ndarray) -> dict[str, f
             f"the candidate's outputs have shape {mine.shape}, the baseline's {theirs.shape}"
         )
     dot = np.sum(mine * theirs, axis=1)
-    norms = np.linalg.norm(mine, axis=1) * np.linalg.norm(theirs, axis=1)
-    both_zero = norms == 0.0
-    cosine = np.where(both_zero, 1.0, dot / np.where(both_zero, 1.0, norms))
+    mine_norm, their_norm = np.linalg.norm(mine, axis=1), np.linalg.norm(theirs, axis=1)
+    norms = mine_norm * their_norm
+    # two zero rows agree; a zero row against a non-zero one shares no direction
+    either_zero = norms == 0.0
+    both_zero = (mine_norm == 0.0) & (their_norm == 0.0)
+    cosine = np.where(
+        either_zero, np.where(both_zero, 1.0, 0.0), dot / np.where(either_zero, 1.0, norms)
+    )
     difference = np.abs(mine - theirs)
     figures = {
         "cosine": float(np.mean(cosine)),

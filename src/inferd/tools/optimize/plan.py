@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from inferd.tools.optimize.data import Dataset
     from inferd.tools.optimize.decide import Goals, Outcome
 
-__all__ = ["KINDS", "PlanContext", "Step", "plan_steps", "repair_step"]
+__all__ = ["KINDS", "PlanContext", "Step", "plan_steps", "repair_steps"]
 
 #: every kind of candidate ``--only`` can name, in the order they are built
 KINDS = (
@@ -144,7 +144,27 @@ def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
     return context, [s for s in steps if _wanted(context, s.kind) or s.source]
 
 
-def repair_step(
+def _missed(
+    kind: str,
+    outcomes: Sequence[Outcome],
+    candidates: Mapping[str, Candidate],
+    metric: str,
+    goals: Goals,
+) -> list[Outcome] | None:
+    """The measured candidates of ``kind`` when every one missed the budget (else None)."""
+    baseline = outcomes[0]
+    measured = [
+        o for o in outcomes if o.kind == kind and o.quality is not None and o.name in candidates
+    ]
+    if not measured or baseline.quality is None:
+        return None
+    base = baseline.quality.value
+    if any(goals.budget.passes(metric, base, o.quality.value) for o in measured if o.quality):
+        return None
+    return measured
+
+
+def repair_steps(
     context: PlanContext,
     outcomes: Sequence[Outcome],
     candidates: Mapping[str, Candidate],
@@ -153,40 +173,43 @@ def repair_step(
     output: str,
     metric: str,
     goals: Goals,
-) -> Step | None:
-    """An ``int8-mixed`` step when every static INT8 candidate missed the accuracy budget."""
-    if not _wanted(context, "int8-mixed") or context.source is None:
-        return None
-    baseline = outcomes[0]
-    statics = [
-        o
-        for o in outcomes
-        if o.kind == "int8-static" and o.quality is not None and o.name in candidates
-    ]
-    if not statics or baseline.quality is None:
-        return None
-    if any(
-        goals.budget.passes(metric, baseline.quality.value, o.quality.value)
-        for o in statics
-        if o.quality
-    ):
-        return None
-    best = max(statics, key=lambda o: o.quality.value if o.quality else float("-inf"))
+) -> list[Step]:
+    """``int8-mixed`` steps: static INT8 with its most sensitive nodes in float when every static
+    candidate missed the accuracy budget, and dynamic INT8 likewise when every dynamic one did.
+    Both rank the nodes on the best static candidate's QDQ graph (dynamic quantization has no
+    QDQ graph to compare, and the activations that spoil one spoil the other: both give a tensor
+    one scale). None when a candidate of that kind already met the budget."""
+    if not _wanted(context, "int8-mixed") or context.source is None or outcomes[0].quality is None:
+        return []
+    statics = _missed("int8-static", outcomes, candidates, metric, goals)
+    if statics is None:
+        # a static candidate met the budget, or none was built: nothing to rank the nodes on
+        # unless one was built and qualified; then no dynamic repair is needed either
+        return []
     from inferd.tools.optimize import builders as b
 
-    return Step(
-        "int8-mixed",
-        "int8-mixed",
-        b.int8_mixed,
-        options={
-            "from": best.name,
-            "from_path": str(candidates[best.name].path),
-            "recipe": dict(candidates[best.name].recipe),
-            "eval": eval_data,
-            "reference": reference,
-            "output": output,
-            "metric": metric,
-            "budget": goals.budget,
-            "baseline_value": baseline.quality.value,
-        },
-    )
+    best = max(statics, key=lambda o: o.quality.value if o.quality else float("-inf"))
+    shared: dict[str, object] = {
+        "from": best.name,
+        "from_path": str(candidates[best.name].path),
+        "recipe": dict(candidates[best.name].recipe),
+        "eval": eval_data,
+        "reference": reference,
+        "output": output,
+        "metric": metric,
+        "budget": goals.budget,
+        "baseline_value": outcomes[0].quality.value,
+    }
+    steps = [Step("int8-mixed", "int8-mixed", b.int8_mixed, options=shared)]
+    dynamics = _missed("int8-dynamic", outcomes, candidates, metric, goals)
+    if dynamics is not None:
+        plain = [o for o in dynamics if o.name == "int8-dynamic"] or dynamics
+        steps.append(
+            Step(
+                "int8-dynamic-mixed",
+                "int8-mixed",
+                b.int8_dynamic_mixed,
+                options={**shared, "dynamic_from": plain[0].name},
+            )
+        )
+    return steps

@@ -27,7 +27,7 @@ from inferd.tools.optimize.data import Dataset, load_dataset
 from inferd.tools.optimize.decide import Decision, Goals, Outcome, decide
 from inferd.tools.optimize.evaluate import judge, model_outputs
 from inferd.tools.optimize.metrics import default_metric, needs_labels
-from inferd.tools.optimize.plan import PlanContext, Step, plan_steps, repair_step
+from inferd.tools.optimize.plan import PlanContext, Step, plan_steps, repair_steps
 from inferd.tools.optimize.progress import LineReporter, Reporter
 from inferd.tools.optimize.speed import SpeedSettings, measure_speed, write_sample
 from inferd.tools.optimize.staging import platform_of, stage
@@ -312,7 +312,7 @@ async def optimize(
         reporter.done(outcome)
 
     sensitivity: list[dict[str, object]] = []
-    repair = repair_step(
+    repairs = repair_steps(
         context,
         outcomes,
         candidates,
@@ -322,13 +322,15 @@ async def optimize(
         base.metric,
         options.goals,
     )
-    if repair is not None:
-        reporter.add_total(1)
+    reporter.add_total(len(repairs))
+    for repair in repairs:
         outcome, candidate = await session.try_candidate(repair, context, base, model_dir)
         outcomes.append(outcome)
         if candidate is not None:
             candidates[candidate.name] = candidate
-            sensitivity = list(candidate.recipe.get("sensitivity", []))  # type: ignore[call-overload]
+            ranking = candidate.recipe.get("sensitivity")
+            if isinstance(ranking, list) and not sensitivity:
+                sensitivity = ranking
         reporter.done(outcome)
 
     for path in options.extra:
