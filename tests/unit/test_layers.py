@@ -2,8 +2,8 @@
 
 Imports point down only::
 
-    cli → server → frontends, metrics → engine → repository → scheduling → backends → codecs
-        → core → errors
+    cli → server → frontends, metrics, monitoring → engine → repository → scheduling
+        → backends → codecs → core → errors
 
 ``tools`` sit beside the engine and use it, the codecs, core and errors; ``testing`` and
 ``examples`` may use anything (and only the CLI uses ``examples``). Siblings (``frontends``
@@ -34,6 +34,7 @@ RANK = {
     "frontends": 7,
     "metrics": 7,
     "tools": 7,
+    "monitoring": 7,
     "server": 8,
     "cli": 9,
 }

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from inferd.cli.admin_token import read_admin_token
+from inferd.cli.serve_observability import add_observability_flags, payload_log_settings
 from inferd.errors import InferdError
 from inferd.frontends.access import Api, parse_restriction
 from inferd.frontends.tls import TlsSettings
@@ -333,6 +334,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
             help=f"{upper}: CA certificates that client certificates must chain to",
         )
 
+    add_observability_flags(p)
+
     log = p.add_argument_group("logging")
     log.add_argument(
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="0 = info; 1 or more = verbose"
@@ -439,6 +442,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         admin_token=_admin_token(args),
         allow_shared_memory=args.allow_shared_memory,
         response_cache_bytes=_cache_bytes(args),
+        payload_log=payload_log_settings(args),
     )
 
 

@@ -381,6 +381,20 @@ def encode_infer_response(
     return orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY), blobs
 
 
+def tensor_entry(name: str, array: np.ndarray[Any, Any]) -> tuple[dict[str, Any], Blob | None]:
+    """``array`` as one v2 JSON tensor, written as a JSON response output is: name, datatype,
+    shape and flat ``data``. A tensor JSON cannot hold (BYTES that are not UTF-8, NaN or
+    infinite floats) has no ``data``; its binary form is returned beside the entry instead."""
+    array = _little_endian(array)
+    dtype = datatypes.from_dtype(array.dtype)
+    entry: dict[str, Any] = {"name": name, "datatype": dtype.name, "shape": list(array.shape)}
+    data = _json_data(array, dtype)
+    if data is not None:
+        entry["data"] = data
+        return entry, None
+    return entry, _binary_blob(array, dtype)
+
+
 def _little_endian(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     if array.dtype.byteorder == ">":
         return array.astype(array.dtype.newbyteorder("<"))
@@ -479,4 +493,5 @@ __all__ = [
     "model_metadata_dict",
     "repository_index_list",
     "server_metadata_dict",
+    "tensor_entry",
 ]

@@ -6,7 +6,7 @@ server, limits and timeouts; this module knows nothing of sockets.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -15,6 +15,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.registry import Collector
 
 from inferd.engine import Engine
 from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
@@ -25,8 +26,9 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-def build_registry(engine: Engine) -> CollectorRegistry:
-    """A fresh registry for one server; nothing is registered globally.
+def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> CollectorRegistry:
+    """A fresh registry for one server; nothing is registered globally. ``collectors`` are
+    those of the server's other components (the payload log...).
 
     Besides Triton's metrics it carries Prometheus' standard ``process_*`` metrics of the server
     process (CPU seconds, resident memory, open files; on Linux), which load generators such as
@@ -35,6 +37,8 @@ def build_registry(engine: Engine) -> CollectorRegistry:
     ProcessCollector(registry=registry)
     registry.register(SystemCollector())
     registry.register(ModelCollector(lambda: engine.model_statistics()))
+    for collector in collectors:
+        registry.register(collector)
     return registry
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Restriction
 from inferd.frontends.tls import TlsSettings
+from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.repository.manager import ControlMode
 
 
@@ -52,6 +53,7 @@ class ServerConfig:
     admin_token: str | None = field(default=None, repr=False)  # Bearer token for admin APIs
     allow_shared_memory: bool = False  # clients' /dev/shm regions as tensor inputs and outputs
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
+    payload_log: PayloadLogSettings | None = None  # --payload-log DIR and its options
 
     def __post_init__(self) -> None:
         if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:

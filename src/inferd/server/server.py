@@ -19,6 +19,7 @@ from inferd.core.observe import InferenceObserver
 from inferd.engine import EXTENSIONS, Engine
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.shared_memory import SHARED_MEMORY_EXTENSIONS, SharedMemoryRegistry
+from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
 from inferd.scheduling.response_cache import ResponseCache
@@ -51,6 +52,7 @@ class Server:
     engine: Engine = field(init=False)
     shared_memory: SharedMemoryRegistry = field(init=False)
     response_cache: ResponseCache | None = field(default=None, init=False)
+    payload_log: PayloadLogger | None = field(default=None, init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
     _listeners: list[_Listener] = field(default_factory=list, init=False)
     _poller: asyncio.Task[None] | None = field(default=None, init=False)
@@ -87,13 +89,17 @@ class Server:
             reserved_prefixes=(PYTHON_SHM_PREFIX, "triton_python_backend_shm_region_"),
             log=logging.getLogger("inferd.shared_memory"),
         )
+        observers = list(self.observers)
+        if cfg.payload_log is not None:
+            self.payload_log = PayloadLogger(cfg.payload_log)
+            observers.append(self.payload_log)
         self.engine = Engine(
             self.manager,
             extensions=EXTENSIONS + (SHARED_MEMORY_EXTENSIONS if cfg.allow_shared_memory else ()),
             server_version=__version__,
             strict_readiness=cfg.strict_readiness,
             response_cache=self.response_cache,
-            observers=self.observers,
+            observers=observers,
         )
 
     async def start(self) -> None:
@@ -101,11 +107,17 @@ class Server:
         missing = [r for r in cfg.model_repositories if not await asyncio.to_thread(Path(r).is_dir)]
         if missing:
             raise StartupError(f"model repository '{missing[0]}' does not exist or is not a folder")
+        if self.payload_log is not None:
+            try:
+                await asyncio.to_thread(self.payload_log.start)
+            except InferdError as exc:
+                raise StartupError(str(exc)) from None
         failures = await self.manager.startup(cfg.load_models)
         for name, reason in failures.items():
             _log.error("model '%s' failed to load: %s", name, reason)
         if failures and cfg.exit_on_error:
             await self.manager.close()
+            await self._stop_observers()
             raise StartupError(
                 f"{len(failures)} model(s) failed to load ({', '.join(sorted(failures))}); "
                 "fix them or start with --exit-on-error=false to serve the others"
@@ -116,6 +128,7 @@ class Server:
             # nothing was served yet: a short grace lets the started listeners close quietly
             await self._stop_listeners(1.0)
             await self.manager.close()
+            await self._stop_observers()
             raise
         if cfg.model_control_mode is ControlMode.POLL:
             self._poller = asyncio.create_task(
@@ -178,7 +191,7 @@ class Server:
             async with _starting("Metrics", address, cfg.metrics_port, "--metrics-port"):
                 # the HTTP front end's server, connection limits and timeouts
                 handle, port = await start_http_server(
-                    MetricsApp(build_registry(self.engine)),
+                    MetricsApp(build_registry(self.engine, self._collectors())),
                     address,
                     cfg.metrics_port,
                     timeout_keep_alive_s=cfg.http_idle_timeout_s,
@@ -187,6 +200,15 @@ class Server:
                     max_connections=cfg.http_max_connections,
                 )
             self._add("Metrics", port, handle.stop)
+
+    def _collectors(self) -> list[Any]:
+        """The metrics collectors of the components besides the models."""
+        collectors: list[Any] = []
+        if self.payload_log is not None:
+            from inferd.metrics.payload_log import PayloadLogCollector
+
+            collectors.append(PayloadLogCollector(self.payload_log.statistics))
+        return collectors
 
     def _add(self, name: str, port: int, stop: Any) -> None:
         self._listeners.append(_Listener(name, port, stop))
@@ -210,9 +232,16 @@ class Server:
         await self._stop_listeners(remaining)
         self.shared_memory.close()
         await self.manager.close()
+        await self._stop_observers()
         if self.config.ready_file is not None:
             with contextlib.suppress(OSError):
                 self.config.ready_file.unlink()
+
+    async def _stop_observers(self) -> None:
+        """Write what the payload log still holds and close its files (after the last request
+        was answered)."""
+        if self.payload_log is not None:
+            await asyncio.to_thread(self.payload_log.stop)
 
     async def _stop_listeners(self, grace_s: float) -> None:
         listeners, self._listeners = self._listeners, []

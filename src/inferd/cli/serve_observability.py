@@ -1,0 +1,136 @@
+"""``inferd serve``'s payload log and tracing flags, and the settings they make."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from inferd.errors import InferdError
+from inferd.monitoring.payload_log.settings import (
+    DEFAULT_QUEUE_BYTES,
+    DEFAULT_QUEUE_REQUESTS,
+    DEFAULT_ROTATE_BYTES,
+    DEFAULT_ROTATE_SECS,
+    FORMATS,
+    PayloadLogSettings,
+    parse_names,
+    parse_rates,
+)
+
+__all__ = ["add_observability_flags", "payload_log_settings"]
+
+_PAYLOAD_OPTIONS = (
+    ("payload_log_rate", "--payload-log-rate"),
+    ("payload_log_models", "--payload-log-models"),
+    ("payload_log_redact", "--payload-log-redact"),
+    ("payload_log_format", "--payload-log-format"),
+    ("payload_log_rotate_bytes", "--payload-log-rotate-bytes"),
+    ("payload_log_rotate_secs", "--payload-log-rotate-secs"),
+    ("payload_log_queue_size", "--payload-log-queue-size"),
+    ("payload_log_queue_bytes", "--payload-log-queue-bytes"),
+)
+
+
+def add_observability_flags(parser: argparse.ArgumentParser) -> None:
+    log = parser.add_argument_group(
+        "payload log (see docs/observability.md)",
+        "Sampled requests and their answers written to rotating files under DIR/<model>/, by a "
+        "thread of their own: a request never waits for the log; when the writer falls behind, "
+        "sampled requests are dropped and counted (inferd_payload_log_dropped_total).",
+    )
+    log.add_argument(
+        "--payload-log",
+        type=Path,
+        metavar="DIR",
+        help="log answered requests under this folder (created if missing); off by default",
+    )
+    log.add_argument(
+        "--payload-log-rate",
+        action="append",
+        default=[],
+        metavar="[MODEL=]RATE",
+        help="share of requests to log, 0 to 1: RATE for every model, MODEL=RATE for one; "
+        "repeatable (default: 1)",
+    )
+    log.add_argument(
+        "--payload-log-models",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME]",
+        help="log only these models; repeatable (default: every model)",
+    )
+    log.add_argument(
+        "--payload-log-redact",
+        action="append",
+        default=[],
+        metavar="INPUT[,INPUT]",
+        help="inputs never written, whatever the model: the record only says they were "
+        "redacted; repeatable",
+    )
+    log.add_argument(
+        "--payload-log-format",
+        choices=FORMATS,
+        default=None,
+        help="jsonl: one v2 JSON object per line, readable while written; parquet: one row "
+        "per request, readable once the file is closed (needs pyarrow) (default: jsonl)",
+    )
+    log.add_argument(
+        "--payload-log-rotate-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="start a new file once one holds this many bytes (default: 64 MiB)",
+    )
+    log.add_argument(
+        "--payload-log-rotate-secs",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start a new file once one is this old, even if idle; 0: by size only (default: 3600)",
+    )
+    log.add_argument(
+        "--payload-log-queue-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sampled requests that may wait for the writer (default: 10000)",
+    )
+    log.add_argument(
+        "--payload-log-queue-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="tensor bytes that may wait for the writer (default: 256 MiB)",
+    )
+
+
+def payload_log_settings(args: argparse.Namespace) -> PayloadLogSettings | None:
+    """The payload log's settings, None when ``--payload-log`` is not given (then every other
+    ``--payload-log-*`` flag is refused: it would do nothing)."""
+    directory: Path | None = args.payload_log
+    if directory is None:
+        given = [flag for dest, flag in _PAYLOAD_OPTIONS if getattr(args, dest) not in (None, [])]
+        if given:
+            raise InferdError(f"{given[0]} needs --payload-log DIR (the folder to log to)")
+        return None
+    rate, model_rates = parse_rates(args.payload_log_rate)
+    return PayloadLogSettings(
+        directory=directory,
+        rate=1.0 if rate is None else rate,
+        model_rates=model_rates,
+        models=parse_names(args.payload_log_models, "--payload-log-models", models=True),
+        redact=parse_names(args.payload_log_redact, "--payload-log-redact", models=False),
+        format=args.payload_log_format or "jsonl",
+        rotate_bytes=_int(args.payload_log_rotate_bytes, DEFAULT_ROTATE_BYTES),
+        rotate_secs=(
+            DEFAULT_ROTATE_SECS
+            if args.payload_log_rotate_secs is None
+            else float(args.payload_log_rotate_secs)
+        ),
+        queue_requests=_int(args.payload_log_queue_size, DEFAULT_QUEUE_REQUESTS),
+        queue_bytes=_int(args.payload_log_queue_bytes, DEFAULT_QUEUE_BYTES),
+    )
+
+
+def _int(value: int | None, default: int) -> int:
+    return default if value is None else value

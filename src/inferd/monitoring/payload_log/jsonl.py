@@ -1,0 +1,52 @@
+"""A JSONL payload log file: one JSON object per line, appended as records come.
+
+Lines are complete once written, so a file can be read (or tailed) while it is open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from inferd.monitoring.payload_log.records import Captured, json_line
+
+__all__ = ["JsonlSink"]
+
+
+class JsonlSink:
+    suffix = "jsonl"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = path.open("xb")  # never another file's name: refused if it exists
+        self.size = 0
+
+    def accepts(self, captured: Captured) -> bool:
+        return True  # any record fits a JSONL file
+
+    pending = 0  # records taken but not yet in the file: none, each write goes out at once
+
+    def write(self, records: Sequence[Captured], room: int) -> tuple[int, int, int]:
+        """Append records until about ``room`` bytes are written (at least one record).
+        Returns how many were taken, how many are now in the file and the bytes written."""
+        lines: list[bytes] = []
+        size = 0
+        for record in records:
+            line = json_line(record)
+            lines.append(line)
+            size += len(line)
+            if size >= room:
+                break
+        self._file.write(b"".join(lines))
+        self._file.flush()
+        self.size += size
+        return len(lines), len(lines), size
+
+    def close(self) -> tuple[int, int]:
+        """Close the file; return the records and bytes that closing wrote (none here)."""
+        self._file.close()
+        return 0, 0
+
+    def abort(self) -> None:
+        """Close after a failure; what was written stays."""
+        self._file.close()

@@ -1,0 +1,196 @@
+"""A Parquet payload log file: one row per logged request.
+
+Columns: ``id``, ``model``, ``version``, ``timestamp`` (UTC, microseconds), ``parameters``
+(JSON text), ``redacted`` (the names of the inputs left out), then one column per tensor,
+``input.<name>`` and ``output.<name>``, each a struct of ``shape`` (list of int64) and ``data``
+(the flat, row-major values as a list of the tensor's type; BYTES as binary, BF16 widened to
+float32). Each tensor column's field metadata holds its v2 ``datatype``.
+
+A file holds one set of tensor columns: a request with other tensors (an optional input left
+out, a reloaded model with a new config) starts a new file. Rows are written in row groups of
+:data:`ROW_GROUP_ROWS`; the file is written as ``<name>.parquet.partial`` and renamed to
+``<name>.parquet`` once closed (its footer written), so every ``.parquet`` file is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.core import datatypes
+from inferd.errors import InferdError
+from inferd.monitoring.payload_log.records import Captured
+
+__all__ = ["ROW_GROUP_ROWS", "ParquetSink", "require_pyarrow"]
+
+ROW_GROUP_ROWS = 4096
+PARTIAL = ".partial"
+
+Key = tuple[tuple[str, str, str], ...]  # (side, name, datatype) per tensor column
+
+
+def require_pyarrow() -> Any:
+    """The ``pyarrow`` module, or an error naming the extra that installs it."""
+    try:
+        import pyarrow
+        import pyarrow.parquet  # the submodule, used through the package
+    except ImportError:
+        raise InferdError(
+            "--payload-log-format parquet needs pyarrow: pip install 'inferd[parquet]'"
+        ) from None
+    return pyarrow
+
+
+def schema_key(captured: Captured) -> Key:
+    """The tensor columns a record needs."""
+    key = [("input", n, datatypes.from_dtype(a.dtype).name) for n, a in captured.inputs.items()]
+    key += [("output", n, datatypes.from_dtype(a.dtype).name) for n, a in captured.outputs.items()]
+    return tuple(key)
+
+
+def _flat(array: np.ndarray[Any, Any], datatype: str) -> np.ndarray[Any, Any]:
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if datatype == "BF16":
+        return flat.astype(np.float32)
+    return flat
+
+
+def _bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+class ParquetSink:
+    suffix = "parquet"
+
+    def __init__(self, path: Path, first: Captured) -> None:
+        self._pa = require_pyarrow()
+        self.path = path  # the final name; written under path + ".partial" until closed
+        self._partial = path.with_name(path.name + PARTIAL)
+        self._key = schema_key(first)
+        self._schema = self._build_schema()
+        # opened exclusively: never another file's name
+        self._file = self._partial.open("xb")
+        self._writer = self._pa.parquet.ParquetWriter(self._file, self._schema)
+        self._pending: list[Captured] = []
+        self.size = 0
+
+    def _build_schema(self) -> Any:
+        pa = self._pa
+        fields = [
+            pa.field("id", pa.string()),
+            pa.field("model", pa.string()),
+            pa.field("version", pa.int64()),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+            pa.field("parameters", pa.string()),
+            pa.field("redacted", pa.list_(pa.string())),
+        ]
+        for side, name, datatype in self._key:
+            fields.append(
+                pa.field(
+                    f"{side}.{name}",
+                    pa.struct(
+                        [
+                            pa.field("shape", pa.list_(pa.int64())),
+                            pa.field("data", pa.list_(self._value_type(datatype))),
+                        ]
+                    ),
+                    metadata={"datatype": datatype},
+                )
+            )
+        return pa.schema(fields)
+
+    def _value_type(self, datatype: str) -> Any:
+        pa = self._pa
+        if datatype == "BYTES":
+            return pa.binary()
+        if datatype == "BF16":
+            return pa.float32()
+        return pa.from_numpy_dtype(datatypes.from_name(datatype).dtype)
+
+    def accepts(self, captured: Captured) -> bool:
+        return schema_key(captured) == self._key
+
+    @property
+    def pending(self) -> int:
+        """Records taken but not yet written (they wait for a full row group or the close)."""
+        return len(self._pending)
+
+    def write(self, records: Sequence[Captured], room: int) -> tuple[int, int, int]:
+        """Take ``records`` (all accepted); a full row group is written (the size is known,
+        and ``room`` checked, a row group at a time). Returns how many were taken, how many
+        went into the file and the bytes it grew by."""
+        self._pending.extend(records)
+        if len(self._pending) < ROW_GROUP_ROWS:
+            return len(records), 0, 0
+        return len(records), *self._flush()
+
+    def _flush(self) -> tuple[int, int]:
+        if not self._pending:
+            return 0, 0
+        rows = self._pending
+        self._writer.write_table(self._table(rows), row_group_size=len(rows))
+        self._pending = []
+        return len(rows), self._grown()
+
+    def _grown(self) -> int:
+        size = os.fstat(self._file.fileno()).st_size
+        grown, self.size = size - self.size, size
+        return grown
+
+    def _table(self, rows: Sequence[Captured]) -> Any:
+        pa = self._pa
+        columns: list[Any] = [
+            pa.array([r.id for r in rows], pa.string()),
+            pa.array([r.model for r in rows], pa.string()),
+            pa.array([r.version for r in rows], pa.int64()),
+            pa.array([r.time_ns // 1000 for r in rows], pa.timestamp("us", tz="UTC")),
+            pa.array([json.dumps(dict(r.parameters)) for r in rows], pa.string()),
+            pa.array([list(r.redacted) for r in rows], pa.list_(pa.string())),
+        ]
+        for index, (side, name, datatype) in enumerate(self._key):
+            arrays = [(r.inputs if side == "input" else r.outputs)[name] for r in rows]
+            columns.append(self._tensor_column(arrays, datatype, self._schema.field(6 + index)))
+        return pa.Table.from_arrays(columns, schema=self._schema)
+
+    def _tensor_column(self, arrays: list[np.ndarray[Any, Any]], datatype: str, field: Any) -> Any:
+        pa = self._pa
+        flats = [_flat(a, datatype) for a in arrays]
+        offsets = np.zeros(len(flats) + 1, dtype=np.int64)
+        np.cumsum([len(f) for f in flats], out=offsets[1:])
+        value_type = field.type.field("data").type.value_type
+        if datatype == "BYTES":
+            values = pa.array([_bytes(v) for f in flats for v in f.tolist()], value_type)
+        else:
+            joined = np.concatenate(flats) if flats else np.empty(0)
+            values = pa.array(joined, value_type)
+        data = pa.LargeListArray.from_arrays(pa.array(offsets), values).cast(pa.list_(value_type))
+        shapes = pa.array([list(a.shape) for a in arrays], pa.list_(pa.int64()))
+        return pa.StructArray.from_arrays([shapes, data], fields=list(field.type))
+
+    def close(self) -> tuple[int, int]:
+        """Write what is pending and the footer, rename to the final name; return the records
+        and bytes that closing wrote."""
+        rows, grown = self._flush()
+        self._writer.close()
+        grown += self._grown()
+        self._file.close()
+        os.replace(self._partial, self.path)
+        return rows, grown
+
+    def abort(self) -> None:
+        """Close after a failure, dropping the pending rows: the row groups already written
+        are kept (renamed to the final name) when the footer can still be written."""
+        self._pending = []
+        try:
+            self._writer.close()
+            finished = True
+        except Exception:
+            finished = False
+        self._file.close()
+        if finished:
+            os.replace(self._partial, self.path)

@@ -1,0 +1,102 @@
+"""One logged request: what the observer captures on the event loop, and its JSON line.
+
+Pure functions. Tensors are written in the v2 JSON form the HTTP codec gives response outputs
+(:func:`inferd.codecs.v2_http.tensor_entry`): name, datatype, shape and flat ``data``; a tensor
+JSON cannot hold (BYTES that are not UTF-8, NaN or infinite floats) carries its binary form,
+base64-encoded, in ``binary_data_base64`` instead of ``data``. A redacted input is written as
+``{"name": ..., "redacted": true}``: neither its values nor its shape are kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import mmap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.codecs.v2_http import tensor_entry
+from inferd.core.inference import ParamValue
+
+__all__ = ["Captured", "capture_inputs", "json_line", "timestamp_text"]
+
+Array = np.ndarray[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    """A sampled request as handed to the writer: references, not copies (except inputs read
+    from a client's shared memory, which the client may overwrite once answered)."""
+
+    model: str
+    version: int
+    id: str
+    time_ns: int  # wall clock, when the answer was observed
+    inputs: Mapping[str, Array]  # redacted inputs left out
+    redacted: tuple[str, ...]  # names of the inputs left out, in request order
+    outputs: Mapping[str, Array]
+    parameters: Mapping[str, ParamValue]
+
+
+def _client_memory(array: Array) -> bool:
+    """True when ``array`` views memory a client may still write (a shared-memory region)."""
+    base: Any = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def capture_inputs(
+    inputs: Mapping[str, Array], redact: frozenset[str]
+) -> tuple[dict[str, Array], tuple[str, ...]]:
+    """The inputs to keep (copied only when they view a client's shared memory) and the names
+    of the ones redacted."""
+    kept: dict[str, Array] = {}
+    redacted: list[str] = []
+    for name, array in inputs.items():
+        if name in redact:
+            redacted.append(name)
+        elif _client_memory(array):
+            kept[name] = array.copy()
+        else:
+            kept[name] = array
+    return kept, tuple(redacted)
+
+
+def timestamp_text(time_ns: int) -> str:
+    """ISO 8601 in UTC with microseconds, e.g. ``2026-01-02T03:04:05.678901Z``."""
+    moment = datetime.fromtimestamp(time_ns // 1000 / 1e6, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _tensor(name: str, array: Array) -> dict[str, Any]:
+    entry, blob = tensor_entry(name, array)
+    if blob is not None:
+        entry["binary_data_base64"] = base64.b64encode(bytes(blob)).decode("ascii")
+    return entry
+
+
+def record_dict(captured: Captured) -> dict[str, Any]:
+    """The JSON object of one logged request."""
+    inputs: list[dict[str, Any]] = [_tensor(n, a) for n, a in captured.inputs.items()]
+    inputs += [{"name": name, "redacted": True} for name in captured.redacted]
+    return {
+        "id": captured.id,
+        "model": captured.model,
+        "version": captured.version,
+        "timestamp": timestamp_text(captured.time_ns),
+        "parameters": dict(captured.parameters),
+        "inputs": inputs,
+        "outputs": [_tensor(n, a) for n, a in captured.outputs.items()],
+    }
+
+
+def json_line(captured: Captured) -> bytes:
+    """One line of a JSONL payload log, newline included."""
+    return orjson.dumps(
+        record_dict(captured), option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+    )

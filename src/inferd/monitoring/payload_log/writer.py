@@ -1,0 +1,220 @@
+"""The payload log's writer thread: takes what the observer handed off, writes it to each
+model's current file, rotates files by size and age, and counts what it wrote and lost.
+
+Only this thread touches the files. A write that fails (disk full, folder removed) drops the
+records it held, counts them as ``write_error`` and closes the file; the next records open a
+new one. Errors are logged once per model until a write succeeds again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from inferd.monitoring.payload_log.buffer import HandOff
+from inferd.monitoring.payload_log.counters import Counters
+from inferd.monitoring.payload_log.files import confined, file_name, model_folder, should_rotate
+from inferd.monitoring.payload_log.jsonl import JsonlSink
+from inferd.monitoring.payload_log.records import Captured
+from inferd.monitoring.payload_log.settings import PayloadLogSettings
+
+__all__ = ["Item", "PayloadWriter"]
+
+_log = logging.getLogger("inferd.payload_log")
+
+Item = tuple[Captured, int]  # a record and the bytes it holds
+
+
+#: records handed to a file at once (a JSONL file takes them until it is full)
+CHUNK = 1024
+
+
+class Sink(Protocol):
+    size: int
+    path: Path
+
+    @property
+    def pending(self) -> int: ...
+    def accepts(self, captured: Captured) -> bool: ...
+    def write(self, records: list[Captured], room: int) -> tuple[int, int, int]: ...
+    def close(self) -> tuple[int, int]: ...
+    def abort(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Open:
+    sink: Sink
+    opened_ns: int
+
+
+def _open_sink(fmt: str, path: Path, first: Captured) -> Sink:
+    if fmt == "parquet":
+        from inferd.monitoring.payload_log.parquet import ParquetSink
+
+        return ParquetSink(path, first)
+    return JsonlSink(path)
+
+
+class PayloadWriter:
+    """Owns the thread and every open file. ``start()``, then ``stop()`` (drains and closes)."""
+
+    def __init__(
+        self,
+        settings: PayloadLogSettings,
+        handoff: HandOff[Item],
+        counters: Counters,
+        *,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._settings = settings
+        self._handoff = handoff
+        self._counters = counters
+        self._wall_ns = wall_ns
+        self._open: dict[str, _Open] = {}
+        self._sequence = 0
+        self._failing: set[str] = set()  # models whose last write failed (logged once)
+        self._thread = threading.Thread(target=self._run, name="inferd-payload-log", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Refuse new records, write what waits, close every file."""
+        self._handoff.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                _log.warning("the payload log writer did not finish within %.0f s", timeout_s)
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                items = self._handoff.take(self._settings.flush_secs)
+                if items:
+                    self._write_all(items)
+                self._close_aged()
+                if not items and self._handoff.closed:
+                    break
+        except Exception:  # a bug here must not go unseen; the server keeps serving
+            _log.exception("the payload log writer stopped")
+        finally:
+            for model in list(self._open):
+                self._close(model)
+
+    def _write_all(self, items: list[Item]) -> None:
+        by_model: dict[str, list[Captured]] = {}
+        for captured, _ in items:
+            by_model.setdefault(captured.model, []).append(captured)
+        try:
+            for model, records in by_model.items():
+                self._write_model(model, records)
+        finally:
+            self._handoff.release(len(items), sum(n for _, n in items))
+
+    def _write_model(self, model: str, records: list[Captured]) -> None:
+        start = 0
+        while start < len(records):
+            current: _Open | None = None
+            try:
+                current = self._current(model, records[start])
+                # the records this file takes: the same tensors, a chunk at a time
+                end = start + 1
+                limit = start + CHUNK
+                while end < min(len(records), limit) and current.sink.accepts(records[end]):
+                    end += 1
+                room = self._settings.rotate_bytes - current.sink.size
+                taken, written, grown = current.sink.write(records[start:end], room)
+            except Exception as exc:  # the disk's or the format's: the writer goes on
+                lost = len(records) - start + (current.sink.pending if current else 0)
+                self._failed(model, lost, exc)
+                return
+            self._counters.wrote(model, written, grown)
+            self._failing.discard(model)
+            start += taken
+
+    def _current(self, model: str, first: Captured) -> _Open:
+        """The open file that takes ``first``, rotated if full, old or of other tensors."""
+        now = self._wall_ns()
+        current = self._open.get(model)
+        if current is not None and (
+            not current.sink.accepts(first)
+            or should_rotate(
+                current.sink.size,
+                current.opened_ns,
+                now,
+                self._settings.rotate_bytes,
+                self._settings.rotate_secs,
+            )
+        ):
+            self._close(model)
+            current = None
+        if current is None:
+            folder = model_folder(model)
+            directory = confined(self._settings.directory, folder)
+            directory.mkdir(exist_ok=True)
+            sink = self._new_sink(directory, folder, now, first)
+            current = self._open[model] = _Open(sink, now)
+            self._counters.opened(model)
+        return current
+
+    def _new_sink(self, directory: Path, folder: str, now: int, first: Captured) -> Sink:
+        fmt = self._settings.format
+        for _ in range(100):
+            self._sequence += 1
+            path = directory / file_name(folder, now, self._sequence, fmt)
+            try:
+                return _open_sink(fmt, path, first)
+            except FileExistsError:
+                continue
+        raise OSError(f"no free file name in {directory}")
+
+    def _close_aged(self) -> None:
+        """Close files past their age even when no record comes to rotate them (a Parquet file
+        is readable only once closed)."""
+        secs = self._settings.rotate_secs
+        if secs <= 0:
+            return
+        now = self._wall_ns()
+        for model, current in list(self._open.items()):
+            if now - current.opened_ns >= secs * 1e9:
+                self._close(model)
+
+    def _close(self, model: str) -> None:
+        current = self._open.pop(model, None)
+        if current is None:
+            return
+        pending = current.sink.pending
+        try:
+            written, grown = current.sink.close()
+        except Exception as exc:
+            self._failed(model, pending, exc)
+            with contextlib.suppress(Exception):
+                current.sink.abort()
+            return
+        self._counters.wrote(model, written, grown)
+
+    def _failed(self, model: str, count: int, exc: BaseException) -> None:
+        if count:
+            self._counters.dropped(model, "write_error", count)
+        if model not in self._failing:
+            self._failing.add(model)
+            _log.error(
+                "payload log of model '%s': writing failed, %d request(s) dropped: %s",
+                model,
+                count,
+                exc,
+            )
+        current = self._open.pop(model, None)
+        if current is not None:
+            try:
+                current.sink.abort()
+            except Exception as close_exc:  # the file is already broken
+                _log.debug("closing a failed payload log file: %s", close_exc)
