@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from inferd import __version__
 from inferd.cli.analyze import add_analyze_parser
+from inferd.cli.monitor import add_monitor_parser
 from inferd.cli.optimize import add_optimize_parser
 from inferd.cli.perf import add_perf_parser
 from inferd.cli.repo import add_repo_parser
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_perf_parser(sub)
     add_analyze_parser(sub)
     add_optimize_parser(sub)
+    add_monitor_parser(sub)
     return parser
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from inferd.codecs import statistics, v2_http
 from inferd.codecs.repository import decode_load_parameters, decode_unload_parameters
 from inferd.engine import Engine
-from inferd.errors import InvalidArgumentError
+from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.frontends.access import AccessPolicy
 from inferd.frontends.http.body import (
     OFF_LOOP_COMPRESSED_BYTES,
@@ -115,6 +115,7 @@ class HttpApp:
         max_json_body_bytes: int | None = None,
         access: AccessPolicy | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
+        drift_report: Callable[[str, str], dict[str, Any]] | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -129,6 +130,7 @@ class HttpApp:
         # the endpoints whose API group the policy guards; empty by default (no per-request cost)
         self._guarded = frozenset(e for e in Endpoint if self._access.guards(API[e]))
         self._log = log
+        self._drift_report = drift_report
         self._handlers: dict[
             Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply | SseReply]]
         ] = {
@@ -143,6 +145,7 @@ class HttpApp:
             Endpoint.MODEL_GENERATE_STREAM: self._generate,
             Endpoint.MODEL_STATS: self._statistics,
             Endpoint.ALL_STATS: self._statistics,
+            Endpoint.MODEL_DRIFT: self._drift,
             Endpoint.REPOSITORY_INDEX: self._repository_index,
             Endpoint.REPOSITORY_LOAD: self._repository_load,
             Endpoint.REPOSITORY_UNLOAD: self._repository_unload,
@@ -277,6 +280,11 @@ class HttpApp:
     async def _statistics(self, route: Route, scope: Scope, receive: Receive) -> Reply:
         snapshots = self._engine.model_statistics(route.model or "", route.version or "")
         return Reply.json(statistics.to_json(snapshots))
+
+    async def _drift(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        if self._drift_report is None:
+            raise NotFoundError("drift monitoring is off: start inferd serve with --monitor-drift")
+        return Reply.json(self._drift_report(route.model, route.version))
 
     # -- inference ----------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ class Endpoint(enum.Enum):
     MODEL_GENERATE = "model_generate"
     MODEL_GENERATE_STREAM = "model_generate_stream"
     MODEL_STATS = "model_stats"
+    MODEL_DRIFT = "model_drift"
     ALL_STATS = "all_stats"
     REPOSITORY_INDEX = "repository_index"
     REPOSITORY_LOAD = "repository_load"
@@ -51,6 +52,7 @@ METHOD: dict[Endpoint, str] = {
     Endpoint.MODEL_GENERATE: "POST",
     Endpoint.MODEL_GENERATE_STREAM: "POST",
     Endpoint.MODEL_STATS: "GET",
+    Endpoint.MODEL_DRIFT: "GET",
     Endpoint.ALL_STATS: "GET",
     Endpoint.REPOSITORY_INDEX: "POST",
     Endpoint.REPOSITORY_LOAD: "POST",
@@ -74,6 +76,7 @@ API: dict[Endpoint, Api] = {
     Endpoint.MODEL_GENERATE: Api.INFERENCE,
     Endpoint.MODEL_GENERATE_STREAM: Api.INFERENCE,
     Endpoint.MODEL_STATS: Api.STATISTICS,
+    Endpoint.MODEL_DRIFT: Api.STATISTICS,  # read-only, like the statistics
     Endpoint.ALL_STATS: Api.STATISTICS,
     Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_LOAD: Api.MODEL_REPOSITORY,
@@ -94,6 +97,7 @@ _MODEL_SUFFIX = {
     "generate": Endpoint.MODEL_GENERATE,
     "generate_stream": Endpoint.MODEL_GENERATE_STREAM,
     "stats": Endpoint.MODEL_STATS,
+    "drift": Endpoint.MODEL_DRIFT,
 }
 
 _FIXED = {
@@ -106,7 +110,7 @@ _FIXED = {
 
 _MODEL_RE = re.compile(
     r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[0-9]+))?"
-    r"(?:/(?P<suffix>infer|generate_stream|generate|ready|config|stats))?"
+    r"(?:/(?P<suffix>infer|generate_stream|generate|ready|config|stats|drift))?"
 )
 _REPOSITORY_RE = re.compile(r"/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload)")
 _SHM_RE = re.compile(

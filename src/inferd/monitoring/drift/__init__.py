@@ -1,0 +1,1 @@
+"""Drift and data-quality monitoring: reference profiles, live sketches, tests and alerts."""
