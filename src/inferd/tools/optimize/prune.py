@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,7 +217,9 @@ def prune_2of4(
     recipe["zero_fraction"] = round(zeros / total, 4)
     work.mkdir(parents=True, exist_ok=True)
     path = work / "model.onnx"
-    onnx.save(model, str(path))
+    partial = work / "model.onnx.partial"  # an interrupted save leaves no model.onnx behind
+    onnx.save(model, str(partial))
+    os.replace(partial, path)
     return Candidate(
         name="prune-2of4", kind="prune-2of4", path=path, recipe=recipe, notes=tuple(notes)
     )
@@ -457,16 +460,16 @@ def prune_channels(
     else:
         notes.append("not fine-tuned: no training data was given")
     work.mkdir(parents=True, exist_ok=True)
-    path = work / "model.onnx"
+    path, partial = work / "model.onnx", work / "model.onnx.partial"
     names = module.input_names + module.output_names
-    export_onnx(
-        module, example, path, module.input_names, module.output_names, _dynamic_axes(model, names)
-    )
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    axes = _dynamic_axes(model, names)
+    export_onnx(module, example, partial, module.input_names, module.output_names, axes)
+    session = ort.InferenceSession(str(partial), providers=["CPUExecutionProvider"])
     if [i.name for i in session.get_inputs()] != module.input_names or [
         o.name for o in session.get_outputs()
     ] != module.output_names:
         raise UnsupportedError("the pruned model's export changed its input or output names")
+    os.replace(partial, path)
     return Candidate(
         name=f"prune-channels-{round(ratio * 100)}",
         kind="prune-channels",
