@@ -21,6 +21,7 @@ from inferd.core.model_spec import ModelSpec
 from inferd.core.observe import InferenceObserver
 from inferd.core.statistics import StatsSnapshot
 from inferd.core.streaming import ResponseBudget
+from inferd.core.tracing import RequestTrace, RequestTracer
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.repository.calls import InProcessCaller, parse_version, submit_cached
@@ -56,9 +57,13 @@ class Engine:
         extensions: tuple[str, ...] = EXTENSIONS,
         response_cache: ResponseCache | None = None,
         observers: Sequence[InferenceObserver] = (),
+        tracer: RequestTracer | None = None,
     ) -> None:
         self._manager = manager
         self._observers = tuple(observers)
+        self._tracer = tracer
+        # front ends read the callers' trace context only while this is true
+        self.tracing = tracer is not None
         self._streaming = InProcessCaller(manager.get, response_cache)
         self._cache = response_cache
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
@@ -124,6 +129,10 @@ class Engine:
     # -- inference ----------------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        if self._tracer is not None and request.trace is None:
+            trace = self._tracer.begin(request)
+            if trace is not None:
+                return await self._infer_traced(request, trace, self._tracer)
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
         model = self._manager.get(request.model_name, parse_version(request.model_version))
@@ -139,6 +148,18 @@ class Engine:
         if self._observers:
             self._notify(model, request, outputs)
         return self._shape_response(request, model, outputs)
+
+    async def _infer_traced(
+        self, request: InferRequest, trace: RequestTrace, tracer: RequestTracer
+    ) -> InferResponse:
+        request.trace = trace
+        try:
+            response = await self.infer(request)
+        except BaseException as exc:
+            tracer.end(trace, request.model_version, exc)
+            raise
+        tracer.end(trace, response.model_version, None)
+        return response
 
     def _notify(
         self,

@@ -11,7 +11,11 @@ import sys
 from pathlib import Path
 
 from inferd.cli.admin_token import read_admin_token
-from inferd.cli.serve_observability import add_observability_flags, payload_log_settings
+from inferd.cli.serve_observability import (
+    add_observability_flags,
+    payload_log_settings,
+    trace_settings,
+)
 from inferd.errors import InferdError
 from inferd.frontends.access import Api, parse_restriction
 from inferd.frontends.tls import TlsSettings
@@ -443,6 +447,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_shared_memory=args.allow_shared_memory,
         response_cache_bytes=_cache_bytes(args),
         payload_log=payload_log_settings(args),
+        tracing=trace_settings(args),
     )
 
 

@@ -16,8 +16,9 @@ from inferd.monitoring.payload_log.settings import (
     parse_names,
     parse_rates,
 )
+from inferd.monitoring.tracing.settings import TraceSettings, parse_trace_config
 
-__all__ = ["add_observability_flags", "payload_log_settings"]
+__all__ = ["add_observability_flags", "payload_log_settings", "trace_settings"]
 
 _PAYLOAD_OPTIONS = (
     ("payload_log_rate", "--payload-log-rate"),
@@ -102,6 +103,37 @@ def add_observability_flags(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="tensor bytes that may wait for the writer (default: 256 MiB)",
     )
+
+    trace = parser.add_argument_group(
+        "tracing (see docs/observability.md)",
+        "OpenTelemetry spans per request (queue, compute and its input/infer/output phases, "
+        "each ensemble step), set with tritonserver's --trace-config; a request whose caller "
+        "sent a W3C traceparent (HTTP header or gRPC metadata) continues the caller's trace "
+        "and is always traced. Needs pip install 'inferd[tracing]'.",
+    )
+    trace.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[opentelemetry,]SETTING=VALUE",
+        help="repeatable: level=TIMESTAMPS turns tracing on (default OFF); rate=N traces every "
+        "N-th request (default 1000; 0: only requests with a traceparent); count=N stops after "
+        "N traces (default -1: never); opentelemetry,url=URL exports over OTLP/HTTP, "
+        "opentelemetry,file=PATH as JSON lines (neither: standard output); "
+        "opentelemetry,resource=KEY=VALUE; opentelemetry,bsp_max_queue_size=N, "
+        "bsp_schedule_delay=MS, bsp_max_export_batch_size=N",
+    )
+
+
+def trace_settings(args: argparse.Namespace) -> TraceSettings | None:
+    """The tracer's settings, None when tracing is off; with it on, a missing OpenTelemetry
+    package is refused here, before the server starts."""
+    settings = parse_trace_config(args.trace_config)
+    if settings is not None:
+        from inferd.monitoring.tracing.otel import require_opentelemetry
+
+        require_opentelemetry(settings.url)
+    return settings
 
 
 def payload_log_settings(args: argparse.Namespace) -> PayloadLogSettings | None:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from inferd.core.streaming import ResponseSink
+from inferd.core.tracing import RequestTrace
 
 __all__ = ["InferRequest", "InferResponse", "OutputBuffer", "ParamValue", "RequestedOutput"]
 
@@ -54,6 +55,11 @@ class InferRequest:
     on_timings: Callable[[int, int, int, int], None] | None = None
     # where a decoupled model sends its responses (set by the engine's streaming entry)
     sink: ResponseSink | None = None
+    # the caller's W3C trace context (``traceparent``, ``tracestate``), read from the HTTP
+    # headers or gRPC metadata by the front ends while the server traces
+    trace_context: dict[str, str] | None = None
+    # what the request goes through, while it is traced (see core/tracing.py)
+    trace: RequestTrace | None = None
 
 
 @dataclass(slots=True)

@@ -186,6 +186,10 @@ class EnsembleScheduler:
                 if given.dtype != dtype or shape[1:] != dims or shape[:1] != first:
                     checked = None  # the step model's own check names the problem
                     break
+        trace = request.trace
+        step_trace = None
+        if trace is not None:
+            step_trace = trace.step(index, step.model_name, self._clock.monotonic_ns())
         step_request = InferRequest(
             model_name=step.model_name,
             inputs=inputs,
@@ -193,11 +197,16 @@ class EnsembleScheduler:
             id=request.id,
             parameters=request.parameters,
             on_timings=times.add,
+            trace=step_trace,
         )
         try:
             produced = await self._call.outputs(step_request, version, checked, rows)
         except InferdError as exc:
+            if step_trace is not None:
+                step_trace.end(self._clock.monotonic_ns(), str(exc))
             raise step_error(self._graph.name, index, self._graph, exc) from exc
+        if step_trace is not None:
+            step_trace.end(self._clock.monotonic_ns())
         for name, tensor in self._outputs[index]:
             array = produced.get(name)
             if array is None:

@@ -342,6 +342,16 @@ class InstancePool:
                 stats.record_success(
                     total, queue_ns, times.input_ns, times.infer_ns, times.output_ns
                 )
+                if request.trace is not None:
+                    request.trace.executed(
+                        stats.version,
+                        arrival,
+                        start_ns,
+                        times.input_ns,
+                        times.infer_ns,
+                        times.output_ns,
+                        item.rows,
+                    )
                 if request.on_timings is not None:
                     request.on_timings(queue_ns, times.input_ns, times.infer_ns, times.output_ns)
                 waiter.set_result(result)

@@ -9,6 +9,7 @@ from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Restriction
 from inferd.frontends.tls import TlsSettings
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
+from inferd.monitoring.tracing.settings import TraceSettings
 from inferd.repository.manager import ControlMode
 
 
@@ -54,6 +55,7 @@ class ServerConfig:
     allow_shared_memory: bool = False  # clients' /dev/shm regions as tensor inputs and outputs
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
     payload_log: PayloadLogSettings | None = None  # --payload-log DIR and its options
+    tracing: TraceSettings | None = None  # --trace-config level=TIMESTAMPS...; None: off
 
     def __post_init__(self) -> None:
         if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:

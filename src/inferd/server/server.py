@@ -16,6 +16,7 @@ from inferd import __version__
 from inferd.backends.python.shm import PREFIX as PYTHON_SHM_PREFIX
 from inferd.backends.registry import BackendRegistry, default_registry
 from inferd.core.observe import InferenceObserver
+from inferd.core.tracing import RequestTracer
 from inferd.engine import EXTENSIONS, Engine
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.shared_memory import SHARED_MEMORY_EXTENSIONS, SharedMemoryRegistry
@@ -48,6 +49,8 @@ class Server:
     registry: BackendRegistry | None = None
     # watchers of answered requests (payload log, drift monitor) besides those the config builds
     observers: Sequence[InferenceObserver] = ()
+    # the request tracer, instead of the one the config's tracing settings build
+    tracer: RequestTracer | None = None
     manager: RepositoryManager = field(init=False)
     engine: Engine = field(init=False)
     shared_memory: SharedMemoryRegistry = field(init=False)
@@ -93,6 +96,10 @@ class Server:
         if cfg.payload_log is not None:
             self.payload_log = PayloadLogger(cfg.payload_log)
             observers.append(self.payload_log)
+        if self.tracer is None and cfg.tracing is not None:
+            from inferd.monitoring.tracing.otel import OtelTracer
+
+            self.tracer = OtelTracer(cfg.tracing)
         self.engine = Engine(
             self.manager,
             extensions=EXTENSIONS + (SHARED_MEMORY_EXTENSIONS if cfg.allow_shared_memory else ()),
@@ -100,6 +107,7 @@ class Server:
             strict_readiness=cfg.strict_readiness,
             response_cache=self.response_cache,
             observers=observers,
+            tracer=self.tracer,
         )
 
     async def start(self) -> None:
@@ -242,6 +250,8 @@ class Server:
         was answered)."""
         if self.payload_log is not None:
             await asyncio.to_thread(self.payload_log.stop)
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.shutdown)
 
     async def _stop_listeners(self, grace_s: float) -> None:
         listeners, self._listeners = self._listeners, []

@@ -148,6 +148,8 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
         try:
             infer = decode_infer_request(request, self._shm)
             infer.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, None)
+            if self._engine.tracing:
+                infer.trace_context = _trace_context(context)
             return encode_infer_response(await self._engine.infer(infer), request=infer)
         except Exception as exc:
             code, details = status_for(exc, log=self._log, request_id=self._request_id(request.id))
@@ -298,6 +300,15 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     async def LogSettings(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
             raise UnsupportedError("the logging extension is not implemented by this server")
+
+
+def _trace_context(context: Any) -> dict[str, str]:
+    """The caller's W3C trace context (``traceparent``, ``tracestate`` metadata)."""
+    return {
+        key: value
+        for key, value in (context.invocation_metadata() or ())
+        if key in ("traceparent", "tracestate") and isinstance(value, str)
+    }
 
 
 def _reject_repository_name(name: str) -> None:

@@ -86,6 +86,15 @@ def _header_lookup(scope: Scope) -> Callable[[str], str | None]:
     return lookup
 
 
+def _trace_context(scope: Scope) -> dict[str, str]:
+    """The caller's W3C trace context headers (``traceparent``, ``tracestate``)."""
+    found: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        if name == b"traceparent" or name == b"tracestate":
+            found[name.decode()] = value.decode("latin-1")
+    return found
+
+
 def _read_headers(scope: Scope) -> _Headers:
     found = _Headers()
     for name, value in scope.get("headers", ()):
@@ -323,6 +332,8 @@ class HttpApp:
             self._shm,
         )
         del body  # JSON-only bodies are garbage from here on; binary inputs keep views of it
+        if self._engine.tracing:
+            request.trace_context = _trace_context(scope)
         response = await self._engine.infer(request)
         header, blobs = v2_http.encode_infer_response(response, request)
         reply_headers: list[tuple[bytes, bytes]]
