@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from inferd.cli.admin_token import read_admin_token
+from inferd.cli.serve_drift import add_drift_flags, drift_settings
 from inferd.cli.serve_observability import (
     add_observability_flags,
     payload_log_settings,
@@ -339,6 +340,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         )
 
     add_observability_flags(p)
+    add_drift_flags(p)
 
     log = p.add_argument_group("logging")
     log.add_argument(
@@ -448,6 +450,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         response_cache_bytes=_cache_bytes(args),
         payload_log=payload_log_settings(args),
         tracing=trace_settings(args),
+        drift=drift_settings(args),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.core.drift import DriftSettings
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import AccessPolicy, Restriction
 from inferd.frontends.tls import TlsSettings
@@ -56,6 +57,7 @@ class ServerConfig:
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
     payload_log: PayloadLogSettings | None = None  # --payload-log DIR and its options
     tracing: TraceSettings | None = None  # --trace-config level=TIMESTAMPS...; None: off
+    drift: DriftSettings | None = None  # --monitor-drift and its options; None: off
 
     def __post_init__(self) -> None:
         if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:

@@ -20,6 +20,7 @@ from inferd.core.tracing import RequestTracer
 from inferd.engine import EXTENSIONS, Engine
 from inferd.errors import InferdError, UnavailableError
 from inferd.frontends.shared_memory import SHARED_MEMORY_EXTENSIONS, SharedMemoryRegistry
+from inferd.monitoring.drift.monitor import DriftMonitor
 from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
@@ -56,6 +57,7 @@ class Server:
     shared_memory: SharedMemoryRegistry = field(init=False)
     response_cache: ResponseCache | None = field(default=None, init=False)
     payload_log: PayloadLogger | None = field(default=None, init=False)
+    drift: DriftMonitor | None = field(default=None, init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
     _listeners: list[_Listener] = field(default_factory=list, init=False)
     _poller: asyncio.Task[None] | None = field(default=None, init=False)
@@ -96,6 +98,13 @@ class Server:
         if cfg.payload_log is not None:
             self.payload_log = PayloadLogger(cfg.payload_log)
             observers.append(self.payload_log)
+        if cfg.drift is not None:
+            self.drift = DriftMonitor(
+                cfg.drift,
+                cfg.model_repositories,
+                serving=lambda name, version: self.engine.model_ready(name, str(version)),
+            )
+            observers.append(self.drift)
         if self.tracer is None and cfg.tracing is not None:
             from inferd.monitoring.tracing.otel import OtelTracer
 
@@ -120,6 +129,8 @@ class Server:
                 await asyncio.to_thread(self.payload_log.start)
             except InferdError as exc:
                 raise StartupError(str(exc)) from None
+        if self.drift is not None:
+            self.drift.start()
         failures = await self.manager.startup(cfg.load_models)
         for name, reason in failures.items():
             _log.error("model '%s' failed to load: %s", name, reason)
@@ -164,6 +175,7 @@ class Server:
                 access=cfg.http_access(),
                 log=logging.getLogger("inferd.http"),
                 shared_memory=self.shared_memory,
+                drift_report=self._drift_report if self.drift is not None else None,
             )
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(
@@ -216,7 +228,17 @@ class Server:
             from inferd.metrics.payload_log import PayloadLogCollector
 
             collectors.append(PayloadLogCollector(self.payload_log.statistics))
+        if self.drift is not None:
+            from inferd.metrics.drift import DriftCollector
+
+            collectors.append(DriftCollector(self.drift.statistics))
         return collectors
+
+    def _drift_report(self, model: str, version: str) -> dict[str, Any]:
+        from inferd.monitoring.drift.report import drift_report
+
+        assert self.drift is not None
+        return drift_report(self.drift.statistics(), self.drift.settings, model, version)
 
     def _add(self, name: str, port: int, stop: Any) -> None:
         self._listeners.append(_Listener(name, port, stop))
@@ -252,6 +274,8 @@ class Server:
             await asyncio.to_thread(self.payload_log.stop)
         if self.tracer is not None:
             await asyncio.to_thread(self.tracer.shutdown)
+        if self.drift is not None:
+            await asyncio.to_thread(self.drift.stop)
 
     async def _stop_listeners(self, grace_s: float) -> None:
         listeners, self._listeners = self._listeners, []
