@@ -13,6 +13,7 @@ data, keep their weights in ``model.onnx.data`` beside ``model.onnx``.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import shutil
 from collections.abc import Iterator
@@ -77,12 +78,12 @@ def prepare_model(model: Path, work_dir: Path) -> PreparedModel:
     notes: list[str] = []
     preprocessed = True
     try:
-        with _logged_errors() as errors:
+        with _logged_errors() as errors, contextlib.redirect_stdout(io.StringIO()):
             quantizer.quant_pre_process(model, path, **storage)
     except Exception as exc:  # the pre-processing is optional: say why it was skipped
         notes.append(f"quantization pre-processing failed ({first_line(exc)})")
         try:
-            with _logged_errors() as errors:
+            with _logged_errors() as errors, contextlib.redirect_stdout(io.StringIO()):
                 quantizer.quant_pre_process(model, path, skip_symbolic_shape=True, **storage)
             notes.append("pre-processed without the symbolic shape inference")
         except Exception as again:

@@ -207,7 +207,7 @@ def quantize_static_int8(
     types = _resolve(settings, _vnni(vnni))
     qtype = {"uint8": quantization.QuantType.QUInt8, "int8": quantization.QuantType.QInt8}
     path = _output(work_dir, name)
-    cache = _run(
+    ranges = _run(
         lambda: calibrate(
             quantization,
             prepared,
@@ -219,6 +219,16 @@ def quantize_static_int8(
             op_types=settings.op_types,
         )
     )
+    notes = [*prepared.notes, f"activations {types.activation}: {types.reason}"]
+    unrepresentable = _touching(prepared.path, ranges.unrepresentable)
+    if unrepresentable:
+        kinds = ", ".join(sorted({op for _, op in unrepresentable}))
+        notes.append(
+            f"kept {len(unrepresentable)} node(s) ({kinds}) in float: they read or write "
+            f"{len(ranges.unrepresentable)} tensor(s) whose values no 8-bit range holds "
+            "(beyond ±1e30, such as attention masks)"
+        )
+    excluded = [*nodes_to_exclude, *(n for n, _ in unrepresentable if n not in nodes_to_exclude)]
     _run(
         lambda: quantization.quantize_static(
             prepared.path,
@@ -230,10 +240,10 @@ def quantize_static_int8(
             reduce_range=types.reduce_range,
             activation_type=qtype[types.activation],
             weight_type=quantization.QuantType.QInt8,
-            nodes_to_exclude=list(nodes_to_exclude),
+            nodes_to_exclude=excluded,
             use_external_data_format=prepared.external_data,
             calibrate_method=ort_method(quantization, settings.method),
-            calibration_cache_path=cache,
+            calibration_cache_path=ranges.cache,
         )
     )
     _check_quantized(path, name)
@@ -249,11 +259,11 @@ def quantize_static_int8(
         "calibration_rows": calibration.rows,
         "calibration_data": calibration.source,
         "op_types": list(settings.op_types),
-        "excluded": list(nodes_to_exclude),
+        "excluded": excluded,
+        "unrepresentable_tensors": list(ranges.unrepresentable),
         "preprocessed": prepared.preprocessed,
     }
-    notes = (*prepared.notes, f"activations {types.activation}: {types.reason}")
-    return Candidate(name, kind, path, recipe=recipe, notes=notes, parent=parent)
+    return Candidate(name, kind, path, recipe=recipe, notes=tuple(notes), parent=parent)
 
 
 def _output(work_dir: Path, name: str) -> Path:
@@ -281,6 +291,17 @@ def _op_types(path: Path) -> set[str]:
     import onnx
 
     return {node.op_type for node in onnx.load(path, load_external_data=False).graph.node}
+
+
+def _touching(path: Path, tensors: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, op type) of the nodes that read or write any of ``tensors``."""
+    if not tensors:
+        return []
+    import onnx
+
+    wanted = set(tensors)
+    nodes = onnx.load(path, load_external_data=False).graph.node
+    return [(n.name, n.op_type) for n in nodes if wanted & {*n.input, *n.output}]
 
 
 def _check_excluded(path: Path, nodes: Sequence[str]) -> None:

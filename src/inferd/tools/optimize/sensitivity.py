@@ -29,10 +29,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from inferd.errors import InvalidArgumentError
+from inferd.tools.optimize.calibration import CalibrationReader
 from inferd.tools.optimize.data import Dataset
-from inferd.tools.optimize.quantize import CalibrationReader
 
-__all__ = ["NodeSensitivity", "node_sensitivity", "sqnr_db"]
+__all__ = ["NodeSensitivity", "node_sensitivity", "rank", "sqnr_db"]
 
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _FOLDED = frozenset({"Relu", "Clip"})  # activations the QDQ quantizer folds into the range
@@ -82,10 +82,11 @@ def node_sensitivity(
     chunk_rows: int = 32,
 ) -> list[NodeSensitivity]:
     """The quantized nodes of ``qdq_model``, worst first. ``float_model`` must be the model it
-    was quantized from (the prepared one: node names must match) and ``excluded`` the nodes it
-    was told to keep in float (an excluded node can still read a tensor its quantized
-    neighbours keep quantized); at most ``max_rows`` rows of ``data`` are run, ``chunk_rows``
-    at a time."""
+    was quantized from (the prepared one: node names must match). A node counts as quantized
+    when it reads a dequantized tensor and no float tensor that is not (a node kept in float
+    can still read a tensor its quantized neighbours keep quantized); ``excluded`` names more
+    nodes to leave out. At most ``max_rows`` rows of ``data`` are run, ``chunk_rows`` at a
+    time."""
     import onnx
     from onnxruntime.quantization import qdq_loss_debug
 
@@ -193,19 +194,23 @@ def _quantized_nodes(
     float_nodes: Iterable[Any], qdq_graph: Any, excluded: set[str]
 ) -> dict[str, tuple[Any, str]]:
     """Quantized node name -> (its float node, its output's name in the QDQ model): the nodes of
-    the QDQ model, other than Q/DQ and the ``excluded`` ones, that exist in the float model,
-    read a dequantized tensor and no float initializer (weights kept in float)."""
+    the QDQ model, other than Q/DQ and the ``excluded`` ones, that exist in the float model and
+    read a dequantized tensor and no float tensor that is not dequantized."""
     import onnx
 
     floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
-    raw = {t.name for t in qdq_graph.initializer if t.data_type in floats}
+    typed = [*qdq_graph.input, *qdq_graph.value_info, *qdq_graph.output]
+    float_tensors = {t.name for t in qdq_graph.initializer if t.data_type in floats} | {
+        v.name for v in typed if v.type.tensor_type.elem_type in floats
+    }
     dequantized = {t for n in qdq_graph.node if n.op_type == "DequantizeLinear" for t in n.output}
     by_name = {node.name: node for node in float_nodes if node.name}
     found: dict[str, tuple[Any, str]] = {}
     for node in qdq_graph.node:
         if node.op_type in _QDQ_OPS or node.name in excluded or node.name not in by_name:
             continue
-        if node.output and set(node.input) & dequantized and not set(node.input) & raw:
+        inputs = set(filter(None, node.input))
+        if node.output and inputs & dequantized and not (inputs - dequantized) & float_tensors:
             found[node.name] = (by_name[node.name], node.output[0])
     return found
 
