@@ -1,0 +1,176 @@
+"""Drift monitoring's goals on the fraud model, in one run.
+
+    flock /tmp/bench.lock .venv/bin/python bench/drift.py [--seconds 5] [--rounds 3]
+
+1. Profiles ``fraud_xgboost`` (a copy of examples/models/fraud_xgboost) with
+   ``inferd monitor profile`` from its training rows.
+2. Detection: ``inferd serve --monitor-drift`` (default settings) gets 20,000 one-row requests
+   sampled from the held-out rows (in distribution), then a stream whose one feature is
+   shifted by 0.25 of its standard deviation; a fresh server repeats the shift for other
+   features after a 2,000-request warm-up. Requests go over gRPC in chunks of 100 (8 in
+   flight); after each chunk the report is read once the monitor has seen every row, so the
+   figures are exact to 100 requests. Goals: no alert in the 20,000; an alert within 2,000
+   shifted requests.
+3. Cost: ``inferd perf`` at concurrency 32 over gRPC against the server with monitoring off
+   and on, rounds interleaved (the figure is each side's median). Goal: monitoring costs at
+   most 5% of throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from inferd.examples.tabular_models import fraud_split
+from inferd.testing import ServerProcess, running_server
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "models" / "fraud_xgboost"
+CHUNK = 100
+
+
+def _profile(repo: Path, x_train: np.ndarray) -> None:
+    shutil.copytree(EXAMPLE, repo / "fraud_xgboost")
+    data = repo.parent / "train.npz"
+    np.savez(data, input__0=x_train)
+    subprocess.run(
+        [sys.executable, "-m", "inferd.cli.main", "monitor", "profile", "fraud_xgboost",
+         "--model-repository", str(repo), "--data", str(data)],
+        check=True,
+    )  # fmt: skip
+
+
+def _report(server: ServerProcess) -> dict[str, Any] | None:
+    url = f"http://{server.http_url}/v2/models/fraud_xgboost/drift"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            version: dict[str, Any] = json.load(reply)["versions"][0]
+            return version
+    except urllib.error.HTTPError:
+        return None  # nothing observed yet
+
+
+class Stream:
+    """One-row requests over gRPC, in chunks; the report after each chunk."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        self.sent = 0
+        self._clients = [grpcclient.InferenceServerClient(server.grpc_url) for _ in range(8)]
+        self._pool = ThreadPoolExecutor(8)
+
+    def _one(self, index: int, row: np.ndarray) -> None:
+        tensor = grpcclient.InferInput("input__0", [1, row.size], "FP32")
+        tensor.set_data_from_numpy(row.reshape(1, -1))
+        self._clients[index % 8].infer("fraud_xgboost", [tensor])
+
+    def chunk(self, rows: np.ndarray) -> dict[str, Any]:
+        list(self._pool.map(self._one, range(len(rows)), rows))
+        self.sent += len(rows)
+        deadline = time.monotonic() + 30
+        while True:
+            version = _report(self.server)
+            if version is not None and version["rows"] >= self.sent:
+                return version
+            if time.monotonic() > deadline:
+                raise RuntimeError("the monitor did not catch up within 30 s")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
+def _shift_trial(
+    repo: Path, held_out: np.ndarray, sd: np.ndarray, feature: int, warmup: int, seed: int
+) -> tuple[int | None, int, int | None]:
+    """(first in-distribution request with an alert, evaluations, shifted requests to alert)."""
+    rng = np.random.default_rng(seed)
+    with running_server([repo], ["--monitor-drift"]) as server:
+        stream = Stream(server)
+        false_alarm = None
+        report: dict[str, Any] = {}
+        for _ in range(warmup // CHUNK):
+            report = stream.chunk(held_out[rng.integers(len(held_out), size=CHUNK)])
+            if report["alerts"] and false_alarm is None:
+                false_alarm = stream.sent
+        evaluations = int(report.get("evaluations", 0))
+        start = stream.sent
+        detected = None
+        while stream.sent - start < 5000:
+            rows = held_out[rng.integers(len(held_out), size=CHUNK)].copy()
+            rows[:, feature] += 0.25 * sd[feature]
+            report = stream.chunk(rows)
+            if f"input__0[{feature}]" in report["alerts"]:
+                detected = stream.sent - start
+                break
+        stream.close()
+    return false_alarm, evaluations, detected
+
+
+def _throughput(server: ServerProcess, seconds: float) -> float:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run(
+            [sys.executable, "-m", "inferd.cli.main", "perf", "-m", "fraud_xgboost",
+             "-u", server.grpc_url, "-i", "grpc", "--concurrency-range", "32",
+             "-p", str(int(seconds * 1000)), "-q", "--json-output", out.name],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        point = json.loads(Path(out.name).read_text())["points"][0]
+        return float(point["throughput"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="perf measurement window")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
+    args = parser.parse_args()
+    x_train, x_test, _, _ = fraud_split()
+    sd = x_train.std(axis=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp) / "models"
+        repo.mkdir()
+        _profile(repo, x_train)
+
+        print("\n== detection (one-row requests, default settings) ==")
+        trials = [(0, 20_000), (3, 2_000), (7, 2_000), (15, 2_000)]
+        for seed, (feature, warmup) in enumerate(trials):
+            false_alarm, evaluations, detected = _shift_trial(
+                repo, x_test, sd, feature, warmup, seed
+            )
+            print(
+                f"feature {feature:2d}: {warmup} in-distribution requests "
+                f"({evaluations} evaluations): "
+                f"{'no alert' if false_alarm is None else f'ALERT at request {false_alarm}'}; "
+                f"0.25 sd shift: "
+                f"{'no alert in 5000' if detected is None else f'alert after {detected}'} "
+                "requests"
+            )
+
+        print("\n== throughput, inferd perf, gRPC, concurrency 32 ==")
+        figures: dict[str, list[float]] = {"off": [], "on": []}
+        for _ in range(args.rounds):
+            for side, flags in (("off", []), ("on", ["--monitor-drift"])):
+                with running_server([repo], flags) as server:
+                    figures[side].append(_throughput(server, args.seconds))
+        for side, values in figures.items():
+            print(f"monitoring {side:3s}: " + ", ".join(f"{v:.0f}" for v in values) + " infer/s")
+        off, on = statistics.median(figures["off"]), statistics.median(figures["on"])
+        print(f"median: off {off:.0f}, on {on:.0f} infer/s; cost {100 * (1 - on / off):.1f}%")
+
+
+if __name__ == "__main__":
+    main()
