@@ -222,3 +222,16 @@ def test_reference_data_from_npz_parquet_and_csv(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("")
     with pytest.raises(InvalidArgumentError, match="unsupported data format"):
         read_reference(tmp_path / "x.txt", spec.inputs, spec.outputs)
+
+
+def test_a_reload_starts_afresh_and_skips_the_old_loads_late_requests(repo: Path) -> None:
+    monitor = DriftMonitor(SETTINGS, [repo])
+    old, new = _spec(), _spec()  # two loads of version 1: distinct specs
+    x = REFERENCE[:10]
+    monitor.observe(old, 1, InferRequest("tab", {"x": x}), {"score": _score(x)})
+    monitor.drain()
+    assert monitor.statistics().versions[0].rows == 10
+    monitor.observe(new, 1, InferRequest("tab", {"x": x[:4]}), {"score": _score(x[:4])})
+    monitor.observe(old, 1, InferRequest("tab", {"x": x}), {"score": _score(x)})  # in flight
+    monitor.drain()
+    assert monitor.statistics().versions[0].rows == 4

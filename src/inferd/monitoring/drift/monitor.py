@@ -55,6 +55,7 @@ class _Entry:
     evaluator: Evaluator | None = None
     snapshot: VersionDrift | None = None
     pending: list[_Item] = field(default_factory=list)
+    replaced: ModelSpec | None = None  # the load this entry replaced: its late requests are skipped
 
 
 def profile_path(root: Path, model: str, version: int) -> Path | None:
@@ -152,7 +153,7 @@ class DriftMonitor:
             item = self._queue.popleft()
             try:
                 entry = self._entry(item.spec, item.version)
-                if entry.window is None:
+                if entry.window is None or entry.spec is not item.spec:
                     continue
                 entry.pending.append(item)
                 touched[id(entry)] = entry
@@ -184,9 +185,9 @@ class DriftMonitor:
     def _entry(self, spec: ModelSpec, version: int) -> _Entry:
         key = (spec.name, version)
         entry = self._entries.get(key)
-        if entry is not None and entry.spec is spec:
-            return entry
-        entry = _Entry(spec)
+        if entry is not None and (entry.spec is spec or entry.replaced is spec):
+            return entry  # a request the replaced load answered before the reload is skipped
+        entry = _Entry(spec, replaced=entry.spec if entry is not None else None)
         profile = self._load_profile(spec, version)
         if profile is not None:
             window = VersionWindow(
