@@ -14,7 +14,9 @@ Parsing is pure; building imports torch.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inferd.errors import InvalidArgumentError
@@ -26,6 +28,7 @@ __all__ = [
     "ClassifierSpec",
     "EncoderSpec",
     "classifier_student",
+    "encoder_layer_count",
     "encoder_student",
     "parse_classifier_spec",
     "parse_encoder_spec",
@@ -101,6 +104,20 @@ def parse_classifier_spec(text: str) -> ClassifierSpec:
     return ClassifierSpec(
         tuple(_positive(text, v, "each hidden size") for v in pairs["hidden"].split("x"))
     )
+
+
+def encoder_layer_count(folder: Path) -> int:
+    """The transformer layers of the Hugging Face model in ``folder`` (from its config.json)."""
+    config = folder / "config.json"
+    try:
+        layers = json.loads(config.read_text()).get("num_hidden_layers")
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"{config}: cannot be read ({exc})") from None
+    if not isinstance(layers, int) or layers < 1:
+        raise InvalidArgumentError(
+            f"{config}: has no num_hidden_layers: only BERT-like encoders are distilled by layers"
+        )
+    return layers
 
 
 def pick_layers(teacher_layers: int, student_layers: int) -> list[int]:
