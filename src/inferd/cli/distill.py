@@ -325,7 +325,7 @@ def _run_classifier(
 
 def distill_command(args: argparse.Namespace) -> int:
     encoder = _is_encoder(args.teacher)
-    modules = ("torch", "onnx", "transformers") if encoder else ("torch", "onnx")
+    modules = ("torch", "onnx", "rich") + (("transformers",) if encoder else ())
     missing = missing_extra("optimize", modules)
     if missing is not None:
         _error(missing)
