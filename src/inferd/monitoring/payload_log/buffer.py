@@ -30,12 +30,13 @@ class HandOff(Generic[T]):
         self._held_items = 0  # waiting, or taken and not yet released
         self._held_bytes = 0
         self._closed = False
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # entered directly on the hot path (no Python frame)
+        self._cond = threading.Condition(self._lock)
 
     def offer(self, item: T, nbytes: int) -> bool:
         """Queue ``item`` (about ``nbytes`` of memory) unless that would pass a bound; an item
         larger than the byte bound is taken only when nothing else is held."""
-        with self._cond:
+        with self._lock:
             if self._closed or self._held_items >= self._max_items:
                 return False
             if self._held_bytes + nbytes > self._max_bytes and self._held_items:

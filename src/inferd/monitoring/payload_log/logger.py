@@ -89,11 +89,10 @@ class PayloadLogger:
             rate = self._rates[name] = self.settings.rate_for(name)
         if rate < 1.0 and (rate <= 0.0 or self._draw() >= rate):
             return
-        inputs, redacted = capture_inputs(request.inputs, self._redact)
+        inputs, redacted, nbytes = capture_inputs(request.inputs, self._redact)
         kept_outputs = dict(outputs)
-        nbytes = sum(a.nbytes for a in inputs.values()) + sum(
-            a.nbytes for a in kept_outputs.values()
-        )
+        for array in kept_outputs.values():
+            nbytes += array.nbytes
         captured = Captured(
             model=name,
             version=version,

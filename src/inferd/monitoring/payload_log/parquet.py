@@ -8,8 +8,9 @@ float32). Each tensor column's field metadata holds its v2 ``datatype``.
 
 A file holds one set of tensor columns: a request with other tensors (an optional input left
 out, a reloaded model with a new config) starts a new file. Rows are written in row groups of
-:data:`ROW_GROUP_ROWS`; the file is written as ``<name>.parquet.partial`` and renamed to
-``<name>.parquet`` once closed (its footer written), so every ``.parquet`` file is complete.
+:data:`ROW_GROUP_ROWS`; the file is written as ``.<name>.parquet.partial`` (hidden: readers of
+the folder, pyarrow's datasets among them, skip it) and renamed to ``<name>.parquet`` once
+closed (its footer written), so every ``.parquet`` file is complete.
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ class ParquetSink:
 
     def __init__(self, path: Path, first: Captured) -> None:
         self._pa = require_pyarrow()
-        self.path = path  # the final name; written under path + ".partial" until closed
-        self._partial = path.with_name(path.name + PARTIAL)
+        self.path = path  # the final name; written as a hidden ".<name>.partial" until closed
+        self._partial = path.with_name(f".{path.name}{PARTIAL}")
         self._key = schema_key(first)
         self._schema = self._build_schema()
-        # opened exclusively: never another file's name
+        # opened exclusively: never another file's name, now or once renamed
+        if path.exists():
+            raise FileExistsError(path)
         self._file = self._partial.open("xb")
         self._writer = self._pa.parquet.ParquetWriter(self._file, self._schema)
         self._pending: list[Captured] = []

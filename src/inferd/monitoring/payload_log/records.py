@@ -27,7 +27,7 @@ __all__ = ["Captured", "capture_inputs", "json_line", "timestamp_text"]
 Array = np.ndarray[Any, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Captured:
     """A sampled request as handed to the writer: references, not copies (except inputs read
     from a client's shared memory, which the client may overwrite once answered)."""
@@ -52,25 +52,36 @@ def _client_memory(array: Array) -> bool:
 
 def capture_inputs(
     inputs: Mapping[str, Array], redact: frozenset[str]
-) -> tuple[dict[str, Array], tuple[str, ...]]:
-    """The inputs to keep (copied only when they view a client's shared memory) and the names
-    of the ones redacted."""
+) -> tuple[dict[str, Array], tuple[str, ...], int]:
+    """The inputs to keep (copied only when they view a client's shared memory), the names of
+    the ones redacted, and the bytes the kept ones hold."""
     kept: dict[str, Array] = {}
     redacted: list[str] = []
+    nbytes = 0
     for name, array in inputs.items():
         if name in redact:
             redacted.append(name)
-        elif _client_memory(array):
-            kept[name] = array.copy()
-        else:
-            kept[name] = array
-    return kept, tuple(redacted)
+            continue
+        if array.base is not None and _client_memory(array):
+            array = array.copy()
+        kept[name] = array
+        nbytes += array.nbytes
+    return kept, tuple(redacted), nbytes
+
+
+# the last whole second formatted and its text, swapped as one tuple (safe across threads)
+_last_second: list[tuple[int, str]] = [(-1, "")]
 
 
 def timestamp_text(time_ns: int) -> str:
-    """ISO 8601 in UTC with microseconds, e.g. ``2026-01-02T03:04:05.678901Z``."""
-    moment = datetime.fromtimestamp(time_ns // 1000 / 1e6, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """ISO 8601 in UTC with microseconds, e.g. ``2026-01-02T03:04:05.678901Z`` (the seconds'
+    text is formatted once per second: a writer stamps thousands of records in each)."""
+    seconds, rest = divmod(time_ns, 1_000_000_000)
+    cached_second, text = _last_second[0]
+    if cached_second != seconds:
+        text = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second[0] = (seconds, text)
+    return f"{text}.{rest // 1000:06d}Z"
 
 
 def _tensor(name: str, array: Array) -> dict[str, Any]:
