@@ -29,6 +29,7 @@ __all__ = [
     "int8_mixed",
     "int8_static",
     "nncf_int8",
+    "nncf_int8_bf16",
     "openvino_ir",
     "prune_2of4",
     "prune_channels",
@@ -238,9 +239,21 @@ def openvino_ir(context: PlanContext, work: Path, options: Options) -> Candidate
 def nncf_int8(context: PlanContext, work: Path, options: Options) -> Candidate:
     from inferd.tools.optimize.openvino import build_nncf_int8
 
-    return build_nncf_int8(
+    candidate = build_nncf_int8(
         _source_path(context), work, sample=_sample(context), calibration=context.calibration
     )
+    context.cache[("nncf", "candidate")] = candidate
+    return candidate
+
+
+def nncf_int8_bf16(context: PlanContext, work: Path, options: Options) -> Candidate:
+    """The NNCF INT8 model with its float layers in bfloat16 (CPUs with AVX-512 BF16 or AMX)."""
+    from inferd.tools.optimize.precision import bf16_variant
+
+    built = context.cache.get(("nncf", "candidate"))
+    if not isinstance(built, Candidate):
+        raise CandidateSkipped("there is no NNCF INT8 model to run in bfloat16")
+    return bf16_variant(built, _source_path(context), sample=_sample(context))
 
 
 def prune_2of4(context: PlanContext, work: Path, options: Options) -> Candidate:

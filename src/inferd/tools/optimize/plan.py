@@ -138,6 +138,7 @@ def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
         ),
         Step("openvino", "openvino", b.openvino_ir),
         Step("nncf-int8", "nncf-int8", b.nncf_int8),
+        Step("nncf-int8-bf16", "nncf-int8", b.nncf_int8_bf16),
         Step("prune-2of4", "prune-2of4", b.prune_2of4),
         Step("prune-channels", "prune-channels", b.prune_channels),
     ]
