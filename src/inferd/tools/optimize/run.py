@@ -8,10 +8,12 @@ server with no listeners, so what is measured is inferd's own request path down 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -101,6 +103,20 @@ def read_model_config(model_dir: Path) -> ModelConfig:
     if not path.is_file():
         return ModelConfig()
     return parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
+
+
+@contextlib.contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    """Run a build with ``folder`` as the working directory: some converters leave scratch
+    files in the working directory (ONNX Runtime's symbolic shape inference writes
+    ``sym_shape_infer_temp.onnx`` there when it gives up), which belong with the candidate, not
+    in the user's folder. Builds run one at a time, with no engine running."""
+    previous = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def _size_bytes(path: Path) -> int:
@@ -227,7 +243,8 @@ class _Session:
         work.mkdir(parents=True)
         started = time.perf_counter()
         try:
-            candidate = step.build(context, work, step.options)
+            with _inside(work):
+                candidate = step.build(context, work, step.options)
         except CandidateSkipped as exc:
             return Outcome(step.name, step.kind, skipped=exc.message), None
         except InferdError as exc:
@@ -269,6 +286,16 @@ async def optimize(
     reporter: Reporter | None = None,
 ) -> OptimizeResult:
     reporter = reporter or LineReporter(lines=False)
+    # absolute paths: builds run inside their own folder (see _inside)
+    options = replace(
+        options,
+        repository=options.repository.resolve(),
+        results=options.results.resolve(),
+        calibration=options.calibration.resolve(),
+        eval_data=options.eval_data.resolve(),
+        train=options.train.resolve() if options.train is not None else None,
+        extra=tuple(p.resolve() for p in options.extra),
+    )
     model_dir = options.repository / options.model
     if not model_dir.is_dir():
         raise InvalidArgumentError(f"no model '{options.model}' in {options.repository}")
