@@ -15,13 +15,13 @@ closed (its footer written), so every ``.parquet`` file is complete.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from inferd.core import datatypes
 from inferd.errors import InferdError
@@ -54,11 +54,8 @@ def schema_key(captured: Captured) -> Key:
     return tuple(key)
 
 
-def _flat(array: np.ndarray[Any, Any], datatype: str) -> np.ndarray[Any, Any]:
-    flat = np.ascontiguousarray(array).reshape(-1)
-    if datatype == "BF16":
-        return flat.astype(np.float32)
-    return flat
+def _json_text(parameters: Mapping[str, Any]) -> str:
+    return orjson.dumps(dict(parameters)).decode() if parameters else "{}"
 
 
 def _bytes(value: Any) -> bytes:
@@ -152,7 +149,7 @@ class ParquetSink:
             pa.array([r.model for r in rows], pa.string()),
             pa.array([r.version for r in rows], pa.int64()),
             pa.array([r.time_ns // 1000 for r in rows], pa.timestamp("us", tz="UTC")),
-            pa.array([json.dumps(dict(r.parameters)) for r in rows], pa.string()),
+            pa.array([_json_text(r.parameters) for r in rows], pa.string()),
             pa.array([list(r.redacted) for r in rows], pa.list_(pa.string())),
         ]
         for index, (side, name, datatype) in enumerate(self._key):
@@ -160,19 +157,33 @@ class ParquetSink:
             columns.append(self._tensor_column(arrays, datatype, self._schema.field(6 + index)))
         return pa.Table.from_arrays(columns, schema=self._schema)
 
+    def _list(self, counts: Sequence[int], values: Any) -> Any:
+        """A list array of ``values`` cut into lists of ``counts`` items."""
+        pa = self._pa
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        if offsets[-1] < 2**31:
+            return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+        large = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+        return large.cast(pa.list_(values.type))  # refused (counted as a write error) if too big
+
     def _tensor_column(self, arrays: list[np.ndarray[Any, Any]], datatype: str, field: Any) -> Any:
         pa = self._pa
-        flats = [_flat(a, datatype) for a in arrays]
-        offsets = np.zeros(len(flats) + 1, dtype=np.int64)
-        np.cumsum([len(f) for f in flats], out=offsets[1:])
         value_type = field.type.field("data").type.value_type
+        flats = [a.reshape(-1) for a in arrays]  # views of contiguous arrays
         if datatype == "BYTES":
             values = pa.array([_bytes(v) for f in flats for v in f.tolist()], value_type)
         else:
             joined = np.concatenate(flats) if flats else np.empty(0)
+            if datatype == "BF16":
+                joined = joined.astype(np.float32)
             values = pa.array(joined, value_type)
-        data = pa.LargeListArray.from_arrays(pa.array(offsets), values).cast(pa.list_(value_type))
-        shapes = pa.array([list(a.shape) for a in arrays], pa.list_(pa.int64()))
+        data = self._list([f.size for f in flats], values)
+        dims = [len(a.shape) for a in arrays]
+        shape_values = np.fromiter(
+            (d for a in arrays for d in a.shape), dtype=np.int64, count=sum(dims)
+        )
+        shapes = self._list(dims, pa.array(shape_values))
         return pa.StructArray.from_arrays([shapes, data], fields=list(field.type))
 
     def close(self) -> tuple[int, int]:
