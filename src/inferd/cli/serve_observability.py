@@ -133,6 +133,11 @@ def trace_settings(args: argparse.Namespace) -> TraceSettings | None:
         from inferd.monitoring.tracing.otel import require_opentelemetry
 
         require_opentelemetry(settings.url)
+        if settings.file is not None and not settings.file.parent.is_dir():
+            raise InferdError(
+                f"--trace-config opentelemetry,file={settings.file}: the folder "
+                f"{settings.file.parent} does not exist"
+            )
     return settings
 
 
