@@ -99,27 +99,36 @@ def repair_exclusions(
 
     def attempt(count: int) -> bool:
         excluded = [s.node for s in ranking[:count]]
-        candidate = build(excluded, f"{name}.try-{count}")
+        try_name = f"{name}.try-{count}"
+        try:
+            candidate = build(excluded, try_name)
+        except CandidateSkipped:
+            shutil.rmtree(work_dir / try_name, ignore_errors=True)
+            raise
+        tries[count] = candidate
         value = judge.quality(candidate.path)
         steps[count] = RepairStep(count, value, judge.budget_ok(value))
-        tries[count] = candidate
         return steps[count].within_budget
 
     passed: int | None = None
     failed = 0
+    stopped = ""
     try:
         for count in doubling_counts(limit):
-            if attempt(count):
-                passed = count
+            try:
+                if attempt(count):
+                    passed = count
+                    break
+            except CandidateSkipped as exc:  # e.g. nothing left to quantize
+                stopped = f"; keeping {count} in float failed: {exc}"
                 break
             failed = count
         if passed is None:
             order = sorted(steps.values(), key=lambda s: s.excluded)
-            tried = ", ".join(f"{s.excluded}: {s.quality:.4g}" for s in order)
+            tried = ", ".join(f"{s.excluded}: {s.quality:.4g}" for s in order) or "nothing"
             raise CandidateSkipped(
-                f"{name}: no mix met the accuracy budget; with the {limit} most sensitive "
-                f"node(s) in float the quality was {steps[limit].quality:.4g} (tried "
-                f"{tried})"
+                f"{name}: no mix met the accuracy budget; the quality with the most sensitive "
+                f"nodes kept in float, by their count, was {tried}{stopped}"
             )
         while passed - failed > 1:
             middle = (passed + failed) // 2
