@@ -124,7 +124,11 @@ def test_dynamic_int8_answers_close_to_the_float_model(
     assert candidate.recipe["per_channel"] is per_channel
     ops = {node.op_type for node in onnx.load(candidate.path).graph.node}
     assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops
+    assert "Conv" in ops  # convolutions stay in float unless asked for
+    assert any("Conv nodes stay in float" in note for note in candidate.notes)
     assert relative_error(candidate.path, source, EVAL) < 0.1
+    with_conv = quantize_dynamic_int8(prepared, tmp_path, op_types=["Conv", "MatMul"])
+    assert "ConvInteger" in {node.op_type for node in onnx.load(with_conv.path).graph.node}
 
 
 # entropy calibration clips the tails of these Gaussian activations on purpose (it trades the
