@@ -101,7 +101,7 @@ def test_in_distribution_raises_nothing_and_a_shift_raises_its_feature(repo: Pat
 
 def test_report_and_metrics_read_the_snapshot(repo: Path) -> None:
     monitor = DriftMonitor(SETTINGS, [repo])
-    x = rng.normal(size=(600, FEATURES)).astype(np.float32)
+    x = rng.normal(size=(800, FEATURES)).astype(np.float32)
     x[:, 1] += 1.0
     x[0, 3] = np.nan
     _observe(monitor, _spec(), x, batch=50)
@@ -122,7 +122,7 @@ def test_report_and_metrics_read_the_snapshot(repo: Path) -> None:
     assert f"inferd_drift_alert{{{labels}}} 1.0" in text
     assert f"inferd_drift_psi{{{labels}}}" in text
     assert f"inferd_data_quality_nan_total{{{labels.replace('x[1]', 'x[3]')}}} 1.0" in text
-    assert 'inferd_drift_observed_rows_total{model="tab",version="1"} 600.0' in text
+    assert 'inferd_drift_observed_rows_total{model="tab",version="1"} 800.0' in text
 
 
 def test_a_full_queue_drops_and_counts_without_blocking(repo: Path) -> None:

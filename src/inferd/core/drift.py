@@ -23,7 +23,7 @@ class DriftSettings:
     alpha: float = 0.001  # family-wise p-value threshold, Bonferroni-split over the tests
     psi_threshold: float = 0.2  # PSI above this is drift (the field's convention)
     psi_clear: float = 0.1  # an alert clears only once PSI is back under this
-    raise_after: int = 2  # consecutive drifting evaluations before a feature's alert is raised
+    raise_after: int = 3  # consecutive drifting evaluations before a feature's alert is raised
     clear_after: int = 4  # consecutive calm evaluations before it clears
     queue_size: int = 4096  # answered requests waiting for the worker; beyond it, dropped
     multivariate_rows: int = 200  # the window of a multivariate test (embeddings, images)

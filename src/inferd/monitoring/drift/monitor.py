@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from inferd.core.drift import DriftSettings, MonitorStatistics, VersionDrift
+from inferd.core.drift import DriftSettings, MonitorStatistics
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import InferdError
-from inferd.monitoring.drift.evaluate import Evaluator
+from inferd.monitoring.drift.evaluate import Evaluator, Published
 from inferd.monitoring.drift.profile import PROFILE_FILE, Profile, read_profile
 from inferd.monitoring.drift.window import VersionWindow
 
@@ -53,8 +54,9 @@ class _Entry:
     names: frozenset[str] | None = None  # the tensors the profile watches
     window: VersionWindow | None = None
     evaluator: Evaluator | None = None
-    snapshot: VersionDrift | None = None
+    published: Published | None = None
     pending: list[_Item] = field(default_factory=list)
+    pending_rows: int = 0
     replaced: ModelSpec | None = None  # the load this entry replaced: its late requests are skipped
 
 
@@ -117,9 +119,9 @@ class DriftMonitor:
 
     def statistics(self) -> MonitorStatistics:
         versions = tuple(
-            entry.snapshot
+            entry.published.build()
             for (name, version), entry in list(self._entries.items())
-            if entry.snapshot is not None
+            if entry.published is not None
             and (self._serving is None or self._serving(name, version))
         )
         return MonitorStatistics(len(self._queue), self._dropped, self._failures, versions)
@@ -156,8 +158,9 @@ class DriftMonitor:
                 if entry.window is None or entry.spec is not item.spec:
                     continue
                 entry.pending.append(item)
+                entry.pending_rows += item.rows
                 touched[id(entry)] = entry
-                if entry.window.since_evaluation + sum(i.rows for i in entry.pending) >= (
+                if entry.window.since_evaluation + entry.pending_rows >= (
                     self.settings.evaluate_every_rows
                 ):
                     self._flush(entry, evaluate=True)
@@ -175,12 +178,12 @@ class DriftMonitor:
         window, evaluator = entry.window, entry.evaluator
         assert window is not None
         assert evaluator is not None
-        items, entry.pending = entry.pending, []
+        items, rows, entry.pending, entry.pending_rows = entry.pending, entry.pending_rows, [], 0
         if items:
-            window.add([item.tensors for item in items], sum(item.rows for item in items))
+            window.add([item.tensors for item in items], rows)
         if evaluate:
             evaluator.evaluate(window)
-        entry.snapshot = evaluator.snapshot(window, entry.spec.name, _version(items, entry))
+        entry.published = evaluator.publish(window, entry.spec.name, _version(items, entry))
 
     def _entry(self, spec: ModelSpec, version: int) -> _Entry:
         key = (spec.name, version)
@@ -194,14 +197,14 @@ class DriftMonitor:
                 profile, self.settings.window_rows, self.settings.multivariate_rows
             )
             entry.window = window
-            entry.evaluator = Evaluator(window, self.settings)
+            entry.evaluator = Evaluator(window, self.settings, _let_others_run)
             entry.names = frozenset(window.tensors)
-            entry.snapshot = entry.evaluator.snapshot(window, spec.name, version)
+            entry.published = entry.evaluator.publish(window, spec.name, version)
             _log.info(
                 "drift monitoring of '%s' version %d: %d feature(s), %d window bytes",
                 spec.name,
                 version,
-                len(entry.snapshot.features),
+                len(entry.published.results),
                 window.nbytes,
             )
         self._entries[key] = entry
@@ -227,8 +230,13 @@ class DriftMonitor:
         return None
 
 
+def _let_others_run() -> None:
+    """Give up the GIL for a moment: the event loop's thread takes it if it is waiting."""
+    time.sleep(0)
+
+
 def _version(items: list[_Item], entry: _Entry) -> int:
-    return items[0].version if items else (entry.snapshot.version if entry.snapshot else 0)
+    return items[0].version if items else (entry.published.version if entry.published else 0)
 
 
 def _check_profile(profile: Profile, spec: ModelSpec) -> None:

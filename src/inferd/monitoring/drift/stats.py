@@ -69,8 +69,12 @@ def ks_statistic(live_sorted: Array, ref: SortedReference) -> float:
     n = live_sorted.size
     if n == 0:
         return float("nan")
-    after = np.searchsorted(ref.values, live_sorted, side="right") / ref.values.size
-    before = np.searchsorted(ref.values, live_sorted, side="left") / ref.values.size
+    values = ref.values
+    right = np.searchsorted(values, live_sorted, side="right")
+    # the left limit differs only where a live value equals a reference value
+    tied = (right > 0) & (values[np.maximum(right - 1, 0)] == live_sorted)
+    left = np.searchsorted(values, live_sorted, side="left") if tied.any() else right
+    after, before = right / values.size, left / values.size
     ranks = np.arange(1, n + 1) / n
     # equal live values: the last of a run carries the ECDF's value, the first its left limit
     d_plus = np.max(ranks - after)
