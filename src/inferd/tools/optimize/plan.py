@@ -116,6 +116,7 @@ def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
         Step("fp16", "fp16", b.fp16),
         Step("bf16", "bf16", b.bf16),
         Step("int8-dynamic", "int8-dynamic", b.int8_dynamic),
+        Step("int8-dynamic-pc", "int8-dynamic", b.int8_dynamic, options={"per_channel": True}),
         Step("transformer-int8-dynamic", "int8-dynamic", b.transformer_int8_dynamic),
         Step("int8-static-minmax", "int8-static", b.int8_static, options={"method": "minmax"}),
         Step(
