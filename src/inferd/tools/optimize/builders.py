@@ -224,7 +224,9 @@ def int8_dynamic_mixed(context: PlanContext, work: Path, options: Options) -> Ca
     ranking = _ranking(context, work, options)
 
     def build(excluded: Any, try_name: str) -> Candidate:
-        return quantize_dynamic_int8(prepared, work, nodes_to_exclude=list(excluded), name=try_name)
+        return quantize_dynamic_int8(
+            prepared, work, per_channel=True, nodes_to_exclude=list(excluded), name=try_name
+        )
 
     candidate = repair_exclusions(ranking, _EvalJudge(options), build, work, "int8-dynamic-mixed")
     return _with_ranking(candidate, ranking, str(options.get("dynamic_from")))
