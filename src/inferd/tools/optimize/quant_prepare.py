@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.errors import InvalidArgumentError, UnavailableError
+from inferd.tools.optimize.scratch import inside
 
 __all__ = ["MODEL_FILE", "PreparedModel", "first_line", "ort_quantization", "prepare_model"]
 
@@ -57,6 +58,8 @@ def prepare_model(model: Path, work_dir: Path) -> PreparedModel:
     """``model`` pre-processed for quantization into ``work_dir/prepared/model.onnx``."""
     import onnx
 
+    model, work_dir = model.resolve(), work_dir.resolve()  # the pre-processing runs inside
+
     quantizer = ort_quantization()
     try:
         header = onnx.load(model, load_external_data=False)
@@ -78,12 +81,16 @@ def prepare_model(model: Path, work_dir: Path) -> PreparedModel:
     notes: list[str] = []
     preprocessed = True
     try:
-        with _logged_errors() as errors, contextlib.redirect_stdout(io.StringIO()):
+        with _logged_errors() as errors, contextlib.redirect_stdout(io.StringIO()), inside(target):
             quantizer.quant_pre_process(model, path, **storage)
     except Exception as exc:  # the pre-processing is optional: say why it was skipped
         notes.append(f"quantization pre-processing failed ({first_line(exc)})")
         try:
-            with _logged_errors() as errors, contextlib.redirect_stdout(io.StringIO()):
+            with (
+                _logged_errors() as errors,
+                contextlib.redirect_stdout(io.StringIO()),
+                inside(target),
+            ):
                 quantizer.quant_pre_process(model, path, skip_symbolic_shape=True, **storage)
             notes.append("pre-processed without the symbolic shape inference")
         except Exception as again:

@@ -8,12 +8,10 @@ server with no listeners, so what is measured is inferd's own request path down 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,6 +29,7 @@ from inferd.tools.optimize.evaluate import judge, model_outputs
 from inferd.tools.optimize.metrics import default_metric, needs_labels
 from inferd.tools.optimize.plan import PlanContext, Step, plan_steps, repair_steps
 from inferd.tools.optimize.progress import LineReporter, Reporter
+from inferd.tools.optimize.scratch import inside
 from inferd.tools.optimize.speed import SpeedSettings, measure_speed, write_sample
 from inferd.tools.optimize.staging import platform_of, stage
 from inferd.tools.optimize.write import Written, write_winner
@@ -103,20 +102,6 @@ def read_model_config(model_dir: Path) -> ModelConfig:
     if not path.is_file():
         return ModelConfig()
     return parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
-
-
-@contextlib.contextmanager
-def _inside(folder: Path) -> Iterator[None]:
-    """Run a build with ``folder`` as the working directory: some converters leave scratch
-    files in the working directory (ONNX Runtime's symbolic shape inference writes
-    ``sym_shape_infer_temp.onnx`` there when it gives up), which belong with the candidate, not
-    in the user's folder. Builds run one at a time, with no engine running."""
-    previous = Path.cwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
 
 
 def _size_bytes(path: Path) -> int:
@@ -243,7 +228,7 @@ class _Session:
         work.mkdir(parents=True)
         started = time.perf_counter()
         try:
-            with _inside(work):
+            with inside(work):
                 candidate = step.build(context, work, step.options)
         except CandidateSkipped as exc:
             return Outcome(step.name, step.kind, skipped=exc.message), None
@@ -286,7 +271,7 @@ async def optimize(
     reporter: Reporter | None = None,
 ) -> OptimizeResult:
     reporter = reporter or LineReporter(lines=False)
-    # absolute paths: builds run inside their own folder (see _inside)
+    # absolute paths: builds run inside their own folder (see scratch.inside)
     options = replace(
         options,
         repository=options.repository.resolve(),
