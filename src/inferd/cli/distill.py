@@ -114,7 +114,7 @@ def add_distill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--learning-rate",
         type=float,
         metavar="LR",
-        help="AdamW/Adam step size (default: 1e-4 for encoders, 3e-3 for classifiers)",
+        help="AdamW/Adam step size (default: 5e-4 for encoders, 3e-3 for classifiers)",
     )
     p.add_argument(
         "--held-out",
@@ -254,7 +254,7 @@ def _run_encoder(
         epochs=args.epochs or 2,
         batch_size=args.batch_size or 32,
         max_seq_len=args.max_seq_len or 128,
-        learning_rate=args.learning_rate or 1e-4,
+        learning_rate=args.learning_rate or 5e-4,
         loss=args.loss or "cosine",
         seed=args.seed,
     )
