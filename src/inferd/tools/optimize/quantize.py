@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import platform
 import shutil
 from collections.abc import Callable, Sequence
@@ -286,6 +287,11 @@ def _output(work_dir: Path, name: str) -> Path:
 
 
 def _run(step: Callable[[], T]) -> T:
+    # the quantizer warns through the root logger about every per-channel axis a weight lacks
+    # (LayerNorm scales...), which says nothing the candidate's figures do not: errors only
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
     try:
         # the calibrators print their progress; keep it out of the command's own output
         with contextlib.redirect_stdout(io.StringIO()):
@@ -296,6 +302,8 @@ def _run(step: Callable[[], T]) -> T:
         raise CandidateSkipped(
             f"ONNX Runtime's quantizer failed on this model: {first_line(exc)}"
         ) from exc
+    finally:
+        root.setLevel(level)
 
 
 def _op_types(path: Path) -> set[str]:
