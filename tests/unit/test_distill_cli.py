@@ -196,7 +196,7 @@ def test_a_classifier_is_distilled_from_the_command_line(
 def test_ctrl_c_during_training_writes_nothing(tiny_bert: Path, tmp_path: Path) -> None:
     data = tmp_path / "many.txt"
     data.write_text(
-        "".join(f"Sentence {i} is one more line of the corpus text.\n" for i in range(2000))
+        "".join(f"Sentence {i} is one more line of the corpus text.\n" for i in range(200))
     )
     out = tmp_path / "interrupted"
     command = [
@@ -212,13 +212,13 @@ def test_ctrl_c_during_training_writes_nothing(tiny_bert: Path, tmp_path: Path) 
         "--output",
         str(out),
         "--epochs",
-        "50",
+        "500",
         "--batch-size",
         "8",
         "--held-out",
         "10",
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     ) as process:
