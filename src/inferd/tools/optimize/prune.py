@@ -62,9 +62,13 @@ _ROWS_FOR_CHECKS = 16
 def _need(*modules: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise UnavailableError(
-            f"pruning needs {', '.join(missing)}: pip install 'inferd[optimize]'"
-        )
+        hints = {
+            "torch": "PyTorch's CPU build (pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu)",
+            "torch_pruning": "pip install 'inferd[prune]'",
+        }
+        how = "; ".join(hints.get(m, "pip install 'inferd[optimize]'") for m in missing)
+        raise UnavailableError(f"pruning needs {', '.join(missing)}: {how}")
 
 
 # ---------------------------------------------------------------------------------------------
