@@ -38,6 +38,7 @@ PUBLIC: dict[str, set[str]] = {
         "UnsupportedError",
     },
     "inferd.server.embedded": {"InferenceServer"},
+    "inferd.examples.tabular_models": {"build_fraud_xgboost", "build_wine_pipeline", "fraud_split"},
     "inferd.testing": {"FakeClock", "FakeInstance", "ServerProcess", "running_server"},
     "inferd.core.inference": {
         "InferRequest",

@@ -22,6 +22,8 @@ from inferd.examples.common import (
 #: Transactions in the synthetic fraud-style set, its features, and its share of positives.
 FRAUD_ROWS, FRAUD_FEATURES, FRAUD_POSITIVE_SHARE = 10_000, 20, 0.05
 
+__all__ = ["build_fraud_xgboost", "build_wine_pipeline", "fraud_split"]
+
 _FRAUD_CONFIG = """\
 # fraud_xgboost: scores transactions as fraudulent or not (an XGBoost binary classifier).
 #
