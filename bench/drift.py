@@ -124,16 +124,19 @@ def _shift_trial(
     return false_alarm, evaluations, detected
 
 
-def _throughput(server: ServerProcess, seconds: float) -> float:
+def _throughput(server: ServerProcess, seconds: float) -> tuple[float, float]:
+    """(inferences per second, server CPU milliseconds per 1,000 inferences)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run(
             [sys.executable, "-m", "inferd.cli.main", "perf", "-m", "fraud_xgboost",
              "-u", server.grpc_url, "-i", "grpc", "--concurrency-range", "32",
-             "-p", str(int(seconds * 1000)), "-q", "--json-output", out.name],
+             "-p", str(int(seconds * 1000)), "-q", "--server-pid", str(server.pid),
+             "--json-output", out.name],
             check=True, capture_output=True,
         )  # fmt: skip
         point = json.loads(Path(out.name).read_text())["points"][0]
-        return float(point["throughput"])
+        cpu = point["cost"].get("server_cpu_s_per_1000") or float("nan")
+        return float(point["throughput"]), 1000 * float(cpu)
 
 
 def _detection(repo: Path, x_test: np.ndarray, sd: np.ndarray) -> None:
@@ -153,15 +156,24 @@ def _detection(repo: Path, x_test: np.ndarray, sd: np.ndarray) -> None:
 
 def _cost(repo: Path, seconds: float, rounds: int) -> None:
     print("\n== throughput, inferd perf, gRPC, concurrency 32 ==")
-    figures: dict[str, list[float]] = {"off": [], "on": []}
-    for _ in range(rounds):
-        for side, flags in (("off", []), ("on", ["--monitor-drift"])):
+    figures: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    sides = [("off", []), ("on", ["--monitor-drift"])]
+    for round_ in range(rounds):
+        for side, flags in sides if round_ % 2 == 0 else sides[::-1]:  # alternate the order
             with running_server([repo], flags) as server:
                 figures[side].append(_throughput(server, seconds))
     for side, values in figures.items():
-        print(f"monitoring {side:3s}: " + ", ".join(f"{v:.0f}" for v in values) + " infer/s")
-    off, on = statistics.median(figures["off"]), statistics.median(figures["on"])
-    print(f"median: off {off:.0f}, on {on:.0f} infer/s; cost {100 * (1 - on / off):.1f}%")
+        print(
+            f"monitoring {side:3s}: "
+            + ", ".join(f"{t:.0f}/s ({c:.0f} ms CPU/1000)" for t, c in values)
+        )
+    off = [statistics.median(v) for v in zip(*figures["off"], strict=True)]
+    on = [statistics.median(v) for v in zip(*figures["on"], strict=True)]
+    print(
+        f"median: off {off[0]:.0f}/s, on {on[0]:.0f}/s: throughput cost "
+        f"{100 * (1 - on[0] / off[0]):.1f}%; server CPU per 1000 inferences "
+        f"{off[1]:.0f} -> {on[1]:.0f} ms ({100 * (on[1] / off[1] - 1):+.1f}%)"
+    )
 
 
 def main() -> None:

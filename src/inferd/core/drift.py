@@ -19,11 +19,11 @@ class DriftSettings:
     """How the server watches live data against a version's reference profile."""
 
     window_rows: int = 1000  # the sliding window: the last N rows (a request of k rows adds k)
-    evaluate_every_rows: int = 250  # the tests run again after this many new rows
+    evaluate_every_rows: int = 500  # the tests run again after this many new rows
     alpha: float = 0.001  # family-wise p-value threshold, Bonferroni-split over the tests
     psi_threshold: float = 0.2  # PSI above this is drift (the field's convention)
     psi_clear: float = 0.1  # an alert clears only once PSI is back under this
-    raise_after: int = 3  # consecutive drifting evaluations before a feature's alert is raised
+    raise_after: int = 2  # consecutive drifting evaluations before a feature's alert is raised
     clear_after: int = 4  # consecutive calm evaluations before it clears
     queue_size: int = 4096  # answered requests waiting for the worker; beyond it, dropped
     multivariate_rows: int = 200  # the window of a multivariate test (embeddings, images)
