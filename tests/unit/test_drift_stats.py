@@ -9,13 +9,17 @@ from scipy.spatial.distance import jensenshannon
 
 from inferd.monitoring.drift.stats import (
     SortedReference,
+    bin_counts,
     categorical_tests,
     ks_pvalue,
     ks_statistic,
+    ks_statistics,
     mmd_test,
     psi,
+    psis,
     rbf_bandwidth,
     wasserstein,
+    wassersteins,
 )
 
 rng = np.random.default_rng(20)
@@ -114,3 +118,29 @@ def test_mmd_statistic_and_its_permutation_test() -> None:
     assert mmd_shift == pytest.approx(_biased_mmd(ref, shifted, bandwidth))
     assert p_same > 0.05
     assert p_shift == pytest.approx(1 / 200)  # no permutation came near: the smallest p
+
+
+def test_column_wise_statistics_are_the_single_ones() -> None:
+    gen = np.random.default_rng(8)
+    live = np.round(gen.normal(size=(4, 300)), 1)  # ties inside and across the samples
+    ref = np.round(gen.normal(0.2, size=(4, 500)), 1)
+    live[3] = gen.normal(size=300)  # one row without ties
+    live_sorted, ref_sorted = np.sort(live, axis=1), np.sort(ref, axis=1)
+    d = ks_statistics(live_sorted, ref_sorted)
+    w = wassersteins(live_sorted, ref_sorted)
+    for j in range(4):
+        one = SortedReference.of(ref[j])
+        assert d[j] == pytest.approx(ks_statistic(live_sorted[j], one), abs=1e-12)
+        assert d[j] == pytest.approx(float(stats.ks_2samp(live[j], ref[j]).statistic))
+        assert w[j] == pytest.approx(wasserstein(live_sorted[j], one), rel=1e-9)
+    edges = np.array([[-1.0, 0.0, 1.0], [0.0, 1.0, np.inf]])  # the second: two edges
+    counts = bin_counts(live[:2], edges)
+    for j in range(2):
+        row_edges = edges[j][np.isfinite(edges[j])]
+        expected = np.bincount(np.searchsorted(row_edges, live[j]), minlength=4)
+        assert counts[j].tolist() == expected.tolist()
+    table = np.array([[50.0, 30.0, 20.0], [10.0, 0.0, 5.0]])
+    other = np.array([[40.0, 35.0, 25.0], [12.0, 1.0, 2.0]])
+    assert psis(table, other).tolist() == pytest.approx(
+        [psi(table[0], other[0]), psi(table[1], other[1])]
+    )

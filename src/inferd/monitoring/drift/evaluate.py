@@ -14,7 +14,6 @@ metrics and the report read is built from it only when they ask.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,13 +23,17 @@ from inferd.core.drift import DriftSettings, FeatureDrift, VersionDrift
 from inferd.monitoring.drift.alerts import AlertState, step
 from inferd.monitoring.drift.stats import (
     SortedReference,
+    bin_counts,
     categorical_tests,
     ks_pvalue,
     ks_statistic,
+    ks_statistics,
     mmd_test,
     psi,
+    psis,
     rbf_bandwidth,
     wasserstein,
+    wassersteins,
 )
 from inferd.monitoring.drift.window import TensorWindow, VersionWindow
 
@@ -83,20 +86,44 @@ class _Column:
     counts: Array
 
 
+@dataclass(frozen=True)
+class _Block:
+    """A tensor's numeric columns whose references have the same size, side by side, so that
+    their tests run as a few operations on matrices instead of a loop over columns."""
+
+    positions: Array  # their places among the tensor's numeric columns
+    refs: Array  # k x m, each row ascending
+    edges: Array  # k x e, padded with +inf
+    counts: Array  # k x (e + 1), padded with 0
+
+
+def _block(columns: list[tuple[int, _Column]]) -> _Block | None:
+    sizes = [c.ref.values.size for _, c in columns]
+    if not sizes:
+        return None
+    common = max(set(sizes), key=sizes.count)
+    chosen = [(j, c) for j, c in columns if c.ref.values.size == common]
+    depth = max(c.edges.size for _, c in chosen)
+    edges = np.full((len(chosen), depth), np.inf)
+    counts = np.zeros((len(chosen), depth + 1))
+    for k, (_, c) in enumerate(chosen):
+        edges[k, : c.edges.size] = c.edges
+        counts[k, : c.counts.size] = c.counts
+    return _Block(
+        np.asarray([j for j, _ in chosen]),
+        np.vstack([c.ref.values for _, c in chosen]),
+        edges,
+        counts,
+    )
+
+
 class Evaluator:
     """The statistics state of one version: sorted references, alert states, last results."""
 
-    def __init__(
-        self,
-        window: VersionWindow,
-        settings: DriftSettings,
-        pause: Callable[[], None] = lambda: None,
-    ) -> None:
-        """``pause`` is called between features: the monitor's thread lets the event loop
-        run there, so a request never waits for a whole evaluation."""
+    def __init__(self, window: VersionWindow, settings: DriftSettings) -> None:
         self._settings = settings
-        self._pause = pause
         self._columns: dict[tuple[str, int], _Column] = {}
+        self._blocks: dict[str, _Block | None] = {}
         self._bandwidth: dict[str, float] = {}
         self._states: dict[tuple[str, str], AlertState] = {}
         # by (tensor, feature): column names from a data file may repeat across tensors
@@ -117,6 +144,9 @@ class Evaluator:
                     np.asarray(column.counts, dtype=np.float64),
                 )
                 self._blank(name, column.feature, tw.profile.role, "numeric")
+            self._blocks[name] = _block(
+                [(j, self._columns[name, i]) for j, i in enumerate(tw.numeric)]
+            )
             for i in tw.categorical:
                 self._blank(name, tw.profile.columns[i].feature, tw.profile.role, "categorical")
             tests += len(tw.numeric) + len(tw.categorical)
@@ -165,47 +195,68 @@ class Evaluator:
     def _numeric(self, name: str, tw: TensorWindow) -> None:
         assert tw.values is not None
         rows = tw.values.rows()
+        n = len(rows)
         present = (~np.isnan(rows)).sum(axis=0)
-        ordered = np.sort(rows, axis=0)  # NaN last
-        found: list[tuple[int, Array, _Column, float]] = []
+        ordered = np.sort(np.ascontiguousarray(rows.T), axis=1)  # a row per feature, NaN last
+        count = len(tw.numeric)
+        d = np.zeros(count)
+        w = np.zeros(count)
+        value = np.zeros(count)
+        sizes = np.ones(count, dtype=np.int64)
+        done = np.zeros(count, dtype=bool)
+        block = self._blocks.get(name)
+        if block is not None:
+            whole = present[block.positions] == n  # columns without NaN: tested together
+            if whole.all():
+                at, refs, edges, counts = block.positions, block.refs, block.edges, block.counts
+            else:
+                at, refs = block.positions[whole], block.refs[whole]
+                edges, counts = block.edges[whole], block.counts[whole]
+            if at.size:
+                live = ordered[at]
+                d[at] = ks_statistics(live, refs)
+                w[at] = wassersteins(live, refs)
+                value[at] = psis(counts, bin_counts(live, edges).astype(np.float64))
+                sizes[at] = n
+                done[at] = True
         for j, i in enumerate(tw.numeric):
-            live = ordered[: present[j], j]
+            if done[j] or not present[j]:
+                continue
+            live = ordered[j, : present[j]]
             column = self._columns[name, i]
-            found.append((i, live, column, ks_statistic(live, column.ref) if live.size else 0.0))
-            self._pause()
-        pvalues = ks_pvalue(
-            np.asarray([d for *_, d in found]),
-            np.asarray([max(1, live.size) for _, live, _, _ in found]),
-            np.asarray([column.ref.values.size for _, _, column, _ in found]),
-        )
+            bins = np.bincount(
+                np.searchsorted(column.edges, live, side="left"), minlength=len(column.counts)
+            )
+            d[j] = ks_statistic(live, column.ref)
+            w[j] = wasserstein(live, column.ref)
+            value[j] = psi(column.counts, bins.astype(np.float64))
+            sizes[j] = live.size
+        references = [self._columns[name, i].ref.values.size for i in tw.numeric]
+        pvalues = ks_pvalue(d, sizes, np.asarray(references))
         s, level = self._settings, self.level
-        for (i, live, column, d), p in zip(found, pvalues, strict=True):
+        for j, i in enumerate(tw.numeric):
             feature = tw.profile.columns[i].feature
-            if not live.size:  # every value NaN: data quality, not drift
+            if not present[j]:  # every value NaN: data quality, not drift
                 alert = self._alert(name, feature, False, False)
                 self._last[name, feature] = FeatureDrift(
                     feature, name, tw.profile.role, "numeric", alert=alert
                 )
                 continue
-            bins = np.bincount(
-                np.searchsorted(column.edges, live, side="left"), minlength=len(column.counts)
-            )
-            value = psi(column.counts, bins.astype(np.float64))
-            drifting = bool(p < level or value > s.psi_threshold)
-            calm = bool(p >= level and value < s.psi_clear)
+            p = float(pvalues[j])
+            drifting = bool(p < level or value[j] > s.psi_threshold)
+            calm = bool(p >= level and value[j] < s.psi_clear)
             self._last[name, feature] = FeatureDrift(
                 feature,
                 name,
                 tw.profile.role,
                 "numeric",
-                psi=value,
-                ks_statistic=d,
-                ks_pvalue=float(p),
-                wasserstein=wasserstein(live, column.ref),
+                psi=float(value[j]),
+                ks_statistic=float(d[j]),
+                ks_pvalue=p,
+                wasserstein=float(w[j]),
                 drifting=drifting,
                 alert=self._alert(name, feature, drifting, calm),
             )
-            self._pause()
 
     def _categorical(self, tw: TensorWindow) -> None:
         assert tw.codes is not None
@@ -228,7 +279,6 @@ class Evaluator:
                 drifting=drifting,
                 alert=self._alert(name, column.feature, drifting, calm),
             )
-            self._pause()
 
     def _multivariate(self, name: str, tw: TensorWindow) -> None:
         assert tw.projected is not None

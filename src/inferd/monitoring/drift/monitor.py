@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,7 +195,7 @@ class DriftMonitor:
                 profile, self.settings.window_rows, self.settings.multivariate_rows
             )
             entry.window = window
-            entry.evaluator = Evaluator(window, self.settings, _let_others_run)
+            entry.evaluator = Evaluator(window, self.settings)
             entry.names = frozenset(window.tensors)
             entry.published = entry.evaluator.publish(window, spec.name, version)
             _log.info(
@@ -227,11 +226,6 @@ class DriftMonitor:
             version,
         )
         return None
-
-
-def _let_others_run() -> None:
-    """Give up the GIL for a moment: the event loop's thread takes it if it is waiting."""
-    time.sleep(0)
 
 
 def _version(items: list[_Item], entry: _Entry) -> int:

@@ -22,13 +22,17 @@ import numpy as np
 __all__ = [
     "PSI_FLOOR",
     "SortedReference",
+    "bin_counts",
     "categorical_tests",
     "ks_pvalue",
     "ks_statistic",
+    "ks_statistics",
     "mmd_test",
     "psi",
+    "psis",
     "rbf_bandwidth",
     "wasserstein",
+    "wassersteins",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -122,6 +126,56 @@ def wasserstein(live_sorted: Array, ref: SortedReference) -> float:
     widths, live_rank, ref_rank = _merge_plan(n, m)
     gaps = np.abs(live_sorted[live_rank] - ref.values[ref_rank])
     return float(np.dot(widths, gaps))
+
+
+# -- several features at once: one row per feature, every row of the same length -----------
+
+
+def ks_statistics(live_sorted: Array, ref_sorted: Array) -> Array:
+    """:func:`ks_statistic` of each row of ``live_sorted`` (k x n, each row ascending)
+    against the same row of ``ref_sorted`` (k x m, ascending)."""
+    n, m = live_sorted.shape[1], ref_sorted.shape[1]
+    right = np.empty(live_sorted.shape, dtype=np.int64)
+    for row in range(live_sorted.shape[0]):
+        right[row] = np.searchsorted(ref_sorted[row], live_sorted[row], side="right")
+    before_right = np.take_along_axis(ref_sorted, np.maximum(right - 1, 0), axis=1)
+    tied = (right > 0) & (before_right == live_sorted)
+    left = right.copy()
+    for row in np.flatnonzero(tied.any(axis=1)).tolist():
+        left[row] = np.searchsorted(ref_sorted[row], live_sorted[row], side="left")
+    ranks = np.arange(1, n + 1) / n
+    d_plus = np.max(ranks - right / m, axis=1)
+    d_minus = np.max(left / m - (ranks - 1.0 / n), axis=1)
+    result: Array = np.maximum(np.maximum(d_plus, d_minus), 0.0)
+    return result
+
+
+def wassersteins(live_sorted: Array, ref_sorted: Array) -> Array:
+    """:func:`wasserstein` of each row (shapes as in :func:`ks_statistics`)."""
+    widths, live_rank, ref_rank = _merge_plan(live_sorted.shape[1], ref_sorted.shape[1])
+    gaps = np.abs(np.take(live_sorted, live_rank, axis=1) - np.take(ref_sorted, ref_rank, axis=1))
+    result: Array = gaps @ widths
+    return result
+
+
+def psis(reference: Array, live: Array) -> Array:
+    """:func:`psi` of each row of two count tables (k x bins)."""
+    p = np.maximum(reference / np.maximum(reference.sum(axis=1, keepdims=True), 1e-12), PSI_FLOOR)
+    q = np.maximum(live / np.maximum(live.sum(axis=1, keepdims=True), 1e-12), PSI_FLOOR)
+    result: Array = np.sum((q - p) * np.log(q / p), axis=1)
+    return result
+
+
+def bin_counts(values: Array, edges: Array) -> Array:
+    """Counts per bin of each row: bin ``b`` of row ``r`` holds the values with ``b`` edges of
+    ``edges[r]`` below them (``searchsorted(edges, v, "left")``); ``edges`` is (k x e), padded
+    with +inf where a row has fewer edges. The result is k x (e + 1)."""
+    k, bins = values.shape[0], edges.shape[1] + 1
+    index = np.arange(k)[:, None] * bins + np.zeros(values.shape, dtype=np.int64)
+    for column in range(edges.shape[1]):  # a handful of edges: one comparison each
+        index += values > edges[:, column : column + 1]
+    counts: Array = np.bincount(index.ravel(), minlength=k * bins).reshape(k, bins)  # one call
+    return counts
 
 
 def categorical_tests(reference: Array, live: Array) -> tuple[float, float, float]:
