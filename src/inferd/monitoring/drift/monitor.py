@@ -111,7 +111,7 @@ class DriftMonitor:
             for name, array in source.items():
                 if names is None or name in names:
                     # a copy: the buffer may be a client's shared-memory region
-                    tensors[name] = np.array(array) if batched else np.array(array)[None]
+                    tensors[name] = array.copy() if batched else array.copy()[None]
         rows = len(next(iter(tensors.values()))) if tensors else 1
         self._queue.append(_Item(spec, version, tensors, rows))
 
