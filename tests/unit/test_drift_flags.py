@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from inferd.cli.main import build_parser
+from inferd.cli.main import build_parser, main
 from inferd.cli.serve import config_from_args
 from inferd.core.drift import DriftSettings
 from inferd.errors import InferdError
@@ -59,3 +61,23 @@ def test_an_option_without_monitoring_is_refused() -> None:
 def test_bad_values_are_one_line(flags: list[str], message: str) -> None:
     with pytest.raises(InferdError, match=message):
         _config("--monitor-drift", *flags)
+
+
+def test_monitor_profile_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    data = tmp_path / "d.npz"
+    base = ["monitor", "profile", "m", "--model-repository", str(tmp_path), "--data"]
+    assert main([*base, str(tmp_path / "missing.npz")]) == 2
+    assert "missing.npz: no such file" in capsys.readouterr().err
+    data.write_bytes(b"")
+    assert main([*base, str(data), "--version", "3"]) == 2
+    assert "no version 3" in capsys.readouterr().err
+    assert (
+        main(
+            ["monitor", "profile", "nope", "--model-repository", str(tmp_path), "--data", str(data)]
+        )
+        == 2
+    )
+    assert "no such model folder" in capsys.readouterr().err

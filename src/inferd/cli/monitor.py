@@ -89,6 +89,8 @@ async def _profile(args: argparse.Namespace) -> tuple[Path, int, int]:
 
     if args.sample_rows < 100:
         raise InvalidArgumentError("--sample-rows must be at least 100")
+    if not args.data.is_file():  # before the model loads
+        raise InvalidArgumentError(f"{args.data}: no such file")
     model_dir = args.model_repository / args.model
     versions = list_versions(model_dir)
     if not versions:
