@@ -20,7 +20,7 @@ from inferd.metrics.drift import DriftCollector
 from inferd.monitoring.drift.build import TensorData, build_profile
 from inferd.monitoring.drift.data import read_reference
 from inferd.monitoring.drift.monitor import DriftMonitor
-from inferd.monitoring.drift.profile import PROFILE_FILE, Profile, read_profile, write_profile
+from inferd.monitoring.drift.reference import PROFILE_FILE, Profile, read_profile, write_profile
 from inferd.monitoring.drift.report import drift_report
 
 FEATURES = 5

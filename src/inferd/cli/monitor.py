@@ -84,7 +84,7 @@ def run_profile(args: argparse.Namespace) -> int:
 async def _profile(args: argparse.Namespace) -> tuple[Path, int, int]:
     from inferd.monitoring.drift.build import ProfileLimits, TensorData, build_profile
     from inferd.monitoring.drift.data import read_reference
-    from inferd.monitoring.drift.profile import PROFILE_FILE, write_profile
+    from inferd.monitoring.drift.reference import PROFILE_FILE, write_profile
     from inferd.server import Server, ServerConfig
 
     if args.sample_rows < 100:

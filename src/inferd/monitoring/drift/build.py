@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.monitoring.drift.profile import (
+from inferd.monitoring.drift.reference import (
     ColumnProfile,
     MultivariateProfile,
     Profile,

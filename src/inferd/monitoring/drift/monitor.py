@@ -25,7 +25,7 @@ from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import InferdError
 from inferd.monitoring.drift.evaluate import Evaluator, Published
-from inferd.monitoring.drift.profile import PROFILE_FILE, Profile, read_profile
+from inferd.monitoring.drift.reference import PROFILE_FILE, Profile, read_profile
 from inferd.monitoring.drift.window import VersionWindow
 
 __all__ = ["DriftMonitor", "profile_path"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from inferd.monitoring.drift.build import category_text
-from inferd.monitoring.drift.profile import Profile, TensorProfile
+from inferd.monitoring.drift.reference import Profile, TensorProfile
 
 __all__ = ["Ring", "TensorWindow", "VersionWindow"]
 
