@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +67,11 @@ def test_broken_models_are_unavailable_and_the_rest_serves(repo: Path, strict: b
             assert not client.is_model_ready("bad_onnx")
             reasons = {m.name: m.reason for m in client.get_model_repository_index().models}
             assert reasons["bad_onnx"] == index["bad_onnx"]["reason"]
+        # the metrics say the same
+        url = f"http://{server.metrics_url}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            text = reply.read().decode()
+        assert re.search(rf"^inferd_server_ready {0.0 if strict else 1.0}$", text, re.M), text
 
 
 def test_exit_on_error_names_the_failed_models(repo: Path) -> None:

@@ -18,6 +18,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 
 from inferd.engine import Engine
+from inferd.metrics.health import HealthCollector
 from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
 from inferd.metrics.system import SystemCollector
 
@@ -30,13 +31,15 @@ def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> Coll
     """A fresh registry for one server; nothing is registered globally. ``collectors`` are
     those of the server's other components (the payload log...).
 
-    Besides Triton's metrics it carries Prometheus' standard ``process_*`` metrics of the server
-    process (CPU seconds, resident memory, open files; on Linux), which load generators such as
-    ``inferd perf`` read to report the CPU cost of an inference."""
+    Besides Triton's metrics it carries the server's readiness (``inferd_server_ready``) and
+    Prometheus' standard ``process_*`` metrics of the server process (CPU seconds, resident
+    memory, open files; on Linux), which load generators such as ``inferd perf`` read to
+    report the CPU cost of an inference."""
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     registry.register(SystemCollector())
     registry.register(ModelCollector(lambda: engine.model_statistics()))
+    registry.register(HealthCollector(engine.is_ready))
     for collector in collectors:
         registry.register(collector)
     return registry
