@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.backends.base import LoadContext, LoadedModel, ModelInstance, ThreadCalls
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import ModelConfig, spec_from_proto
+from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.core.sequence_spec import execution_spec
 from inferd.errors import (
@@ -31,7 +33,7 @@ from inferd.repository.layout import list_versions
 from inferd.repository.manager_types import Scheduler, ServingModel
 from inferd.repository.normalize import normalize_and_validate
 from inferd.repository.paths import check_config_paths, resolve_inside
-from inferd.repository.warmup import warm_up
+from inferd.repository.warmup import warm_up, warm_up_with_requests
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.ensemble_graph import build_graph
@@ -203,11 +205,14 @@ def load_version(
     *,
     inline_max_us: int = 0,
     calls: ThreadCalls | None = None,
+    recent: Sequence[InferRequest] = (),
 ) -> LoadedVersion:
     """Load one version and start its instances. Blocking.
 
     ``stats`` carries the version's statistics over from an earlier load of the same version,
-    so the counters clients and metrics read never go backwards across a reload.
+    so the counters clients and metrics read never go backwards across a reload. The instances
+    are warmed up before the version is returned: with the config's ``model_warmup``, or, when
+    it has none, with ``recent`` (requests the model answered lately).
     """
     spec = prepared.spec
     name = spec.name
@@ -234,6 +239,11 @@ def load_version(
                 instances.append(loaded.create_instance(group, index))
         labels = read_labels(spec, prepared.model_dir)
         warm_up(spec, instances, prepared.model_dir)
+        if recent and not spec.warmups and spec.sequence_batching is None:
+            ran = warm_up_with_requests(spec, instances, recent)
+            _log.info(
+                "model '%s' version %d warmed up with %d recent request(s)", name, version, ran
+            )
     except Exception as exc:
         for instance in instances:
             instance.close()

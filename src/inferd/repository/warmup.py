@@ -1,4 +1,5 @@
-"""Model warm-up: run the config's ``model_warmup`` samples on every instance before READY.
+"""Model warm-up: run the config's ``model_warmup`` samples on every instance before READY, or,
+for a model without them, the requests it answered last (``repository/recent.py``).
 
 A sample runs straight on each instance, as Triton runs it: no scheduler, so a sequence model's
 warm-up takes no sequence slot and leaves no implicit state behind. A sample may list a sequence
@@ -20,7 +21,8 @@ from inferd.backends.base import ModelInstance
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec, WarmupInputSpec, WarmupSpec
 from inferd.core.sequence_spec import ControlKind
-from inferd.errors import ConfigError, InferdError
+from inferd.core.validation import validate_request
+from inferd.errors import ConfigError, InferdError, ModelLoadError
 from inferd.repository.paths import resolve_inside
 from inferd.scheduling.state import initial_value
 
@@ -157,3 +159,26 @@ def warm_up(spec: ModelSpec, instances: Sequence[ModelInstance], model_dir: Path
                 (result,) = instance.execute([request])
                 if isinstance(result, InferdError):
                     raise ConfigError(f"warmup '{warmup.name}' failed: {result}")
+
+
+def warm_up_with_requests(
+    spec: ModelSpec, instances: Sequence[ModelInstance], requests: Sequence[InferRequest]
+) -> int:
+    """Run each of ``requests`` (requests an earlier version answered) once on every instance;
+    return how many were run. A request the configuration ``spec`` no longer accepts (an input
+    renamed, a smaller batch) is left out; one the model fails on fails the warm-up. Blocking."""
+    fitting: list[InferRequest] = []
+    for request in requests:
+        try:
+            validate_request(request, spec)
+        except InferdError:
+            continue
+        fitting.append(InferRequest(spec.name, request.inputs, id="warmup:recent"))
+    for instance in instances:
+        for number, request in enumerate(fitting, start=1):
+            (result,) = instance.execute([request])
+            if isinstance(result, InferdError):
+                raise ModelLoadError(
+                    f"warm-up with recent request {number} of {len(fitting)} failed: {result}"
+                )
+    return len(fitting)
