@@ -1,0 +1,915 @@
+"""Writes inferd-dashboard.json, the Grafana dashboard of an inferd server (or a fleet of them).
+
+    .venv/bin/python deploy/grafana/build.py            # rewrite inferd-dashboard.json
+    .venv/bin/python deploy/grafana/build.py --check    # exit 1 if the file is out of date
+
+The dashboard is generated so that every panel is built the same way (one data source
+variable, the same label filters, units, legends) and laid out without gaps or overlaps; edit
+this script, not the JSON. docs/dashboards.md describes the panels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "inferd-dashboard.json"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+WIDTH = 24  # Grafana's grid is 24 columns wide
+
+# label filters of every query: the instances and models chosen at the top of the dashboard
+I = 'instance=~"$instance"'  # noqa: E741 (short on purpose: it is in every query)
+M = 'instance=~"$instance", model=~"$model"'
+RATE = "[$__rate_interval]"
+
+
+@dataclass
+class Target:
+    expr: str
+    legend: str = ""
+    instant: bool = False  # one value per series (tables), not a range
+
+
+@dataclass
+class Panel:
+    title: str
+    description: str
+    targets: list[Target]
+    kind: str = "timeseries"  # timeseries | stat | table
+    unit: str = "short"
+    width: int = 12
+    height: int = 8
+    min: float | None = 0
+    max: float | None = None
+    stacked: bool = False
+    thresholds: list[tuple[float, str]] = field(default_factory=list)  # (from, colour)
+    mappings: dict[str, str] = field(default_factory=dict)  # value -> text (stat panels)
+    log_scale: bool = False
+    right_axis: dict[str, str] = field(default_factory=dict)  # refId -> unit, on the right
+
+
+@dataclass
+class Row:
+    title: str
+    panels: list[Panel]
+    repeat: str | None = None  # a variable: one copy of the row per value
+
+
+def _per_request(metric: str, label: str, by: str = "model") -> Target:
+    """Microseconds per successful request of a cumulative Triton duration counter."""
+    return Target(
+        f"sum by ({by}) (rate({metric}{{{M}}}{RATE}))"
+        f" / sum by ({by}) (rate(nv_inference_request_success{{{M}}}{RATE}))",
+        f"v{{{{version}}}} {label}" if by == "version" else f"{{{{{by}}}}} {label}",
+    )
+
+
+def _quantile(q: float, metric: str, by: str, legend: str) -> Target:
+    return Target(
+        f"histogram_quantile({q}, sum by ({by}le) (rate({metric}_bucket{{{M}}}{RATE})))",
+        legend,
+    )
+
+
+def service_row() -> Row:
+    ok = f"sum(rate(nv_inference_request_success{{{M}}}{RATE}))"
+    failed = f"sum(rate(nv_inference_request_failure{{{M}}}{RATE}))"
+    return Row(
+        "Service",
+        [
+            Panel(
+                "Ready",
+                "inferd_server_ready of each chosen instance: 1 while /v2/health/ready answers "
+                "ready (every expected model loaded, not shutting down). up is Prometheus' own: "
+                "0 when the metrics port cannot be scraped.",
+                [
+                    Target(f"min(inferd_server_ready{{{I}}})", "ready"),
+                    Target(f"min(up{{{I}}})", "scraped"),
+                ],
+                kind="stat",
+                width=4,
+                height=4,
+                mappings={"0": "NOT READY", "1": "ready"},
+                thresholds=[(0, "red"), (1, "green")],
+            ),
+            Panel(
+                "Requests/s",
+                "Successful plus failed inference requests per second, every chosen model.",
+                [Target(f"{ok} + ({failed} or vector(0))", "requests/s")],
+                kind="stat",
+                unit="reqps",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Failed share",
+                "Failed requests over all requests (nv_inference_request_failure, every "
+                "reason) in the chosen range window.",
+                [Target(f"({failed} or vector(0)) / ({ok} + ({failed} or vector(0)))", "failed")],
+                kind="stat",
+                unit="percentunit",
+                width=4,
+                height=4,
+                thresholds=[(0, "green"), (0.01, "orange"), (0.05, "red")],
+            ),
+            Panel(
+                "p99 latency",
+                "99th percentile of the time a request spends inside the server "
+                "(inferd_request_latency_us histogram, every chosen model).",
+                [_quantile(0.99, "inferd_request_latency_us", "", "p99")],
+                kind="stat",
+                unit="µs",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Pending requests",
+                "Requests waiting for execution right now (nv_inference_pending_request_count).",
+                [Target(f"sum(nv_inference_pending_request_count{{{M}}})", "pending")],
+                kind="stat",
+                width=4,
+                height=4,
+            ),
+            Panel(
+                "Drift alerts",
+                "Features whose drift alert is raised (inferd_drift_alert; see the drift row).",
+                [Target(f"sum(inferd_drift_alert{{{M}}}) or vector(0)", "features")],
+                kind="stat",
+                width=4,
+                height=4,
+                thresholds=[(0, "green"), (1, "orange")],
+            ),
+            Panel(
+                "Requests per second",
+                "Successful requests per model, and failed requests per model and reason "
+                "(REJECTED: refused before execution; CANCELED; BACKEND: the model failed; "
+                "OTHER).",
+                [
+                    Target(
+                        f"sum by (model) (rate(nv_inference_request_success{{{M}}}{RATE}))",
+                        "{{model}} ok",
+                    ),
+                    Target(
+                        f"sum by (model, reason) (rate(nv_inference_request_failure{{{M}}}{RATE}))",
+                        "{{model}} failed {{reason}}",
+                    ),
+                ],
+                unit="reqps",
+            ),
+            Panel(
+                "Failed share and refusals",
+                "Failed over all requests per model, and requests refused before execution "
+                "per second by reason (inferd_rejected_requests_total: queue full, queue "
+                "timeout...; right axis).",
+                [
+                    Target(
+                        f"sum by (model) (rate(nv_inference_request_failure{{{M}}}{RATE})) / "
+                        f"(sum by (model) (rate(nv_inference_request_success{{{M}}}{RATE})) + "
+                        f"sum by (model) (rate(nv_inference_request_failure{{{M}}}{RATE})))",
+                        "{{model}} failed share",
+                    ),
+                    Target(
+                        f"sum by (model, reason) "
+                        f"(rate(inferd_rejected_requests_total{{{M}}}{RATE}))",
+                        "{{model}} refused/s {{reason}}",
+                    ),
+                ],
+                unit="percentunit",
+                right_axis={"B": "reqps"},
+            ),
+            Panel(
+                "Latency p50 / p95 / p99",
+                "Percentiles of the time a request spends inside the server, from the "
+                "inferd_request_latency_us histogram (every chosen model together), and the "
+                "mean from nv_inference_request_duration_us.",
+                [
+                    _quantile(0.5, "inferd_request_latency_us", "", "p50"),
+                    _quantile(0.95, "inferd_request_latency_us", "", "p95"),
+                    _quantile(0.99, "inferd_request_latency_us", "", "p99"),
+                    Target(
+                        f"sum(rate(nv_inference_request_duration_us{{{M}}}{RATE})) / "
+                        f"sum(rate(nv_inference_request_success{{{M}}}{RATE}))",
+                        "mean",
+                    ),
+                ],
+                unit="µs",
+            ),
+            Panel(
+                "Queue time vs compute time",
+                "Mean microseconds per request spent waiting in the queue and computing "
+                "(input, inference, output), stacked. A queue share that grows means the "
+                "instances are saturated: add instances or let the batcher form larger batches.",
+                [
+                    _per_request("nv_inference_queue_duration_us", "queue"),
+                    _per_request("nv_inference_compute_input_duration_us", "compute input"),
+                    _per_request("nv_inference_compute_infer_duration_us", "compute infer"),
+                    _per_request("nv_inference_compute_output_duration_us", "compute output"),
+                ],
+                unit="µs",
+                stacked=True,
+            ),
+            Panel(
+                "Pending requests",
+                "Requests waiting for execution per model (nv_inference_pending_request_count).",
+                [
+                    Target(
+                        f"sum by (model) (nv_inference_pending_request_count{{{M}}})",
+                        "{{model}}",
+                    )
+                ],
+            ),
+            Panel(
+                "Batch size",
+                "Rows per model execution: the mean (inferd_batch_size) and its 95th "
+                "percentile, per model. 1 everywhere means no batching is happening.",
+                [
+                    Target(
+                        f"sum by (model) (rate(inferd_batch_size_sum{{{M}}}{RATE})) / "
+                        f"sum by (model) (rate(inferd_batch_size_count{{{M}}}{RATE}))",
+                        "{{model}} mean",
+                    ),
+                    _quantile(0.95, "inferd_batch_size", "model, ", "{{model}} p95"),
+                ],
+            ),
+            Panel(
+                "Process CPU",
+                "CPU cores the server process uses (process_cpu_seconds_total), and the "
+                "host's utilization (nv_cpu_utilization, 0 to 1, on the right axis).",
+                [
+                    Target(
+                        f"sum by (instance) (rate(process_cpu_seconds_total{{{I}}}{RATE}))",
+                        "{{instance}} cores",
+                    ),
+                    Target(f"nv_cpu_utilization{{{I}}}", "{{instance}} host utilization"),
+                ],
+                right_axis={"B": "percentunit"},
+            ),
+            Panel(
+                "Memory",
+                "Resident memory of the server process (process_resident_memory_bytes) and the "
+                "host's used and total memory (nv_cpu_memory_*).",
+                [
+                    Target(f"process_resident_memory_bytes{{{I}}}", "{{instance}} process RSS"),
+                    Target(f"nv_cpu_memory_used_bytes{{{I}}}", "{{instance}} host used"),
+                    Target(f"nv_cpu_memory_total_bytes{{{I}}}", "{{instance}} host total"),
+                ],
+                unit="bytes",
+            ),
+            Panel(
+                "Payload log",
+                "Requests written to the payload log per second, sampled requests it dropped "
+                "(queue_full: the writer fell behind; write_error), and requests waiting for "
+                "its writer.",
+                [
+                    Target(
+                        f"sum by (model) (rate(inferd_payload_log_requests_total{{{M}}}{RATE}))",
+                        "{{model}} written/s",
+                    ),
+                    Target(
+                        f"sum by (model, reason) "
+                        f"(rate(inferd_payload_log_dropped_total{{{M}}}{RATE}))",
+                        "{{model}} dropped/s {{reason}}",
+                    ),
+                    Target(f"sum(inferd_payload_log_queued_requests{{{I}}})", "queued"),
+                ],
+            ),
+            Panel(
+                "Batches sent, by why",
+                "Batches the dynamic batcher sent per second, by reason: full, preferred "
+                "size, shape_mismatch, no_room, delay_expired, no_delay.",
+                [
+                    Target(
+                        f"sum by (reason) (rate(inferd_batches_closed_total{{{M}}}{RATE}))",
+                        "{{reason}}",
+                    )
+                ],
+                stacked=True,
+            ),
+        ],
+    )
+
+
+def model_row() -> Row:
+    """One copy per chosen model; its queries filter on that one model."""
+    return Row(
+        "Model $model",
+        [
+            Panel(
+                "Requests per second, by version",
+                "Successful and failed requests per second of each version of the model.",
+                [
+                    Target(
+                        f"sum by (version) (rate(nv_inference_request_success{{{M}}}{RATE}))",
+                        "v{{version}} ok",
+                    ),
+                    Target(
+                        f"sum by (version, reason) "
+                        f"(rate(nv_inference_request_failure{{{M}}}{RATE}))",
+                        "v{{version}} failed {{reason}}",
+                    ),
+                ],
+                unit="reqps",
+                width=8,
+            ),
+            Panel(
+                "Latency by version",
+                "p50 and p99 of the time inside the server, per version "
+                "(inferd_request_latency_us).",
+                [
+                    _quantile(0.5, "inferd_request_latency_us", "version, ", "v{{version}} p50"),
+                    _quantile(0.99, "inferd_request_latency_us", "version, ", "v{{version}} p99"),
+                ],
+                unit="µs",
+                width=8,
+            ),
+            Panel(
+                "Where the time goes",
+                "Mean microseconds per request: queue, compute input, inference, output.",
+                [
+                    _per_request("nv_inference_queue_duration_us", "queue", "version"),
+                    _per_request("nv_inference_compute_input_duration_us", "input", "version"),
+                    _per_request("nv_inference_compute_infer_duration_us", "infer", "version"),
+                    _per_request("nv_inference_compute_output_duration_us", "output", "version"),
+                ],
+                unit="µs",
+                stacked=True,
+                width=8,
+            ),
+            Panel(
+                "Inferences per execution",
+                "nv_inference_count over nv_inference_exec_count: the mean batch the model "
+                "runs (rows per execution).",
+                [
+                    Target(
+                        f"sum by (version) (rate(nv_inference_count{{{M}}}{RATE})) / "
+                        f"sum by (version) (rate(nv_inference_exec_count{{{M}}}{RATE}))",
+                        "v{{version}}",
+                    )
+                ],
+                width=8,
+            ),
+            Panel(
+                "Pending and refused",
+                "Requests waiting now, and requests refused per second by reason.",
+                [
+                    Target(
+                        f"sum by (version) (nv_inference_pending_request_count{{{M}}})",
+                        "v{{version}} pending",
+                    ),
+                    Target(
+                        f"sum by (reason) (rate(inferd_rejected_requests_total{{{M}}}{RATE}))",
+                        "refused/s {{reason}}",
+                    ),
+                ],
+                width=8,
+            ),
+            Panel(
+                "Response cache hit share",
+                "Hits over lookups of the response cache (only models that enable it).",
+                [
+                    Target(
+                        f"sum(rate(nv_cache_num_hits_per_model{{{M}}}{RATE})) / "
+                        f"(sum(rate(nv_cache_num_hits_per_model{{{M}}}{RATE})) + "
+                        f"sum(rate(nv_cache_num_misses_per_model{{{M}}}{RATE})))",
+                        "hit share",
+                    )
+                ],
+                unit="percentunit",
+                max=1,
+                width=8,
+            ),
+        ],
+        repeat="model",
+    )
+
+
+def rollout_row() -> Row:
+    by = "model, variant"
+    return Row(
+        "Rollout",
+        [
+            Panel(
+                "Requests per second, by variant",
+                "Requests each variant of a traffic policy answered per second.",
+                [
+                    Target(
+                        f"sum by ({by}) (rate(inferd_rollout_requests_total{{{M}}}{RATE}))",
+                        "{{model}} {{variant}}",
+                    )
+                ],
+                unit="reqps",
+                width=8,
+            ),
+            Panel(
+                "Error share, by variant",
+                "Errors over requests of each variant.",
+                [
+                    Target(
+                        f"sum by ({by}) (rate(inferd_rollout_errors_total{{{M}}}{RATE})) / "
+                        f"sum by ({by}) (rate(inferd_rollout_requests_total{{{M}}}{RATE}))",
+                        "{{model}} {{variant}}",
+                    )
+                ],
+                unit="percentunit",
+                width=8,
+            ),
+            Panel(
+                "p99 latency, by variant",
+                "The 99th percentile latency of each variant, as the rollout measures it.",
+                [
+                    Target(
+                        f"max by ({by}) (inferd_rollout_latency_p99_seconds{{{M}}})",
+                        "{{model}} {{variant}}",
+                    )
+                ],
+                unit="s",
+                width=8,
+            ),
+            Panel(
+                "Traffic share",
+                "Share of each model's traffic sent to each variant (stacked: 1 in all).",
+                [
+                    Target(
+                        f"max by ({by}) (inferd_rollout_traffic_share{{{M}}})",
+                        "{{model}} {{variant}}",
+                    )
+                ],
+                unit="percentunit",
+                stacked=True,
+                max=1,
+                width=8,
+            ),
+            Panel(
+                "Reward mean and feedback",
+                "Mean reward of each variant from the feedback received, and feedback per "
+                "second (inferd_rollout_feedback_total).",
+                [
+                    Target(
+                        f"max by ({by}) (inferd_rollout_reward_mean{{{M}}})",
+                        "{{model}} {{variant}} reward",
+                    ),
+                    Target(
+                        f"sum by ({by}) (rate(inferd_rollout_feedback_total{{{M}}}{RATE}))",
+                        "{{model}} {{variant}} feedback/s",
+                    ),
+                ],
+                min=None,
+                width=8,
+            ),
+            Panel(
+                "P(better)",
+                "Posterior probability that each variant beats the baseline.",
+                [
+                    Target(
+                        f"max by ({by}) (inferd_rollout_p_better{{{M}}})",
+                        "{{model}} {{variant}}",
+                    )
+                ],
+                unit="percentunit",
+                max=1,
+                width=8,
+            ),
+            Panel(
+                "Shadow agreement",
+                "Share of shadowed requests where the shadow variant's answer agreed with the "
+                "served one, and shadow requests per second.",
+                [
+                    Target(
+                        f"max by ({by}) (inferd_rollout_shadow_agreement{{{M}}})",
+                        "{{model}} {{variant}} agreement",
+                    ),
+                    Target(
+                        f"sum by ({by}) (rate(inferd_rollout_shadow_requests_total{{{M}}}{RATE}))",
+                        "{{model}} {{variant}} shadow req/s",
+                    ),
+                ],
+                width=8,
+            ),
+            Panel(
+                "Canary stage",
+                "The stage each canary is at (0: not started).",
+                [
+                    Target(
+                        f"max by (model) (inferd_rollout_canary_stage{{{M}}})",
+                        "{{model}}",
+                    )
+                ],
+                width=8,
+            ),
+            Panel(
+                "Canary rollbacks",
+                "Rollbacks of each model's canary in the dashboard's time range.",
+                [
+                    Target(
+                        f"sum by (model) "
+                        f"(increase(inferd_rollout_canary_rollbacks_total{{{M}}}[$__range]))",
+                        "{{model}}",
+                    )
+                ],
+                kind="stat",
+                width=8,
+                thresholds=[(0, "green"), (1, "red")],
+            ),
+        ],
+    )
+
+
+def drift_row() -> Row:
+    f = "model, version, feature"
+    return Row(
+        "Drift and data quality",
+        [
+            Panel(
+                "Features with a raised alert",
+                "Every feature whose drift alert is raised now (inferd_drift_alert == 1). "
+                'Role "output" is prediction drift. Details: GET /v2/models/MODEL/drift.',
+                [Target(f"inferd_drift_alert{{{M}}} == 1", instant=True)],
+                kind="table",
+                width=8,
+            ),
+            Panel(
+                "PSI",
+                "Population stability index of each feature's window against its profile "
+                "(above 0.2 is drift; an alert clears under 0.1).",
+                [
+                    Target(
+                        f"max by ({f}) (inferd_drift_psi{{{M}}})",
+                        "{{model}} v{{version}} {{feature}}",
+                    )
+                ],
+                thresholds=[(0, "green"), (0.2, "red")],
+                width=8,
+            ),
+            Panel(
+                "Kolmogorov-Smirnov p-value",
+                "KS p-value of each numeric feature (log scale); under alpha divided by the "
+                "number of tests is drift.",
+                [
+                    Target(
+                        f"min by ({f}) (inferd_drift_ks_pvalue{{{M}}})",
+                        "{{model}} v{{version}} {{feature}}",
+                    )
+                ],
+                min=None,
+                log_scale=True,
+                width=8,
+            ),
+            Panel(
+                "Wasserstein distance",
+                "Wasserstein-1 distance of each numeric feature, in the feature's own units.",
+                [
+                    Target(
+                        f"max by ({f}) (inferd_drift_wasserstein{{{M}}})",
+                        "{{model}} v{{version}} {{feature}}",
+                    )
+                ],
+                width=8,
+            ),
+            Panel(
+                "Categorical and embedding tests",
+                "Chi-square p-value and Jensen-Shannon distance of categorical features; MMD "
+                "permutation p-value of embedding and image tensors.",
+                [
+                    Target(
+                        f"min by ({f}) (inferd_drift_chi2_pvalue{{{M}}})",
+                        "{{model}} {{feature}} chi2 p",
+                    ),
+                    Target(
+                        f"max by ({f}) (inferd_drift_js_distance{{{M}}})",
+                        "{{model}} {{feature}} JS",
+                    ),
+                    Target(
+                        f"min by ({f}) (inferd_drift_mmd_pvalue{{{M}}})",
+                        "{{model}} {{feature}} MMD p",
+                    ),
+                ],
+                width=8,
+            ),
+            Panel(
+                "Data quality",
+                "Per second: NaN values, values outside the profile's range, unseen "
+                "categories (per feature), and requests missing an optional input.",
+                [
+                    Target(
+                        f"sum by ({f}) (rate(inferd_data_quality_nan_total{{{M}}}{RATE})) > 0",
+                        "{{model}} {{feature}} NaN",
+                    ),
+                    Target(
+                        f"sum by ({f}) "
+                        f"(rate(inferd_data_quality_out_of_range_total{{{M}}}{RATE})) > 0",
+                        "{{model}} {{feature}} out of range",
+                    ),
+                    Target(
+                        f"sum by ({f}) "
+                        f"(rate(inferd_data_quality_unseen_category_total{{{M}}}{RATE})) > 0",
+                        "{{model}} {{feature}} unseen",
+                    ),
+                    Target(
+                        f"sum by (model, tensor) "
+                        f"(rate(inferd_data_quality_missing_total{{{M}}}{RATE})) > 0",
+                        "{{model}} {{tensor}} missing",
+                    ),
+                ],
+                width=8,
+            ),
+            Panel(
+                "Monitor throughput",
+                "Rows the drift monitor observed per second, and its evaluations per minute.",
+                [
+                    Target(
+                        f"sum by (model) (rate(inferd_drift_observed_rows_total{{{M}}}{RATE}))",
+                        "{{model}} rows/s",
+                    ),
+                    Target(
+                        f"60 * sum by (model) (rate(inferd_drift_evaluations_total{{{M}}}{RATE}))",
+                        "{{model}} evaluations/min",
+                    ),
+                ],
+                width=8,
+            ),
+            Panel(
+                "Monitor health",
+                "Requests drift monitoring skipped (queue full) or failed to process per "
+                "second, and requests waiting for its thread.",
+                [
+                    Target(
+                        f"sum(rate(inferd_drift_dropped_requests_total{{{I}}}{RATE}))",
+                        "dropped/s",
+                    ),
+                    Target(
+                        f"sum(rate(inferd_drift_failed_requests_total{{{I}}}{RATE}))",
+                        "failed/s",
+                    ),
+                    Target(f"sum(inferd_drift_queued_requests{{{I}}})", "queued"),
+                ],
+                width=8,
+            ),
+            Panel(
+                "Window fill",
+                "Rows in each version's sliding window (statistics appear once it is full).",
+                [
+                    Target(
+                        f"max by (model, version) (inferd_drift_window_rows{{{M}}})",
+                        "{{model}} v{{version}}",
+                    )
+                ],
+                width=8,
+            ),
+        ],
+    )
+
+
+ROWS = (service_row, model_row, rollout_row, drift_row)
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+
+def _thresholds(steps: list[tuple[float, str]]) -> dict[str, Any]:
+    steps = steps or [(0, "green")]
+    return {
+        "mode": "absolute",
+        "steps": [
+            {"color": colour, "value": None if i == 0 else value}
+            for i, (value, colour) in enumerate(steps)
+        ],
+    }
+
+
+def _target(t: Target, ref: str, kind: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "datasource": DATASOURCE,
+        "refId": ref,
+        "expr": t.expr,
+        "legendFormat": t.legend or "__auto",
+        "range": not t.instant,
+        "instant": t.instant,
+    }
+    if kind == "table":
+        out["format"] = "table"
+    return out
+
+
+def _panel_json(p: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
+    defaults: dict[str, Any] = {"unit": p.unit, "thresholds": _thresholds(p.thresholds)}
+    if p.min is not None:
+        defaults["min"] = p.min
+    if p.max is not None:
+        defaults["max"] = p.max
+    options: dict[str, Any]
+    if p.kind == "timeseries":
+        defaults["custom"] = {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 20 if p.stacked else 5,
+            "showPoints": "never",
+            "spanNulls": False,
+            "stacking": {"mode": "normal" if p.stacked else "none", "group": "A"},
+            "scaleDistribution": {"type": "log", "log": 10} if p.log_scale else {"type": "linear"},
+            "thresholdsStyle": {"mode": "line" if p.thresholds else "off"},
+        }
+        defaults["color"] = {"mode": "palette-classic"}
+        options = {
+            "legend": {
+                "showLegend": True,
+                "displayMode": "table",
+                "placement": "bottom",
+                "calcs": ["mean", "max", "lastNotNull"],
+            },
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    elif p.kind == "stat":
+        defaults["color"] = {"mode": "thresholds"}
+        if p.mappings:
+            defaults["mappings"] = [
+                {
+                    "type": "value",
+                    "options": {
+                        value: {"text": text, "index": i}
+                        for i, (value, text) in enumerate(p.mappings.items())
+                    },
+                }
+            ]
+        options = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "justifyMode": "auto",
+            "orientation": "auto",
+            "textMode": "auto",
+        }
+    else:  # table
+        options = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}}
+    panel: dict[str, Any] = {
+        "id": panel_id,
+        "type": p.kind,
+        "title": p.title,
+        "description": p.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": p.height, "w": p.width, "x": x, "y": y},
+        "targets": [_target(t, chr(ord("A") + i), p.kind) for i, t in enumerate(p.targets)],
+        "fieldConfig": {
+            "defaults": defaults,
+            "overrides": [
+                {
+                    "matcher": {"id": "byFrameRefID", "options": ref},
+                    "properties": [
+                        {"id": "custom.axisPlacement", "value": "right"},
+                        {"id": "unit", "value": unit},
+                    ],
+                }
+                for ref, unit in p.right_axis.items()
+            ],
+        },
+        "options": options,
+    }
+    if p.kind == "table":
+        panel["transformations"] = [
+            {
+                "id": "organize",
+                "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}},
+            }
+        ]
+    return panel
+
+
+def _layout(rows: list[Row]) -> list[dict[str, Any]]:
+    """Rows one under another; a row's panels left to right, wrapping at the grid's width."""
+    panels: list[dict[str, Any]] = []
+    next_id = 1
+    y = 0
+    for row in rows:
+        header: dict[str, Any] = {
+            "id": next_id,
+            "type": "row",
+            "title": row.title,
+            "collapsed": False,
+            "panels": [],
+            "gridPos": {"h": 1, "w": WIDTH, "x": 0, "y": y},
+        }
+        if row.repeat:
+            header["repeat"] = row.repeat
+        panels.append(header)
+        next_id += 1
+        y += 1
+        x, line_height = 0, 0
+        for p in row.panels:
+            if x + p.width > WIDTH:
+                x, y, line_height = 0, y + line_height, 0
+            panels.append(_panel_json(p, next_id, x, y))
+            next_id += 1
+            x += p.width
+            line_height = max(line_height, p.height)
+        y += line_height
+    return panels
+
+
+def _variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "type": "query",
+        "name": name,
+        "label": label,
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": f"{name}-variable"},
+        "refresh": 2,  # on time range change
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "options": [],
+        "regex": "",
+        "sort": 1,
+        "hide": 0,
+    }
+
+
+def dashboard() -> dict[str, Any]:
+    return {
+        "uid": "inferd-overview",
+        "title": "inferd",
+        "description": "An inferd server (or several): service, per model, rollout, drift. "
+        "Generated by deploy/grafana/build.py.",
+        "tags": ["inferd", "inference"],
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,  # shared crosshair
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "timezone": "",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [],
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                },
+                {
+                    "datasource": DATASOURCE,
+                    "enable": True,
+                    "iconColor": "red",
+                    "name": "Canary rollbacks",
+                    "expr": f"changes(inferd_rollout_canary_rollbacks_total{{{M}}}[2m]) > 0",
+                    "titleFormat": "canary of {{model}} rolled back",
+                    "step": "60s",
+                },
+            ]
+        },
+        "templating": {
+            "list": [
+                {
+                    "type": "datasource",
+                    "name": "datasource",
+                    "label": "Data source",
+                    "query": "prometheus",
+                    "current": {},
+                    "options": [],
+                    "refresh": 1,
+                    "regex": "",
+                    "hide": 0,
+                },
+                _variable("instance", "Instance", "label_values(inferd_server_ready, instance)"),
+                _variable(
+                    "model",
+                    "Model",
+                    'label_values(nv_inference_request_success{instance=~"$instance"}, model)',
+                ),
+            ]
+        },
+        "panels": _layout([make() for make in ROWS]),
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
+            print(f"{OUT} is out of date: run {Path(__file__).name} to rewrite it")
+            return 1
+        return 0
+    OUT.write_text(text, encoding="utf-8")
+    print(f"wrote {OUT}: {len(dashboard()['panels'])} panels")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
