@@ -2,7 +2,7 @@
 
 Imports point down only::
 
-    cli → server → frontends, metrics, monitoring → engine → repository → scheduling
+    cli → server → frontends, metrics, monitoring, rollout → engine → repository → scheduling
         → backends → codecs → core → errors
 
 ``tools`` sit beside the engine and use it, the codecs, core and errors; ``testing`` and
@@ -35,6 +35,7 @@ RANK = {
     "metrics": 7,
     "tools": 7,
     "monitoring": 7,
+    "rollout": 7,
     "server": 8,
     "cli": 9,
 }
