@@ -10,9 +10,10 @@ arm as the evidence for it grows, and an arm that loses is still tried now and t
 uniform instead, so every arm keeps at least ``min_share`` of the traffic (useful when rewards
 drift, or to keep measuring the losing arm's latency and errors).
 
-:meth:`~ThompsonSampler.choose` runs on the request path, so it uses Python's own
-``random.Random`` draws (no array set-up) over posterior parameters cached when a reward
-arrives. A sampler is not thread-safe: the router calls it from the event loop only.
+:meth:`~ThompsonSampler.choose` runs on the request path, so it draws one scalar at a time
+(numpy ``Generator.beta`` for Beta posteriors, Python's ``random.gauss`` for normal ones: the
+cheapest of each, no array set-up) over posterior parameters cached when a reward arrives.
+A sampler is not thread-safe: the router calls it from the event loop only.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ class ThompsonSampler:
         self._kind: Kind = kind
         self._min_share = float(min_share)
         self._explore = self._min_share * len(names)
-        self._random = random.Random(seed)
-        self._shares_rng = np.random.default_rng(seed)
+        choice_seed, shares_seed = np.random.SeedSequence(seed).spawn(2)
+        self._random = random.Random(int(choice_seed.generate_state(1)[0]))
+        self._beta = np.random.default_rng(choice_seed).beta
+        self._shares_rng = np.random.default_rng(shares_seed)
         self._stats = [RewardStats() for _ in names]
         self._pooled = RewardStats()
         # per arm: (alpha, beta) of a Beta posterior, or (mean, sd) of a normal one
@@ -81,7 +84,7 @@ class ThompsonSampler:
         arms = self._arms
         if self._explore and rnd.random() < self._explore:
             return arms[rnd.randrange(len(arms))]
-        draw = rnd.betavariate if self._kind == "binary" else rnd.gauss
+        draw = self._beta if self._kind == "binary" else rnd.gauss
         best = -math.inf
         chosen = 0
         for i, (p, q) in enumerate(self._params):
