@@ -26,6 +26,7 @@ from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
 from inferd.repository.calls import InProcessCaller, parse_version, submit_cached
 from inferd.repository.manager_types import ModelManager, ServingModel
+from inferd.repository.rollback import Pin
 from inferd.repository.streaming import StreamEvent
 from inferd.scheduling.response_cache import ResponseCache
 
@@ -269,3 +270,11 @@ class Engine:
 
     async def unload_model(self, name: str, *, unload_dependents: bool = False) -> None:
         await self._manager.unload(name, unload_dependents=unload_dependents)
+
+    async def rollback_model(self, name: str, version: int | None = None) -> Pin:
+        """Pin an earlier (or the named) version as the model's default version."""
+        return await self._manager.rollback(name, version)
+
+    async def unpin_model(self, name: str) -> None:
+        """Lift a rollback's pin: the model's version policy applies again."""
+        await self._manager.unpin(name)

@@ -140,6 +140,17 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "models, a process with its own shared memory (default: 64)",
     )
     repo.add_argument(
+        "--warmup-from-recent",
+        type=int,
+        default=8,
+        metavar="N",
+        help="keep the last N requests each model answered (by reference, no copy) and run them "
+        "on every instance of its next version or configuration before that version serves, "
+        "when its config has no model_warmup of its own; a request the new version fails on "
+        "fails the load and the old version keeps serving. Sequence models and ensembles are "
+        "not warmed this way; 0 turns it off (default: 8)",
+    )
+    repo.add_argument(
         "--inline-execution-max-us",
         type=int,
         default=100,
@@ -416,6 +427,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         model_max_instances=args.model_max_instances,
+        warmup_from_recent=args.warmup_from_recent,
         inline_execution_max_us=args.inline_execution_max_us,
         allow_http=args.allow_http,
         http_address=args.http_address,

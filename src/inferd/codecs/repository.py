@@ -98,11 +98,41 @@ def decode_unload_parameters(params: Mapping[str, object]) -> bool:
     return value
 
 
+def decode_rollback_body(body: Mapping[str, object]) -> int | None:
+    """The version a rollback request names (``{"version": N}``; a number or its digits as a
+    string), or None for the highest version below the default one; other keys are refused."""
+    unknown = sorted(set(body) - {"version"})
+    if unknown:
+        raise InvalidArgumentError(f"unknown rollback field '{unknown[0]}': expected 'version'")
+    value = body.get("version")
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(
+            f"rollback field 'version' must be a version number (1 or more), got {_kind(value)}"
+            if not isinstance(value, int) or isinstance(value, bool)
+            else f"rollback field 'version' must be 1 or more, got {value}"
+        )
+    return value
+
+
+def check_unpin_body(body: Mapping[str, object]) -> None:
+    """An unpin request takes no fields."""
+    if body:
+        raise InvalidArgumentError(
+            f"unknown unpin field '{sorted(body)[0]}': an unpin request takes no fields"
+        )
+
+
 __all__ = [
     "FILE_PREFIX",
     "UNLOAD_DEPENDENTS",
     "FileEncoding",
     "LoadRequest",
+    "check_unpin_body",
     "decode_load_parameters",
+    "decode_rollback_body",
     "decode_unload_parameters",
 ]

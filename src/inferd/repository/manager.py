@@ -1,23 +1,23 @@
 """The repository manager: which model versions exist, their lifecycle, and load/unload/poll.
 
 Loading runs in worker threads so the event loop keeps serving other models; a reload swaps the
-new versions in only once they are READY and then drains the old ones, so in-flight requests
-finish on the version that accepted them.
+new versions in only once they are READY (and warmed up: the config's ``model_warmup``, or the
+model's recent requests) and then drains the old ones, so in-flight requests finish on the
+version that accepted them. A rollback (``repository/rollback.py``) pins an earlier version as
+the model's default the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.backends.calls import LoopCalls
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import parse_json_config
-from inferd.core.lifecycle import ModelState, check_transition
+from inferd.core.lifecycle import ModelState
 from inferd.core.metadata import IndexEntry
 from inferd.core.names import check_model_name
 from inferd.core.statistics import StatsSnapshot
@@ -30,7 +30,7 @@ from inferd.errors import (
 )
 from inferd.repository.calls import InProcessCaller
 from inferd.repository.ensembles import EnsembleDependencies, load_ensemble_version
-from inferd.repository.layout import duplicated, find_models
+from inferd.repository.layout import duplicated, find_models, list_versions
 from inferd.repository.loader import (
     LoadedVersion,
     LoadOptions,
@@ -40,57 +40,21 @@ from inferd.repository.loader import (
 )
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
+from inferd.repository.recent import RecentRequests
+from inferd.repository.records import (
+    MODEL_LEVEL,
+    ControlMode,
+    LoadSource,
+    ModelRecord,
+)
+from inferd.repository.rollback import Pin, refuse_in_mode_none, rollback_target
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
 
-_MODEL_LEVEL = 0  # status key for a model whose versions are not known (e.g. a bad config)
-
-
-class ControlMode(enum.Enum):
-    NONE = "none"
-    POLL = "poll"
-    EXPLICIT = "explicit"
-
-
-@dataclass(slots=True)
-class VersionStatus:
-    state: ModelState
-    reason: str = ""
-
-
-@dataclass(slots=True)
-class ModelRecord:
-    name: str
-    # read freely; changed only through move() and forget_model_level()
-    status: dict[int, VersionStatus] = field(default_factory=dict)
-    loaded: dict[int, LoadedVersion] = field(default_factory=dict)
-    fingerprint: str = ""
-    override_dir: Path | None = None  # a directory made from `file:` overrides
-    # statistics per version number, kept across reloads so counters never go backwards
-    stats: dict[int, ModelStats] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def move(self, version: int, state: ModelState, reason: str = "") -> None:
-        """The one place a version's state changes: the lifecycle table checks the transition.
-
-        Staying in the same state only updates the reason (a reload of a READY version keeps
-        it READY; a second failure replaces the first failure's reason).
-        """
-        current = self.status.get(version)
-        old = current.state if current is not None else ModelState.UNKNOWN
-        if old is not state:
-            check_transition(old, state)
-            _log.debug(
-                "model '%s' version %d: %s -> %s", self.name, version, old.value, state.value
-            )
-        self.status[version] = VersionStatus(state, reason)
-
-    def forget_model_level(self) -> None:
-        """Drop the model-level entry once the model's versions are known."""
-        self.status.pop(_MODEL_LEVEL, None)
+__all__ = ["ControlMode", "ModelRecord", "RepositoryManager"]
 
 
 class RepositoryManager:
@@ -107,6 +71,7 @@ class RepositoryManager:
         allow_model_upload: bool = False,
         allow_code_upload: bool = False,
         response_cache: ResponseCache | None = None,
+        recent: RecentRequests | None = None,
     ) -> None:
         self._roots = [Path(r) for r in roots]
         self._allow_model_upload = allow_model_upload
@@ -124,6 +89,8 @@ class RepositoryManager:
         # ensemble steps and models calling models use the cache of the models that enable it
         self._caller = InProcessCaller(self.get, response_cache)
         self._ensembles = EnsembleDependencies(self._load, self._is_ready, self._model_dirs)
+        # the requests each model answered lately, to warm up its next version
+        self._recent = recent
 
     @property
     def mode(self) -> ControlMode:
@@ -185,7 +152,7 @@ class RepositoryManager:
                 status = record.status[version]
                 if ready_only and status.state is not ModelState.READY:
                     continue
-                shown = None if version == _MODEL_LEVEL else str(version)
+                shown = None if version == MODEL_LEVEL else str(version)
                 entries.append(IndexEntry(name, shown, status.state.value, status.reason))
         return entries
 
@@ -221,7 +188,7 @@ class RepositoryManager:
 
     def _mark_unavailable(self, name: str, reason: str) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
-        record.move(_MODEL_LEVEL, ModelState.UNAVAILABLE, reason)
+        record.move(MODEL_LEVEL, ModelState.UNAVAILABLE, reason)
 
     async def load(
         self, name: str, *, config_json: str | None = None, files: dict[str, bytes] | None = None
@@ -312,6 +279,10 @@ class RepositoryManager:
                 self._fail_all(record, str(exc))
                 raise
             await self._swap_in(record, prepared)
+            record.source = LoadSource(model_dir, override_json, upload)
+            if record.pin is not None:  # a load applies the version policy again
+                record.pin = None
+                self._publish(record)
             record.fingerprint = await asyncio.to_thread(fingerprint, model_dir)
             old_override = record.override_dir
             record.override_dir = model_dir if upload else None
@@ -322,7 +293,7 @@ class RepositoryManager:
         """A failed (re)load: versions still serving stay READY; others become UNAVAILABLE."""
         if record.loaded:
             return
-        versions = [v for v in record.status if v != _MODEL_LEVEL] or [_MODEL_LEVEL]
+        versions = [v for v in record.status if v != MODEL_LEVEL] or [MODEL_LEVEL]
         for version in versions:
             record.move(version, ModelState.UNAVAILABLE, reason)
 
@@ -330,7 +301,6 @@ class RepositoryManager:
         name = record.name
         new: dict[int, LoadedVersion] = {}
         errors: list[str] = []
-        loop = asyncio.get_running_loop()
         record.forget_model_level()
         for version in prepared.versions:
             if version not in record.loaded:
@@ -339,21 +309,7 @@ class RepositoryManager:
             if version not in record.stats:
                 record.stats[version] = ModelStats(name, version)
         results = await asyncio.gather(
-            *(
-                self._ensemble_version(prepared, v, record.stats[v])
-                if prepared.spec.is_ensemble
-                else asyncio.to_thread(
-                    load_version,
-                    prepared,
-                    v,
-                    self._registry,
-                    loop,
-                    record.stats[v],
-                    inline_max_us=self._options.inline_max_us,
-                    calls=LoopCalls(loop, self._caller.stream_outputs),
-                )
-                for v in prepared.versions
-            ),
+            *(self._load_one(prepared, v, record.stats[v]) for v in prepared.versions),
             return_exceptions=True,
         )
         for version, result in zip(prepared.versions, results, strict=True):
@@ -386,13 +342,34 @@ class RepositoryManager:
             kind = "ensemble" if spec.is_ensemble else spec.backend
             _log.info("model '%s' version %d is READY (%s)", name, version, kind)
 
+    async def _load_one(
+        self, prepared: PreparedModel, version: int, stats: ModelStats
+    ) -> LoadedVersion:
+        """Load one version off the loop, warmed up with the model's recent requests."""
+        if prepared.spec.is_ensemble:
+            return load_ensemble_version(prepared, version, stats, self.get, self._caller)
+        loop = asyncio.get_running_loop()
+        recent = self._recent.sample(prepared.spec.name) if self._recent is not None else []
+        return await asyncio.to_thread(
+            load_version,
+            prepared,
+            version,
+            self._registry,
+            loop,
+            stats,
+            inline_max_us=self._options.inline_max_us,
+            calls=LoopCalls(loop, self._caller.stream_outputs),
+            recent=recent,
+        )
+
     def _publish(self, record: ModelRecord) -> None:
         """Update the hot-path view for one model (a single dict assignment)."""
-        if not record.loaded:
+        default = record.default_version()
+        if default is None:
             self._ready.pop(record.name, None)
             return
         versions = {v: lv.serving for v, lv in record.loaded.items()}
-        self._ready[record.name] = (versions, versions[max(versions)])
+        self._ready[record.name] = (versions, versions[default])
 
     async def _retire(self, record: ModelRecord, retired: list[LoadedVersion]) -> None:
         for lv in retired:
@@ -411,16 +388,12 @@ class RepositoryManager:
         await self._unload_dependents_of(name)
         if unload_dependents:
             # Triton's meaning: the models an ensemble is composed of are unloaded with it
-            dependents = self._composing_models(name)
+            dependents = self._ensembles.composing(name)
             if not dependents:
                 _log.info("unload of '%s': it is composed of no other model", name)
             for dependent in dependents:
                 await self._unload(dependent)
                 self._expected.discard(dependent)
-
-    def _composing_models(self, name: str) -> tuple[str, ...]:
-        """The models that ``name`` calls as steps (an ensemble; () for any other model)."""
-        return self._ensembles.composing(name)
 
     # -- ensembles -----------------------------------------------------------------------------
 
@@ -430,11 +403,6 @@ class RepositoryManager:
     async def _model_dirs(self) -> dict[str, Path]:
         dirs, _ = await asyncio.to_thread(self._scan)
         return dirs
-
-    async def _ensemble_version(
-        self, prepared: PreparedModel, version: int, stats: ModelStats
-    ) -> LoadedVersion:
-        return load_ensemble_version(prepared, version, stats, self.get, self._caller)
 
     async def _unload_dependents_of(self, name: str) -> None:
         """Ensembles calling ``name`` cannot serve once it is gone: unload them too, with a
@@ -472,6 +440,79 @@ class RepositoryManager:
             if record.override_dir is not None:
                 self._uploads.remove(record.override_dir)
                 record.override_dir = None
+            record.pin = None
+            if self._recent is not None:
+                self._recent.forget(name)
+
+    # -- rollback ------------------------------------------------------------------------------
+
+    async def rollback(self, name: str, version: int | None = None) -> Pin:
+        """Make ``version`` (default: the highest version below the default one) the model's
+        default version, loading and warming it first if needed, then drain and unload the
+        version it replaces; the model stays pinned there until :meth:`unpin` or a load."""
+        check_model_name(name)
+        if self._mode is ControlMode.NONE:
+            raise refuse_in_mode_none("roll a model back")
+        record = self._records.get(name)
+        if record is None or not record.loaded:
+            raise NotFoundError(f"cannot roll '{name}' back: it has no loaded version")
+        async with record.lock:
+            current = record.default_version()
+            source = record.source
+            if current is None or source is None:
+                raise NotFoundError(f"cannot roll '{name}' back: it has no loaded version")
+            available = await asyncio.to_thread(list_versions, source.model_dir)
+            target = rollback_target(name, current, available, version)
+            if target not in record.loaded:
+                async with self._load_gate:
+                    record.loaded[target] = await self._load_for_rollback(record, source, target)
+            pin = Pin(target, current)
+            record.move(target, ModelState.READY, pin.reason(name))
+            record.pin = pin
+            leaving = record.loaded.pop(current)
+            record.move(current, ModelState.UNLOADING)
+            self._publish(record)
+            _log.info("model '%s' rolled back from version %d to %d", name, current, target)
+            await self._retire(record, [leaving])
+            record.move(current, ModelState.UNAVAILABLE, f"unloaded: rolled back to {target}")
+        return pin
+
+    async def _load_for_rollback(
+        self, record: ModelRecord, source: LoadSource, version: int
+    ) -> LoadedVersion:
+        """Load ``version`` as the model's last load did, its version policy widened to it."""
+        prepared = await asyncio.to_thread(
+            prepare,
+            record.name,
+            source.model_dir,
+            self._registry,
+            self._options,
+            override_json=source.override_json,
+        )
+        prepared.versions = [version]
+        record.move(version, ModelState.LOADING)
+        stats = record.stats.setdefault(version, ModelStats(record.name, version))
+        try:
+            return await self._load_one(prepared, version, stats)
+        except Exception as exc:
+            record.move(version, ModelState.UNAVAILABLE, str(exc))
+            raise
+
+    async def unpin(self, name: str) -> None:
+        """Lift a rollback's pin: load the model again as its repository (and the last load
+        request) says, under its version policy."""
+        check_model_name(name)
+        if self._mode is ControlMode.NONE:
+            raise refuse_in_mode_none("unpin a model")
+        record = self._records.get(name)
+        if record is None or record.pin is None or record.source is None:
+            raise InvalidArgumentError(
+                f"model '{name}' is not pinned: no rollback chose its default version"
+            )
+        source = record.source
+        await self._load(
+            name, source.model_dir, override_json=source.override_json, upload=source.upload
+        )
 
     def statistics(self, name: str, version: int | None) -> list[StatsSnapshot]:
         """Snapshots of READY versions: every model ("" name), one model, or one version."""
@@ -507,6 +548,9 @@ class RepositoryManager:
                 self._mark_unavailable(name, problems[name])
                 continue
             record = self._records.get(name)
+            if record is not None and record.pin is not None:
+                _log.debug("poll: model '%s' is pinned by a rollback and left as it is", name)
+                continue
             stamp = await asyncio.to_thread(fingerprint, model_dir)
             if record is not None and record.fingerprint == stamp:
                 continue

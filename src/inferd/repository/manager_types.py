@@ -11,6 +11,7 @@ from inferd.core.inference import InferRequest
 from inferd.core.metadata import IndexEntry
 from inferd.core.model_spec import ModelSpec
 from inferd.core.statistics import StatsSnapshot
+from inferd.repository.rollback import Pin
 from inferd.scheduling.stats import ModelStats
 
 
@@ -52,5 +53,9 @@ class ModelManager(Protocol):
     ) -> None: ...
 
     async def unload(self, name: str, *, unload_dependents: bool) -> None: ...
+
+    async def rollback(self, name: str, version: int | None) -> Pin: ...
+
+    async def unpin(self, name: str) -> None: ...
 
     def statistics(self, name: str, version: int | None) -> list[StatsSnapshot]: ...

@@ -24,6 +24,7 @@ from inferd.monitoring.drift.monitor import DriftMonitor
 from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
+from inferd.repository.recent import RecentRequests
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.server.config import ServerConfig
 from inferd.server.exposure import exposure_warnings
@@ -67,6 +68,7 @@ class Server:
         cfg = self.config
         if cfg.response_cache_bytes is not None:
             self.response_cache = ResponseCache(cfg.response_cache_bytes)
+        recent = RecentRequests(cfg.warmup_from_recent) if cfg.warmup_from_recent > 0 else None
         self.manager = RepositoryManager(
             cfg.model_repositories,
             self.registry
@@ -87,6 +89,7 @@ class Server:
             allow_model_upload=cfg.allow_model_upload,
             allow_code_upload=cfg.allow_code_upload,
             response_cache=self.response_cache,
+            recent=recent,
         )
         self.shared_memory = SharedMemoryRegistry(
             enabled=cfg.allow_shared_memory,
@@ -95,6 +98,8 @@ class Server:
             log=logging.getLogger("inferd.shared_memory"),
         )
         observers = list(self.observers)
+        if recent is not None:
+            observers.append(recent)  # recent requests warm up a model's next version
         if cfg.payload_log is not None:
             self.payload_log = PayloadLogger(cfg.payload_log)
             observers.append(self.payload_log)

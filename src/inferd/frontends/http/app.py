@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.codecs import statistics, v2_http
-from inferd.codecs.repository import decode_load_parameters, decode_unload_parameters
+from inferd.codecs.repository import (
+    check_unpin_body,
+    decode_load_parameters,
+    decode_rollback_body,
+    decode_unload_parameters,
+)
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.frontends.access import AccessPolicy
@@ -158,6 +163,8 @@ class HttpApp:
             Endpoint.REPOSITORY_INDEX: self._repository_index,
             Endpoint.REPOSITORY_LOAD: self._repository_load,
             Endpoint.REPOSITORY_UNLOAD: self._repository_unload,
+            Endpoint.REPOSITORY_ROLLBACK: self._repository_rollback,
+            Endpoint.REPOSITORY_UNPIN: self._repository_unpin,
             **dict.fromkeys(SHARED_MEMORY_ENDPOINTS, self._shared_memory),
         }
 
@@ -399,6 +406,22 @@ class HttpApp:
         params = _parameters(await self._read_json_body(scope, receive, "model unload request"))
         dependents = decode_unload_parameters(params)
         await self._engine.unload_model(route.model, unload_dependents=dependents)
+        return Reply(200)
+
+    async def _repository_rollback(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        body = await self._read_json_body(scope, receive, "model rollback request")
+        pin = await self._engine.rollback_model(route.model, decode_rollback_body(body))
+        return Reply.json(
+            {
+                "name": route.model,
+                "version": str(pin.version),
+                "rolled_back_from": str(pin.rolled_back_from),
+            }
+        )
+
+    async def _repository_unpin(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        check_unpin_body(await self._read_json_body(scope, receive, "model unpin request"))
+        await self._engine.unpin_model(route.model)
         return Reply(200)
 
 

@@ -33,6 +33,8 @@ class Endpoint(enum.Enum):
     REPOSITORY_INDEX = "repository_index"
     REPOSITORY_LOAD = "repository_load"
     REPOSITORY_UNLOAD = "repository_unload"
+    REPOSITORY_ROLLBACK = "repository_rollback"
+    REPOSITORY_UNPIN = "repository_unpin"
     SYSTEM_SHM_STATUS = "system_shm_status"
     SYSTEM_SHM_REGISTER = "system_shm_register"
     SYSTEM_SHM_UNREGISTER = "system_shm_unregister"
@@ -57,6 +59,8 @@ METHOD: dict[Endpoint, str] = {
     Endpoint.REPOSITORY_INDEX: "POST",
     Endpoint.REPOSITORY_LOAD: "POST",
     Endpoint.REPOSITORY_UNLOAD: "POST",
+    Endpoint.REPOSITORY_ROLLBACK: "POST",
+    Endpoint.REPOSITORY_UNPIN: "POST",
     Endpoint.SYSTEM_SHM_STATUS: "GET",
     Endpoint.SYSTEM_SHM_REGISTER: "POST",
     Endpoint.SYSTEM_SHM_UNREGISTER: "POST",
@@ -81,6 +85,8 @@ API: dict[Endpoint, Api] = {
     Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_LOAD: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_UNLOAD: Api.MODEL_REPOSITORY,
+    Endpoint.REPOSITORY_ROLLBACK: Api.MODEL_REPOSITORY,
+    Endpoint.REPOSITORY_UNPIN: Api.MODEL_REPOSITORY,
     Endpoint.SYSTEM_SHM_STATUS: Api.SHARED_MEMORY,
     Endpoint.SYSTEM_SHM_REGISTER: Api.SHARED_MEMORY,
     Endpoint.SYSTEM_SHM_UNREGISTER: Api.SHARED_MEMORY,
@@ -112,7 +118,15 @@ _MODEL_RE = re.compile(
     r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[0-9]+))?"
     r"(?:/(?P<suffix>infer|generate_stream|generate|ready|config|stats|drift))?"
 )
-_REPOSITORY_RE = re.compile(r"/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload)")
+_REPOSITORY_RE = re.compile(
+    r"/v2/repository/models/(?P<model>[^/]+)/(?P<action>load|unload|rollback|unpin)"
+)
+_REPOSITORY_ACTIONS = {
+    "load": Endpoint.REPOSITORY_LOAD,
+    "unload": Endpoint.REPOSITORY_UNLOAD,
+    "rollback": Endpoint.REPOSITORY_ROLLBACK,  # inferd's own: no Triton counterpart
+    "unpin": Endpoint.REPOSITORY_UNPIN,
+}
 _SHM_RE = re.compile(
     r"/v2/(?P<kind>system|cuda)sharedmemory(?:/region/(?P<region>[^/]+))?"
     r"/(?P<action>status|register|unregister)"
@@ -174,12 +188,7 @@ def match_route(raw_path: str) -> Route | None:
         )
     found = _REPOSITORY_RE.fullmatch(raw_path)
     if found is not None:
-        endpoint = (
-            Endpoint.REPOSITORY_LOAD
-            if found.group("action") == "load"
-            else Endpoint.REPOSITORY_UNLOAD
-        )
-        return Route(endpoint, _model_name(found.group("model")))
+        return Route(_REPOSITORY_ACTIONS[found.group("action")], _model_name(found.group("model")))
     found = _SHM_RE.fullmatch(raw_path)
     if found is not None:
         region = found.group("region") or ""
