@@ -12,6 +12,7 @@ from inferd.cli.distill import add_distill_parser
 from inferd.cli.monitor import add_monitor_parser
 from inferd.cli.optimize import add_optimize_parser
 from inferd.cli.perf import add_perf_parser
+from inferd.cli.plan import add_plan_parser
 from inferd.cli.repo import add_repo_parser
 from inferd.cli.serve import add_serve_parser
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_optimize_parser(sub)
     add_monitor_parser(sub)
     add_distill_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 
