@@ -6,11 +6,13 @@ Times, in microseconds per call (the best of three windows, after a warm-up):
 
 * ``ThompsonSampler.choose()`` for 2, 3 and 4 arms, binary and continuous rewards, with the
   posteriors of a few hundred rewards per arm, without and with an exploration floor;
-* for reference, the same binary choice drawn with numpy ``Generator.beta`` scalar calls, and
-  with one vectorised ``Generator.beta`` call over the arms followed by ``argmax``;
+* for reference, the same binary choice drawn with Python's ``random.betavariate``, with numpy
+  ``Generator.beta`` scalar calls (what ``choose()`` does), and with one vectorised
+  ``Generator.beta`` call over the arms followed by ``argmax``;
 * ``sticky.bucket()`` for a typical user id, ``sticky.pick()`` over 2 and 4 weights, and the two
   together (a sticky split's whole choice);
-* ``LatencyWindow.add()``, and a p99 read of a full 2,048-value window.
+* ``LatencyWindow.add()``, and a p99 read of a full 2,048-value window;
+* ``bayes.compare()`` at its default 20,000 draws (a report or a scrape, not the request path).
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ from typing import Any
 import numpy as np
 
 from inferd.rollout.bandit import ThompsonSampler
+from inferd.rollout.bayes import RewardStats, compare
 from inferd.rollout.latency import LatencyWindow
 from inferd.rollout.sticky import bucket, pick
 
 
 def per_call_us(fn: Callable[[], Any], seconds: float) -> float:
-    for _ in range(2000):
+    warm_until = time.perf_counter() + min(0.2, seconds / 3)
+    for _ in range(2000):  # a warm-up: 2,000 calls or 0.2 s, whichever ends first
         fn()
+        if time.perf_counter() > warm_until:
+            break
     best = float("inf")
     for _ in range(3):  # best of three windows: the least disturbed
         calls = 0
@@ -61,14 +67,14 @@ def trained(arms: int, kind: str, min_share: float) -> ThompsonSampler:
     return sampler
 
 
-def numpy_choices(arms: int) -> tuple[Callable[[], int], Callable[[], int]]:
+def reference_choices(arms: int) -> dict[str, Callable[[], int]]:
+    rnd = random.Random(1)
     rng = np.random.default_rng(1)
     alpha = [1.0 + 15.0 + 6.0 * i for i in range(arms)]
     beta = [1.0 + 285.0 - 6.0 * i for i in range(arms)]
     a, b = np.array(alpha), np.array(beta)
 
-    def scalar() -> int:
-        draw = rng.beta
+    def loop(draw: Callable[[float, float], float]) -> int:
         best, chosen = -1.0, 0
         for i in range(arms):
             x = draw(alpha[i], beta[i])
@@ -76,10 +82,11 @@ def numpy_choices(arms: int) -> tuple[Callable[[], int], Callable[[], int]]:
                 best, chosen = x, i
         return chosen
 
-    def vector() -> int:
-        return int(np.argmax(rng.beta(a, b)))
-
-    return scalar, vector
+    return {
+        "random.betavariate": lambda: loop(rnd.betavariate),
+        "Generator.beta scalars": lambda: loop(rng.beta),
+        "Generator.beta vector + argmax": lambda: int(np.argmax(rng.beta(a, b))),
+    }
 
 
 def main() -> None:
@@ -100,16 +107,8 @@ def main() -> None:
         )
     )
     for arms in (2, 4):
-        scalar, vector = numpy_choices(arms)
-        rows.append(
-            (f"  reference: numpy Generator.beta scalars, {arms} arms", per_call_us(scalar, s))
-        )
-        rows.append(
-            (
-                f"  reference: numpy Generator.beta vector + argmax, {arms} arms",
-                per_call_us(vector, s),
-            )
-        )
+        for name, fn in reference_choices(arms).items():
+            rows.append((f"  reference: {name}, {arms} arms", per_call_us(fn, s)))
     user = "user-8c2f61a4-93d5-4f7e-b0a1-5d6e7f809a1b"
     rows.append(
         ("sticky.bucket(user id, salt)", per_call_us(lambda: bucket(user, "checkout-v2"), s))
@@ -127,6 +126,9 @@ def main() -> None:
             per_call_us(lambda: window.percentile(99.0), s),
         )
     )
+    a, b = RewardStats(5000, 0.10, 450.0), RewardStats(5000, 0.11, 489.5)
+    for kind in ("binary", "continuous"):
+        rows.append((f"compare() {kind}", per_call_us(lambda: compare(a, b, kind=kind), s)))  # type: ignore[arg-type]  # noqa: B023
     width = max(len(name) for name, _ in rows)
     for name, us in rows:
         print(f"{name:<{width}}  {us:7.2f} us")

@@ -29,6 +29,19 @@ def test_percentiles_are_numpys_over_the_last_values(count: int) -> None:
     assert window.summary() == LatencySummary(len(held), pytest.approx(p50), pytest.approx(p99))
 
 
+@given(
+    st.lists(st.floats(0.0, 1e3), min_size=1, max_size=80),
+    st.integers(1, 40),
+    st.floats(0.0, 100.0),
+)
+def test_any_percentile_is_numpys(values: list[float], capacity: int, q: float) -> None:
+    window = LatencyWindow(capacity)
+    for x in values:
+        window.add(x)
+    expected = float(np.percentile(values[-capacity:], q))
+    assert window.percentile(q) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
 @given(st.lists(st.floats(0.0, 10.0), max_size=50), st.integers(1, 20))
 def test_the_window_holds_exactly_the_last_values(values: list[float], capacity: int) -> None:
     window = LatencyWindow(capacity)
