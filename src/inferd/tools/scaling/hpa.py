@@ -23,13 +23,27 @@ One sync, in the controller's order:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from inferd.errors import InvalidArgumentError
+from inferd.tools.scaling.hpa_behavior import (
+    DEFAULT_BEHAVIOR,
+    DEFAULT_SCALE_DOWN,
+    DEFAULT_SCALE_UP,
+    Behavior,
+    HpaState,
+    ScalingPolicy,
+    ScalingRules,
+    limit_rate,
+    stabilize,
+    store_event,
+)
 
 __all__ = [
     "DEFAULT_BEHAVIOR",
+    "DEFAULT_SCALE_DOWN",
+    "DEFAULT_SCALE_UP",
     "Behavior",
     "ControllerSettings",
     "HpaSpec",
@@ -46,69 +60,7 @@ __all__ = [
     "sync",
 ]
 
-PODS, PERCENT = "Pods", "Percent"
-SELECT_MAX, SELECT_MIN, SELECT_DISABLED = "Max", "Min", "Disabled"
 PENDING, RUNNING, FAILED = "Pending", "Running", "Failed"
-
-
-@dataclass(frozen=True)
-class ScalingPolicy:
-    """``{type: Pods|Percent, value, periodSeconds}``."""
-
-    type: str
-    value: int
-    period_s: int
-
-    def __post_init__(self) -> None:
-        if self.type not in (PODS, PERCENT):
-            raise InvalidArgumentError(
-                f"a scaling policy's type is Pods or Percent, not {self.type!r}"
-            )
-        if self.value <= 0:
-            raise InvalidArgumentError("a scaling policy's value must be greater than 0")
-        if not 0 < self.period_s <= 1800:
-            raise InvalidArgumentError("a scaling policy's periodSeconds must be in 1..1800")
-
-
-@dataclass(frozen=True)
-class ScalingRules:
-    """``behavior.scaleUp`` or ``behavior.scaleDown``."""
-
-    stabilization_window_s: int
-    policies: tuple[ScalingPolicy, ...]
-    select_policy: str = SELECT_MAX
-    tolerance: float | None = None  # None: the controller's own tolerance
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.stabilization_window_s <= 3600:
-            raise InvalidArgumentError("stabilizationWindowSeconds must be in 0..3600")
-        if self.select_policy not in (SELECT_MAX, SELECT_MIN, SELECT_DISABLED):
-            raise InvalidArgumentError(
-                f"selectPolicy is Max, Min or Disabled, not {self.select_policy!r}"
-            )
-        if not self.policies and self.select_policy != SELECT_DISABLED:
-            raise InvalidArgumentError("scaling rules need at least one policy")
-        if self.tolerance is not None and self.tolerance < 0:
-            raise InvalidArgumentError("a tolerance cannot be negative")
-
-    @property
-    def longest_period_s(self) -> int:
-        return max((p.period_s for p in self.policies), default=0)
-
-
-DEFAULT_SCALE_UP = ScalingRules(
-    0, (ScalingPolicy(PERCENT, 100, 15), ScalingPolicy(PODS, 4, 15)), SELECT_MAX
-)
-DEFAULT_SCALE_DOWN = ScalingRules(300, (ScalingPolicy(PERCENT, 100, 15),), SELECT_MAX)
-
-
-@dataclass(frozen=True)
-class Behavior:
-    scale_up: ScalingRules = DEFAULT_SCALE_UP
-    scale_down: ScalingRules = DEFAULT_SCALE_DOWN
-
-
-DEFAULT_BEHAVIOR = Behavior()
 
 
 @dataclass(frozen=True)
@@ -297,129 +249,6 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-# -- the controller's memory ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScaleEvent:
-    change: int
-    t: float
-    outdated: bool = False
-
-
-@dataclass(frozen=True)
-class HpaState:
-    """What the controller remembers between syncs of one HPA."""
-
-    recommendations: tuple[tuple[float, int], ...] = ()  # (time, unstabilised recommendation)
-    up_events: tuple[ScaleEvent, ...] = ()
-    down_events: tuple[ScaleEvent, ...] = ()
-
-
-def stabilize(
-    recommendations: Sequence[tuple[float, int]],
-    desired: int,
-    current: int,
-    now: float,
-    behavior: Behavior,
-) -> tuple[int, tuple[tuple[float, int], ...]]:
-    """The stabilised recommendation, and the recommendations to remember (this one added,
-    those older than both windows dropped)."""
-    up_cutoff = now - behavior.scale_up.stabilization_window_s
-    down_cutoff = now - behavior.scale_down.stabilization_window_s
-    up_rec = down_rec = desired
-    kept: list[tuple[float, int]] = []
-    for t, rec in recommendations:
-        if t > up_cutoff:
-            up_rec = min(up_rec, rec)
-        if t > down_cutoff:
-            down_rec = max(down_rec, rec)
-        if not (t < up_cutoff and t < down_cutoff):
-            kept.append((t, rec))
-    result = max(current, up_rec)
-    result = min(result, down_rec)
-    return result, (*kept, (now, desired))
-
-
-def _changed_within(events: Sequence[ScaleEvent], period_s: int, now: float) -> int:
-    cutoff = now - period_s
-    return sum(e.change for e in events if e.t > cutoff)
-
-
-def _period_limits(
-    current: int, state: HpaState, rules: ScalingRules, now: float, up: bool
-) -> list[int]:
-    limits = []
-    for policy in rules.policies:
-        start = (
-            current
-            - _changed_within(state.up_events, policy.period_s, now)
-            + _changed_within(state.down_events, policy.period_s, now)
-        )
-        if policy.type == PODS:
-            limits.append(start + policy.value if up else start - policy.value)
-        elif up:  # rounded up, or a small count could never grow
-            limits.append(math.ceil(start * (1 + policy.value / 100)))
-        else:
-            limits.append(int(start * (1 - policy.value / 100)))
-    return limits
-
-
-def scale_up_limit(current: int, state: HpaState, rules: ScalingRules, now: float) -> int:
-    """The most replicas the scale-up policies allow now."""
-    if rules.select_policy == SELECT_DISABLED:
-        return current
-    pick: Callable[[list[int]], int] = min if rules.select_policy == SELECT_MIN else max
-    return pick(_period_limits(current, state, rules, now, up=True))
-
-
-def scale_down_limit(current: int, state: HpaState, rules: ScalingRules, now: float) -> int:
-    """The fewest replicas the scale-down policies allow now."""
-    if rules.select_policy == SELECT_DISABLED:
-        return current
-    pick: Callable[[list[int]], int] = max if rules.select_policy == SELECT_MIN else min
-    return pick(_period_limits(current, state, rules, now, up=False))
-
-
-def limit_rate(
-    desired: int, current: int, spec: HpaSpec, state: HpaState, now: float
-) -> tuple[int, str]:
-    """``desired`` brought within the behaviour's rates and ``[min, max]``, with the reason."""
-    if desired > current:
-        up = max(scale_up_limit(current, state, spec.behavior.scale_up, now), current)
-        if spec.max_replicas > up:
-            allowed, reason = up, "ScaleUpLimit"
-        else:
-            allowed, reason = spec.max_replicas, "TooManyReplicas"
-        if desired > allowed:
-            return allowed, reason
-    elif desired < current:
-        down = min(scale_down_limit(current, state, spec.behavior.scale_down, now), current)
-        if spec.min_replicas < down:
-            allowed, reason = down, "ScaleDownLimit"
-        else:
-            allowed, reason = spec.min_replicas, "TooFewReplicas"
-        if desired < allowed:
-            return allowed, reason
-    return desired, "DesiredWithinRange"
-
-
-def _store_event(
-    events: tuple[ScaleEvent, ...], change: int, now: float, longest_period_s: int
-) -> tuple[ScaleEvent, ...]:
-    """The controller's event list: events older than the longest policy period are marked
-    outdated for good, and the new event takes the place of the last outdated one."""
-    cutoff = now - longest_period_s
-    marked = [replace(e, outdated=True) if e.t < cutoff else e for e in events]
-    new = ScaleEvent(change, now)
-    slots = [i for i, e in enumerate(marked) if e.outdated]
-    if slots:
-        marked[slots[-1]] = new
-    else:
-        marked.append(new)
-    return tuple(marked)
-
-
 # -- one sync ---------------------------------------------------------------------------------
 
 
@@ -460,15 +289,17 @@ def sync(
             state.recommendations, best, current, now, spec.behavior
         )
         state = replace(state, recommendations=recommendations)
-        desired, reason = limit_rate(stabilized, current, spec, state, now)
+        desired, reason = limit_rate(
+            stabilized, current, (spec.min_replicas, spec.max_replicas), spec.behavior, state, now
+        )
     if desired > current:
         longest = spec.behavior.scale_up.longest_period_s
         state = replace(
-            state, up_events=_store_event(state.up_events, desired - current, now, longest)
+            state, up_events=store_event(state.up_events, desired - current, now, longest)
         )
     elif desired < current:
         longest = spec.behavior.scale_down.longest_period_s
         state = replace(
-            state, down_events=_store_event(state.down_events, current - desired, now, longest)
+            state, down_events=store_event(state.down_events, current - desired, now, longest)
         )
     return SyncResult(state, desired, proposal, usages, reason)

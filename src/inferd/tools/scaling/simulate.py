@@ -24,15 +24,13 @@ import numpy as np
 
 from inferd.errors import InvalidArgumentError
 from inferd.tools.scaling.hpa import (
-    PENDING,
     RUNNING,
     HpaSpec,
     HpaState,
-    MetricSample,
-    PodView,
     sync,
 )
 from inferd.tools.scaling.latency import BIN_EDGES_US, LatencyModel, percentile
+from inferd.tools.scaling.pod_groups import PodGroup, merge_groups, remove_newest, scrape, view
 from inferd.tools.scaling.replica import ReplicaModel
 
 __all__ = ["MetricsPipeline", "PodTiming", "SimulationConfig", "SimulationResult", "simulate"]
@@ -114,62 +112,6 @@ class SimulationResult:
     histogram: Array  # every answered request's latency (latency.BIN_EDGES_US)
 
 
-@dataclass
-class _Group:
-    count: int
-    created_s: float
-    running_s: float
-    ready_s: float
-    history: deque[tuple[int, float | None, float | None, float]]
-    backlog: float = 0.0
-    deleted_s: float | None = None
-    samples: dict[str, MetricSample] = field(default_factory=dict)
-
-    def phase(self, t: float) -> str:
-        return PENDING if t < self.running_s else RUNNING
-
-    def is_ready(self, t: float) -> bool:
-        return t >= self.ready_s
-
-
-def _view(g: _Group, t: float, request: float) -> PodView:
-    ready = g.is_ready(t)
-    return PodView(
-        count=g.count,
-        phase=g.phase(t),
-        deleting=g.deleted_s is not None,
-        ready=ready,
-        start_s=g.created_s,
-        ready_transition_s=g.ready_s if ready else g.created_s,
-        cpu_request=request,
-        samples=dict(g.samples),
-    )
-
-
-_HISTORY_INDEX = {"pending": 1, "queue-us": 2, "cpu": 3}
-
-
-def _scrape(g: _Group, t: int, window: int, metrics: tuple[str, ...]) -> None:
-    recent = [h for h in g.history if t - window <= h[0] < t]
-    samples: dict[str, MetricSample] = {}
-    for name in metrics:
-        index = _HISTORY_INDEX[name]
-        values = [v for h in recent if (v := h[index]) is not None]
-        if values:
-            samples[name] = MetricSample(sum(values) / len(values), float(t), float(window))
-    g.samples = samples
-
-
-def _mergeable(a: _Group, b: _Group, t: int, settled_s: float, window: int) -> bool:
-    if a.backlog or b.backlog or t < max(a.ready_s, b.ready_s) + max(settled_s, window):
-        return False
-    if a.samples != b.samples:
-        return False
-    tail_a = [h[1:] for h in a.history if h[0] >= t - window - 1]
-    tail_b = [h[1:] for h in b.history if h[0] >= t - window - 1]
-    return tail_a == tail_b
-
-
 def initial_replicas(spec: HpaSpec, replica: ReplicaModel, first_rps: float) -> int:
     """The pods that carry ``first_rps`` with every metric at or below its target."""
     per_pod = min(replica.rate_at_target(m) for m in spec.metrics)
@@ -187,8 +129,8 @@ class _Run:
         pipe = config.pipeline
         self.keep = pipe.window_s + pipe.scrape_interval_s + 2
         long_ago = -(config.hpa.controller.cpu_initialization_period_s + pipe.window_s + 1)
-        self.groups = [_Group(first, long_ago, long_ago, long_ago, deque(maxlen=self.keep))]
-        self.leaving: list[_Group] = []
+        self.groups = [PodGroup(first, long_ago, long_ago, long_ago, deque(maxlen=self.keep))]
+        self.leaving: list[PodGroup] = []
         self.state = HpaState()
         self.replicas = first
         self.usage_now: dict[str, float | None] = dict.fromkeys(self.metric_names)
@@ -210,12 +152,12 @@ class _Run:
     def scrape(self, t: int) -> None:
         for g in self.groups:
             if g.phase(t) == RUNNING:
-                _scrape(g, t, self.cfg.pipeline.window_s, self.metric_names)
+                scrape(g, t, self.cfg.pipeline.window_s, self.metric_names)
 
     def sync(self, t: int) -> None:
         cfg = self.cfg
         request = cfg.replica.cpu_request_cores
-        pods = [_view(g, t, request) for g in (*self.groups, *self.leaving)]
+        pods = [view(g, t, request) for g in (*self.groups, *self.leaving)]
         result = sync(cfg.hpa, self.state, self.replicas, pods, float(t))
         self.state = result.state
         self.usage_now = result.usages
@@ -223,7 +165,7 @@ class _Run:
             self.ups += 1
             running = t + cfg.timing.start_s
             self.groups.append(
-                _Group(
+                PodGroup(
                     result.desired - self.replicas,
                     t,
                     running,
@@ -233,9 +175,9 @@ class _Run:
             )
         elif result.desired < self.replicas:
             self.downs += 1
-            _remove(self.groups, self.leaving, self.replicas - result.desired, t)
+            remove_newest(self.groups, self.leaving, self.replicas - result.desired, t)
         self.replicas = result.desired
-        self.groups = _merge(
+        self.groups = merge_groups(
             self.groups, t, cfg.hpa.controller.cpu_initialization_period_s, cfg.pipeline.window_s
         )
 
@@ -378,30 +320,3 @@ def simulate(config: SimulationConfig, offered: Array) -> SimulationResult:
         if t + 1 == duration or (t + 1) % step == 0:
             run.close_interval(t // step)
     return run.result(offered, first)
-
-
-def _remove(groups: list[_Group], leaving: list[_Group], count: int, t: int) -> None:
-    """Delete ``count`` pods, the newest first (pending and unready pods are newer than ready
-    ones here, since every pod takes as long to start)."""
-    for g in sorted(groups, key=lambda g: g.created_s, reverse=True):
-        if count == 0:
-            break
-        take = min(count, g.count)
-        count -= take
-        g.count -= take
-        if g.phase(t) == RUNNING:  # a pending pod just goes; a running one stops
-            leaving.append(
-                _Group(take, g.created_s, g.running_s, g.ready_s, deque(), g.backlog, float(t))
-            )
-    groups[:] = [g for g in groups if g.count > 0]
-
-
-def _merge(groups: list[_Group], t: int, settled_s: float, window: int) -> list[_Group]:
-    """Groups that have long been ready and behaved alike over the window become one."""
-    merged: list[_Group] = []
-    for g in sorted(groups, key=lambda g: g.created_s):
-        if merged and _mergeable(merged[-1], g, t, settled_s, window):
-            merged[-1].count += g.count
-        else:
-            merged.append(g)
-    return merged
