@@ -37,7 +37,8 @@ RANK = {
     "monitoring": 7,
     "rollout": 7,
     "server": 8,
-    "cli": 9,
+    "integrations": 9,
+    "cli": 10,
 }
 ANYTHING = {"testing", "examples"}
 TOOLS_MAY_USE = {"engine", "codecs", "core", "errors"}
