@@ -4,6 +4,7 @@ fits in the grace period, and the HPA reads metrics the adapter rules serve."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,8 @@ def test_containers_run_unprivileged_with_resources(built: dict[str, list[Manife
             assert "memory" in resources["limits"], (overlay, name)
             for mount in container.get("volumeMounts", []):
                 assert mount["name"] in volumes, (overlay, name, mount)
+            image = container["image"]
+            assert re.search(r":[\w.-]+$|@sha256:", image), f"{overlay}: {image} has no tag"
         mounts = {m["mountPath"] for m in inferd_container(deployment)["volumeMounts"]}
         assert {"/dev/shm", "/tmp"} <= mounts  # Python models' shared memory; a writable /tmp
 
@@ -218,6 +221,7 @@ def test_models_come_from_object_storage_or_the_image(built: dict[str, list[Mani
         assert [c["name"] for c in fetch] == ["fetch-models"]
         if overlay == "dev":
             assert fetch[0]["command"][0] == "cp"  # the example repository bundled in the image
+            assert fetch[0]["image"] == inferd_container(one(objects, "Deployment"))["image"]
             continue
         assert fetch[0]["image"].startswith("rclone/rclone:")
         assert fetch[0]["args"][-2:] == ["$(MODEL_SOURCE)", "/models"]
