@@ -151,10 +151,19 @@ def _start_ray(options: RayOptions) -> bool:
     if options.address is not None:
         ray.init(address=options.address, log_to_driver=False)
     else:
-        # the actors take one CPU each; one more is left for Ray's own tasks (the writes)
-        cpus = max(options.cpus or os.cpu_count() or 1, options.actors + 1)
-        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            num_cpus=options.cpus or os.cpu_count() or 1,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
     return True
+
+
+def actor_cpus(cluster_cpus: float, actors: int) -> float:
+    """The CPUs each actor asks Ray for: one, or less on a small cluster, so that one CPU
+    stays free for Ray Data's own tasks (making the row blocks, writing); without it the
+    actors would hold every CPU and the job would wait forever."""
+    return max(0.05, min(1.0, (cluster_cpus - 1) / actors)) if cluster_cpus > 1 else 0.5 / actors
 
 
 def run_ray_batch(
@@ -198,6 +207,7 @@ def _run_on_ray(
     fmt: str,
     rows: int,
 ) -> BatchReport:
+    import ray
     import ray.data as ray_data
 
     started = time.perf_counter()
@@ -217,7 +227,7 @@ def _run_on_ray(
             batch_format="pyarrow",
             batch_size=job.shard_rows,
             compute=ray_data.ActorPoolStrategy(size=options.actors),
-            num_cpus=1,
+            num_cpus=actor_cpus(float(ray.cluster_resources().get("CPU", 1)), options.actors),
         )
         .materialize()
     )
