@@ -19,6 +19,7 @@ from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, TensorMetadata
 from inferd.core.model_spec import ModelSpec
 from inferd.core.observe import InferenceObserver
+from inferd.core.routing import ModelRoute, Router
 from inferd.core.statistics import StatsSnapshot
 from inferd.core.streaming import ResponseBudget
 from inferd.core.tracing import RequestTrace, RequestTracer
@@ -59,8 +60,13 @@ class Engine:
         response_cache: ResponseCache | None = None,
         observers: Sequence[InferenceObserver] = (),
         tracer: RequestTracer | None = None,
+        router: Router | None = None,
     ) -> None:
         self._manager = manager
+        # model name -> its traffic policy; the router's own mapping, empty without one
+        self._routes: Mapping[str, ModelRoute] = router.routes if router is not None else {}
+        if router is not None:
+            router.attach(self._run_target)
         self._observers = tuple(observers)
         self._tracer = tracer
         # front ends read the callers' trace context only while this is true
@@ -136,7 +142,17 @@ class Engine:
                 return await self._infer_traced(request, trace, self._tracer)
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
+        if not request.model_version:  # a traffic policy routes requests that name no version
+            route = self._routes.get(request.model_name)
+            if route is not None:
+                return await self._infer_routed(request, route)
         model = self._manager.get(request.model_name, parse_version(request.model_version))
+        return (await self._serve(request, model))[0]
+
+    async def _serve(
+        self, request: InferRequest, model: ServingModel
+    ) -> tuple[InferResponse, Mapping[str, np.ndarray[Any, Any]]]:
+        """Run ``request`` on ``model``: the response, and the outputs the model produced."""
         if model.spec.decoupled:
             raise UnsupportedError(
                 f"model '{model.spec.name}' is decoupled (it sends any number of responses per "
@@ -148,7 +164,33 @@ class Engine:
         outputs = await model.scheduler.submit(request, rows)
         if self._observers:
             self._notify(model, request, outputs)
-        return self._shape_response(request, model, outputs)
+        return self._shape_response(request, model, outputs), outputs
+
+    async def _infer_routed(self, request: InferRequest, route: ModelRoute) -> InferResponse:
+        """The version the model's traffic policy chooses answers; the policy hears how it
+        went. The response names the variant in its ``variant`` parameter."""
+        call = route.route(request)
+        try:
+            model = self._manager.get(call.model, call.version)
+            response, outputs = await self._serve(request, model)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        call.answered(outputs)
+        response.parameters["variant"] = call.variant
+        return response
+
+    async def _run_target(
+        self, request: InferRequest, name: str, version: int | None, observe: bool
+    ) -> Mapping[str, np.ndarray[Any, Any]]:
+        """A policy's background request (a shadow's copy, a canary's comparison): no routing,
+        no response cache; the observers see it only when ``observe``."""
+        model = self._manager.get(name, version)
+        rows = validate_request(request, model.spec)
+        outputs = await model.scheduler.submit(request, rows)
+        if observe and self._observers:
+            self._notify(model, request, outputs)
+        return outputs
 
     async def _infer_traced(
         self, request: InferRequest, trace: RequestTrace, tracer: RequestTracer
@@ -178,7 +220,7 @@ class Engine:
 
     async def _infer_cached(
         self, request: InferRequest, model: ServingModel, rows: int, cache: ResponseCache
-    ) -> InferResponse:
+    ) -> tuple[InferResponse, Mapping[str, np.ndarray[Any, Any]]]:
         """Answer from the response cache, or run the model and store what it answered (the
         one cache path, shared with ensemble steps: ``submit_cached``)."""
         outputs = await submit_cached(
@@ -190,12 +232,13 @@ class Engine:
         )
         if self._observers:
             self._notify(model, request, outputs)
-        return InferResponse(
+        response = InferResponse(
             model_name=model.spec.name,
             model_version=str(model.version),
             outputs=outputs,
             id=request.id,
         )
+        return response, outputs
 
     async def stream_infer(
         self, request: InferRequest, budget: ResponseBudget | None = None

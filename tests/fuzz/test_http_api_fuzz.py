@@ -78,7 +78,7 @@ def test_openapi_document_lists_exactly_the_served_routes() -> None:
     covered: set[Endpoint] = set()
     for method, template in _operations(_document()):
         path = template.replace("{model_name}", "some_model").replace("{model_version}", "3")
-        route = match_route(path)
+        route = match_route(path, method)
         assert route is not None, f"{method} {template} is not a route of the server"
         assert route.method == method, f"{template}: the server serves {route.method}, not {method}"
         covered.add(route.endpoint)

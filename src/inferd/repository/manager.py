@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from inferd.backends.calls import LoopCalls
@@ -72,6 +72,7 @@ class RepositoryManager:
         allow_code_upload: bool = False,
         response_cache: ResponseCache | None = None,
         recent: RecentRequests | None = None,
+        on_change: Callable[[str, Path | None], Awaitable[None]] | None = None,
     ) -> None:
         self._roots = [Path(r) for r in roots]
         self._allow_model_upload = allow_model_upload
@@ -91,6 +92,8 @@ class RepositoryManager:
         self._ensembles = EnsembleDependencies(self._load, self._is_ready, self._model_dirs)
         # the requests each model answered lately, to warm up its next version
         self._recent = recent
+        # told of each model loaded (with its folder) or unloaded (None): its traffic policy
+        self._on_change = on_change
 
     @property
     def mode(self) -> ControlMode:
@@ -288,6 +291,8 @@ class RepositoryManager:
             record.override_dir = model_dir if upload else None
             if old_override is not None and old_override != record.override_dir:
                 self._uploads.remove(old_override)
+        if self._on_change is not None:
+            await self._on_change(name, model_dir)
 
     def _fail_all(self, record: ModelRecord, reason: str) -> None:
         """A failed (re)load: versions still serving stay READY; others become UNAVAILABLE."""
@@ -443,6 +448,8 @@ class RepositoryManager:
             record.pin = None
             if self._recent is not None:
                 self._recent.forget(name)
+        if self._on_change is not None:
+            await self._on_change(name, None)
 
     # -- rollback ------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
 from inferd.repository.recent import RecentRequests
+from inferd.rollout.service import Rollout
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.server.config import ServerConfig
 from inferd.server.exposure import exposure_warnings
@@ -59,6 +60,8 @@ class Server:
     response_cache: ResponseCache | None = field(default=None, init=False)
     payload_log: PayloadLogger | None = field(default=None, init=False)
     drift: DriftMonitor | None = field(default=None, init=False)
+    # traffic policies: on for a model with a rollout.yaml or one set over the admin API
+    rollout: Rollout = field(init=False)
     ports: dict[str, int] = field(default_factory=dict, init=False)
     _listeners: list[_Listener] = field(default_factory=list, init=False)
     _poller: asyncio.Task[None] | None = field(default=None, init=False)
@@ -90,7 +93,9 @@ class Server:
             allow_code_upload=cfg.allow_code_upload,
             response_cache=self.response_cache,
             recent=recent,
+            on_change=lambda name, model_dir: self.rollout.model_changed(name, model_dir),
         )
+        self.rollout = Rollout(self.manager)
         self.shared_memory = SharedMemoryRegistry(
             enabled=cfg.allow_shared_memory,
             # the Python backend's segments, and those of Triton's python backend
@@ -122,6 +127,7 @@ class Server:
             response_cache=self.response_cache,
             observers=observers,
             tracer=self.tracer,
+            router=self.rollout,
         )
 
     async def start(self) -> None:
@@ -181,6 +187,7 @@ class Server:
                 log=logging.getLogger("inferd.http"),
                 shared_memory=self.shared_memory,
                 drift_report=self._drift_report if self.drift is not None else None,
+                rollout=self.rollout,
             )
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(
@@ -228,7 +235,9 @@ class Server:
 
     def _collectors(self) -> list[Any]:
         """The metrics collectors of the components besides the models."""
-        collectors: list[Any] = []
+        from inferd.metrics.rollout import RolloutCollector
+
+        collectors: list[Any] = [RolloutCollector(self.rollout.statistics)]
         if self.payload_log is not None:
             from inferd.metrics.payload_log import PayloadLogCollector
 
@@ -256,6 +265,7 @@ class Server:
         self._stopped = True
         grace = self.config.exit_timeout_secs
         self.engine.stop_accepting()
+        await self.rollout.close()  # mirrored requests are not waited for
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)

@@ -18,6 +18,7 @@ from inferd.codecs.repository import (
     decode_rollback_body,
     decode_unload_parameters,
 )
+from inferd.core.routing import RolloutAdmin
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.frontends.access import AccessPolicy
@@ -35,6 +36,7 @@ from inferd.frontends.http.compression import (
 )
 from inferd.frontends.http.errors import HttpStatusError, describe_exception
 from inferd.frontends.http.generate import ClientGone, SseReply, decode_generate, generate_once
+from inferd.frontends.http.rollout import ROLLOUT_ENDPOINTS, rollout_answer
 from inferd.frontends.http.routes import API, Endpoint, Route, match_route
 from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
 from inferd.frontends.shared_memory import SharedMemoryRegistry
@@ -130,6 +132,7 @@ class HttpApp:
         access: AccessPolicy | None = None,
         shared_memory: SharedMemoryRegistry | None = None,
         drift_report: Callable[[str, str], dict[str, Any]] | None = None,
+        rollout: RolloutAdmin | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -145,6 +148,7 @@ class HttpApp:
         self._guarded = frozenset(e for e in Endpoint if self._access.guards(API[e]))
         self._log = log
         self._drift_report = drift_report
+        self._rollout = rollout
         self._handlers: dict[
             Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply | SseReply]]
         ] = {
@@ -166,6 +170,7 @@ class HttpApp:
             Endpoint.REPOSITORY_ROLLBACK: self._repository_rollback,
             Endpoint.REPOSITORY_UNPIN: self._repository_unpin,
             **dict.fromkeys(SHARED_MEMORY_ENDPOINTS, self._shared_memory),
+            **dict.fromkeys(ROLLOUT_ENDPOINTS, self._rollout_endpoint),
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -203,7 +208,7 @@ class HttpApp:
     async def _dispatch(self, scope: Scope, receive: Receive) -> Reply | SseReply:
         raw = scope.get("raw_path")
         path = raw.decode("latin-1") if raw else scope["path"]
-        route = match_route(path.partition("?")[0])
+        route = match_route(path.partition("?")[0], scope["method"])
         if route is None:
             raise _NOT_FOUND
         if self._guarded and route.endpoint in self._guarded:  # before the method, like Triton
@@ -301,6 +306,16 @@ class HttpApp:
         if self._drift_report is None:
             raise NotFoundError("drift monitoring is off: start inferd serve with --monitor-drift")
         return Reply.json(self._drift_report(route.model, route.version))
+
+    async def _rollout_endpoint(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        """A traffic policy's admin API and feedback (:mod:`inferd.frontends.http.rollout`)."""
+        if self._rollout is None:
+            raise NotFoundError("traffic policies are not served by this server")
+        body: dict[str, Any] = {}
+        if route.method in ("PUT", "POST"):
+            body = await self._read_json_body(scope, receive, "traffic policy request")
+        answer = rollout_answer(self._rollout, route.endpoint, route.model, body)
+        return Reply(200) if answer is None else Reply.json(answer)
 
     # -- inference ----------------------------------------------------------------------------
 

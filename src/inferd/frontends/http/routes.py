@@ -29,6 +29,12 @@ class Endpoint(enum.Enum):
     MODEL_GENERATE_STREAM = "model_generate_stream"
     MODEL_STATS = "model_stats"
     MODEL_DRIFT = "model_drift"
+    MODEL_ROLLOUT = "model_rollout"
+    MODEL_ROLLOUT_SET = "model_rollout_set"
+    MODEL_ROLLOUT_CLEAR = "model_rollout_clear"
+    MODEL_ROLLOUT_PROMOTE = "model_rollout_promote"
+    MODEL_ROLLOUT_ROLLBACK = "model_rollout_rollback"
+    MODEL_FEEDBACK = "model_feedback"
     ALL_STATS = "all_stats"
     REPOSITORY_INDEX = "repository_index"
     REPOSITORY_LOAD = "repository_load"
@@ -55,6 +61,12 @@ METHOD: dict[Endpoint, str] = {
     Endpoint.MODEL_GENERATE_STREAM: "POST",
     Endpoint.MODEL_STATS: "GET",
     Endpoint.MODEL_DRIFT: "GET",
+    Endpoint.MODEL_ROLLOUT: "GET",
+    Endpoint.MODEL_ROLLOUT_SET: "PUT",
+    Endpoint.MODEL_ROLLOUT_CLEAR: "DELETE",
+    Endpoint.MODEL_ROLLOUT_PROMOTE: "POST",
+    Endpoint.MODEL_ROLLOUT_ROLLBACK: "POST",
+    Endpoint.MODEL_FEEDBACK: "POST",
     Endpoint.ALL_STATS: "GET",
     Endpoint.REPOSITORY_INDEX: "POST",
     Endpoint.REPOSITORY_LOAD: "POST",
@@ -81,6 +93,12 @@ API: dict[Endpoint, Api] = {
     Endpoint.MODEL_GENERATE_STREAM: Api.INFERENCE,
     Endpoint.MODEL_STATS: Api.STATISTICS,
     Endpoint.MODEL_DRIFT: Api.STATISTICS,  # read-only, like the statistics
+    Endpoint.MODEL_ROLLOUT: Api.STATISTICS,  # the traffic policy's figures, read-only
+    Endpoint.MODEL_ROLLOUT_SET: Api.MODEL_REPOSITORY,  # changes what the server serves
+    Endpoint.MODEL_ROLLOUT_CLEAR: Api.MODEL_REPOSITORY,
+    Endpoint.MODEL_ROLLOUT_PROMOTE: Api.MODEL_REPOSITORY,
+    Endpoint.MODEL_ROLLOUT_ROLLBACK: Api.MODEL_REPOSITORY,
+    Endpoint.MODEL_FEEDBACK: Api.INFERENCE,  # a reward for an answered request
     Endpoint.ALL_STATS: Api.STATISTICS,
     Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_LOAD: Api.MODEL_REPOSITORY,
@@ -127,6 +145,16 @@ _REPOSITORY_ACTIONS = {
     "rollback": Endpoint.REPOSITORY_ROLLBACK,  # inferd's own: no Triton counterpart
     "unpin": Endpoint.REPOSITORY_UNPIN,
 }
+# a model's traffic policy (one per model, whatever the version) and feedback on its answers
+_ROLLOUT_RE = re.compile(
+    r"/v2/models/(?P<model>[^/]+)/(?P<action>rollout|rollout/promote|rollout/rollback|feedback)"
+)
+_ROLLOUT_BY_METHOD = {"PUT": Endpoint.MODEL_ROLLOUT_SET, "DELETE": Endpoint.MODEL_ROLLOUT_CLEAR}
+_ROLLOUT_ACTIONS = {
+    "rollout/promote": Endpoint.MODEL_ROLLOUT_PROMOTE,
+    "rollout/rollback": Endpoint.MODEL_ROLLOUT_ROLLBACK,
+    "feedback": Endpoint.MODEL_FEEDBACK,
+}
 _SHM_RE = re.compile(
     r"/v2/(?P<kind>system|cuda)sharedmemory(?:/region/(?P<region>[^/]+))?"
     r"/(?P<action>status|register|unregister)"
@@ -169,12 +197,13 @@ def _model_name(encoded: str) -> str:
     return check_model_name(name)
 
 
-def match_route(raw_path: str) -> Route | None:
+def match_route(raw_path: str, method: str = "GET") -> Route | None:
     """Match a still percent-encoded path (no query string); ``None`` for an unknown route.
 
     Matching happens before percent-decoding, so an encoded ``/`` stays inside a model name
     and is then refused by the name rule, like every other invalid name
-    (:class:`InvalidArgumentError`).
+    (:class:`InvalidArgumentError`). ``method`` tells apart the endpoints that share a path
+    (a traffic policy's GET, PUT and DELETE); on other paths it plays no part.
     """
     fixed = _FIXED.get(raw_path)
     if fixed is not None:
@@ -189,6 +218,15 @@ def match_route(raw_path: str) -> Route | None:
     found = _REPOSITORY_RE.fullmatch(raw_path)
     if found is not None:
         return Route(_REPOSITORY_ACTIONS[found.group("action")], _model_name(found.group("model")))
+    found = _ROLLOUT_RE.fullmatch(raw_path)
+    if found is not None:
+        action = found.group("action")
+        endpoint = (
+            _ROLLOUT_BY_METHOD.get(method, Endpoint.MODEL_ROLLOUT)
+            if action == "rollout"
+            else _ROLLOUT_ACTIONS[action]
+        )
+        return Route(endpoint, _model_name(found.group("model")))
     found = _SHM_RE.fullmatch(raw_path)
     if found is not None:
         region = found.group("region") or ""
