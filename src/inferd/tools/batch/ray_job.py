@@ -211,6 +211,8 @@ def _run_on_ray(
     import ray.data as ray_data
 
     started = time.perf_counter()
+    resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    cluster_cpus = float(resources.get("CPU", 1))
     ray_data.DataContext.get_current().enable_progress_bars = False
     blocks = max(1, -(-rows // job.shard_rows))
     answered = (
@@ -227,7 +229,7 @@ def _run_on_ray(
             batch_format="pyarrow",
             batch_size=job.shard_rows,
             compute=ray_data.ActorPoolStrategy(size=options.actors),
-            num_cpus=actor_cpus(float(ray.cluster_resources().get("CPU", 1)), options.actors),
+            num_cpus=actor_cpus(cluster_cpus, options.actors),
         )
         .materialize()
     )
