@@ -14,6 +14,7 @@ from inferd.cli.optimize import add_optimize_parser
 from inferd.cli.perf import add_perf_parser
 from inferd.cli.plan import add_plan_parser
 from inferd.cli.repo import add_repo_parser
+from inferd.cli.rollout import add_rollout_parser
 from inferd.cli.serve import add_serve_parser
 
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_parser(sub)
     add_optimize_parser(sub)
     add_monitor_parser(sub)
+    add_rollout_parser(sub)
     add_distill_parser(sub)
     add_plan_parser(sub)
     return parser

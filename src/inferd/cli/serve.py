@@ -60,7 +60,10 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description=(
             "Serve the models of one or more Triton-layout model repositories over the KServe v2 "
             "protocol (HTTP on 8000, gRPC on 8001, Prometheus metrics on 8002), so tritonclient "
-            "and perf_analyzer work unchanged. Flags follow tritonserver's names."
+            "and perf_analyzer work unchanged. Flags follow tritonserver's names.\n\n"
+            "Traffic policies (shadow, split, bandit, canary between a model's versions) need\n"
+            "no flag: they are on for a model with a rollout.yaml beside its config.pbtxt, or\n"
+            "one PUT to /v2/models/MODEL/rollout (see `inferd rollout` and docs/rollout.md)."
         ),
         epilog=(
             "examples:\n"
