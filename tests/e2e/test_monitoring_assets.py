@@ -1,18 +1,24 @@
 """What operators are given to watch inferd, against a real server: every metric the Grafana
 dashboard and the Prometheus rules read is one ``inferd serve`` exports (with drift monitoring
-and the payload log on), and the fraud drift replay example raises its alert on a shifted
-feature and none on in-distribution traffic."""
+and the payload log on), a real Prometheus (Debian's ``prometheus`` package, when installed)
+scraping it answers every dashboard query and evaluates every rule without error, and the fraud
+drift replay example raises its alert on a shifted feature and none on in-distribution traffic."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +26,13 @@ import tritonclient.http as httpclient
 
 from inferd.examples.tabular_models import fraud_split
 from inferd.testing import ServerProcess, running_server
-from tests.helpers.monitoring_assets import ROOT, exported_names, used_names
+from tests.helpers.monitoring_assets import (
+    ROOT,
+    RULE_FILES,
+    dashboard,
+    exported_names,
+    used_names,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -28,6 +40,7 @@ EXAMPLE = ROOT / "examples" / "models" / "fraud_xgboost"
 REPLAY = ROOT / "examples" / "monitoring" / "fraud_drift_replay.py"
 ROLLOUT = "inferd_rollout_"
 ROLLOUT_MODULE = "inferd.metrics.rollout"
+PROMETHEUS = shutil.which("prometheus")
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +60,22 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _send(server: ServerProcess, batches: int, rows: int = 100) -> None:
+    _, x_test, _, _ = fraud_split()
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        for i in range(batches):
+            start = (i * rows) % (len(x_test) - rows)
+            tensor = httpclient.InferInput("input__0", [rows, 20], "FP32")
+            tensor.set_data_from_numpy(x_test[start : start + rows])
+            client.infer("fraud_xgboost", [tensor])
+
+
 @pytest.fixture(scope="module")
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     payloads = tmp_path_factory.mktemp("payloads")
     flags = ["--monitor-drift", "--drift-window-rows", "200", "--drift-evaluate-every-rows", "100"]
     with running_server([repo], [*flags, "--payload-log", str(payloads)]) as proc:
-        _, x_test, _, _ = fraud_split()
-        with httpclient.InferenceServerClient(proc.http_url) as client:
-            for start in range(0, 400, 100):  # fill a drift window, log some payloads
-                tensor = httpclient.InferInput("input__0", [100, 20], "FP32")
-                tensor.set_data_from_numpy(x_test[start : start + 100])
-                client.infer("fraud_xgboost", [tensor])
+        _send(proc, 4)  # fill a drift window, log some payloads
         yield proc
 
 
@@ -136,3 +154,145 @@ def test_the_replay_refuses_a_server_without_drift_monitoring(repo: Path) -> Non
         f"error: the server at {plain.http_url} does not monitor drift: start it with "
         "inferd serve --monitor-drift"
     ]
+
+
+# -- a real Prometheus scraping the server -----------------------------------------------------
+
+# the panels that must show data on this server (a model with traffic, drift monitoring, the
+# payload log; no traffic policy, response cache, failures or drift alert)
+PANELS_WITH_DATA = {
+    "Ready", "Requests/s", "Failed share", "p99 latency", "Pending requests", "Drift alerts",
+    "Requests per second", "Latency p50 / p95 / p99", "Queue time vs compute time",
+    "Batch size", "Process CPU", "Memory", "Payload log", "Batches sent, by why",
+    "Requests per second, by version", "Latency by version", "Where the time goes",
+    "Inferences per execution", "Pending and refused", "PSI", "Kolmogorov-Smirnov p-value",
+    "Wasserstein distance", "Monitor throughput", "Monitor health", "Window fill",
+}  # fmt: skip
+
+
+class Prometheus:
+    """``prometheus`` on a port it picks (read from its log), scraping one target every second
+    and evaluating the rule files every second."""
+
+    def __init__(self, folder: Path, target: str) -> None:
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(path) for path in RULE_FILES],
+            "scrape_configs": [{"job_name": "inferd", "static_configs": [{"targets": [target]}]}],
+        }
+        (folder / "prometheus.yml").write_text(json.dumps(config), encoding="utf-8")
+        self._log = folder / "prometheus.log"
+        assert PROMETHEUS is not None
+        with self._log.open("wb") as log:
+            self._process = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={folder / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={folder / 'data'}", "--web.listen-address=127.0.0.1:0"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.url = self._wait_for(self._listening, "to listen")
+        self._wait_for(self._ready, "become ready")  # it listens before its storage is open
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=10) as reply:
+                return bool(reply.status == 200)
+        except urllib.error.HTTPError:
+            return False
+
+    def _listening(self) -> str | None:
+        found = re.search(r'msg="Listening on" address=(\S+)', self._log.read_text())
+        return f"http://{found.group(1)}" if found else None
+
+    def _wait_for(self, check: Callable[[], Any], what: str, timeout_s: float = 30) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert self._process.poll() is None, self._log.read_text()
+            value = check()
+            if value:
+                return value
+            assert time.monotonic() < deadline, (
+                f"prometheus did not {what}: {self._log.read_text()}"
+            )
+            time.sleep(0.1)
+
+    def api(self, path: str, **params: str) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}{query}", timeout=10) as reply:
+            answer = json.load(reply)
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api("query", query=expr)["result"]
+        return result
+
+    def wait_for(self, check: Callable[[], Any], what: str) -> Any:
+        return self._wait_for(check, what)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def _as_query(expr: str) -> str:
+    """A dashboard query as Grafana would send it, every instance and model chosen."""
+    expr = re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", expr)
+    for variable, value in {
+        "$__rate_interval": "30s",
+        "$__range": "5m",
+        "$instance": ".*",
+        "$model": ".*",
+    }.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+@pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus is not installed (apt-get install prometheus)"
+)
+def test_prometheus_answers_every_dashboard_query_and_evaluates_every_rule(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    prometheus = Prometheus(tmp_path, server.metrics_url)
+    try:
+        prometheus.wait_for(lambda: prometheus.query('up{job="inferd"} == 1'), "scrape inferd")
+        for _ in range(4):  # traffic across several scrapes, so that rates have two points
+            _send(server, 3, rows=10)
+            time.sleep(1)
+        prometheus.wait_for(
+            lambda: prometheus.query('count_over_time(up{job="inferd"}[1m]) >= 6'), "scrape more"
+        )
+        board = dashboard()
+        for variable in board["templating"]["list"][1:]:
+            assert prometheus.query(_as_query(variable["query"]["query"])), variable["name"]
+        empty = []
+        for panel in board["panels"]:
+            if panel["type"] == "row":
+                continue
+            answers = [prometheus.query(_as_query(t["expr"])) for t in panel["targets"]]
+            if panel["title"] in PANELS_WITH_DATA and not any(answers):
+                empty.append(panel["title"])
+        assert not empty, f"panels without data: {empty}"
+        for annotation in board["annotations"]["list"]:
+            if "expr" in annotation:
+                prometheus.query(_as_query(annotation["expr"]))
+
+        def evaluated() -> list[dict[str, Any]] | None:
+            groups = prometheus.api("rules")["groups"]
+            rules = [rule for group in groups for rule in group["rules"]]
+            done = all(not rule["lastEvaluation"].startswith("0001") for rule in rules)
+            return rules if done else None
+
+        rules = prometheus.wait_for(evaluated, "evaluate every rule")
+        names = {rule["name"] for rule in rules}
+        assert {"InferdNotReady", "InferdHighErrorRate", "InferdFeatureDrift"} <= names
+        broken = {rule["name"]: rule.get("lastError") for rule in rules if rule["health"] != "ok"}
+        assert not broken, broken
+        firing = {a["labels"]["alertname"] for a in prometheus.api("alerts")["alerts"]}
+        assert not firing & {"InferdDown", "InferdNotReady", "InferdHighErrorRate"}, firing
+    finally:
+        prometheus.stop()
