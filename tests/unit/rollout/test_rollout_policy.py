@@ -3,6 +3,7 @@ names it, and a policy written back (``as_dict``) parses to itself."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -246,3 +247,12 @@ def test_every_wrong_field_is_named(data: Any, expected: str) -> None:
     message = _error(data)
     assert message.startswith("rollout policy")
     assert expected in message, message
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "rollout"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_example_policies_parse(path: Path) -> None:
+    policy = parse_policy_text(path.read_text())
+    assert path.stem == policy.kind
