@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from inferd import __version__
 from inferd.cli.analyze import add_analyze_parser
 from inferd.cli.distill import add_distill_parser
+from inferd.cli.model import add_model_parser
 from inferd.cli.monitor import add_monitor_parser
 from inferd.cli.optimize import add_optimize_parser
 from inferd.cli.perf import add_perf_parser
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analyze_parser(sub)
     add_optimize_parser(sub)
     add_monitor_parser(sub)
+    add_model_parser(sub)
     add_rollout_parser(sub)
     add_distill_parser(sub)
     add_plan_parser(sub)

@@ -46,9 +46,12 @@ def _key_type(text: str) -> str:
     return text
 
 
-def add_connection_arguments(p: argparse.ArgumentParser, *, sent_with: str = "request") -> None:
+def add_connection_arguments(
+    p: argparse.ArgumentParser, *, sent_with: str = "request", grpc: bool = True
+) -> None:
     """``-H`` and the ``--ssl-*`` flags, in their own help group; ``sent_with`` says in the help
-    what carries the headers."""
+    what carries the headers. Without ``grpc`` (a command that speaks HTTP only) the
+    ``--ssl-grpc-*`` flags are left out."""
     group = p.add_argument_group("headers and TLS (perf_analyzer's flags)")
     group.add_argument(
         "-H",
@@ -102,6 +105,14 @@ def add_connection_arguments(p: argparse.ArgumentParser, *, sent_with: str = "re
         metavar="PEM",
         help="the private key's format: PEM only (convert DER with openssl pkey)",
     )
+    if not grpc:
+        p.set_defaults(
+            ssl_grpc_use_ssl=None,
+            ssl_grpc_root_certifications_file=None,
+            ssl_grpc_private_key_file=None,
+            ssl_grpc_certificate_chain_file=None,
+        )
+        return
     group.add_argument(
         "--ssl-grpc-use-ssl",
         action="store_true",
