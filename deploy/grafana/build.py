@@ -278,6 +278,20 @@ def service_row() -> Row:
                 ],
             ),
             Panel(
+                "Failed model loads",
+                "Failed loads per model since each server started "
+                "(inferd_model_load_failures_total): versions that failed to load, reloads "
+                "that failed while the old version kept serving, bad configs. The index "
+                "(POST /v2/repository/index) gives the reasons.",
+                [
+                    Target(
+                        f"max by (instance, model) (inferd_model_load_failures_total{{{M}}})",
+                        "{{model}} on {{instance}}",
+                    )
+                ],
+                thresholds=[(0, "green"), (1, "red")],
+            ),
+            Panel(
                 "Batches sent, by why",
                 "Batches the dynamic batcher sent per second, by reason: full, preferred "
                 "size, shape_mismatch, no_room, delay_expired, no_delay.",

@@ -93,6 +93,10 @@ class Engine:
             return self._manager.all_ready()
         return True
 
+    def load_failures(self) -> dict[str, int]:
+        """Failed model loads per model name since the server started."""
+        return self._manager.load_failures()
+
     def stop_accepting(self) -> None:
         """First stage of shutdown: report not ready and refuse new inference requests."""
         self._accepting = False

@@ -72,6 +72,10 @@ def test_broken_models_are_unavailable_and_the_rest_serves(repo: Path, strict: b
         with urllib.request.urlopen(url, timeout=10) as reply:
             text = reply.read().decode()
         assert re.search(rf"^inferd_server_ready {0.0 if strict else 1.0}$", text, re.M), text
+        failures = re.findall(
+            r'^inferd_model_load_failures_total\{model="(\w+)"\} (\S+)$', text, re.M
+        )
+        assert dict(failures) == dict.fromkeys(BROKEN, "1.0")
 
 
 def test_exit_on_error_names_the_failed_models(repo: Path) -> None:

@@ -56,6 +56,7 @@ def test_service_alerts_cover_what_an_operator_needs() -> None:
     assert names >= {
         "InferdDown",
         "InferdNotReady",
+        "InferdModelLoadFailed",
         "InferdHighErrorRate",
         "InferdHighP99Latency",
         "InferdQueueTimeDominates",
@@ -150,6 +151,26 @@ CASES: list[dict[str, Any]] = [
                 7,
                 _fired("critical", "inferd at a:8002 is up but not ready", job="inferd"),
             ),
+        ],
+    },
+    {  # new: its first failure at minute 20 creates the series; old: a second failure at
+        # 20; calm: failed once, before the 15 minutes the rule looks back
+        "input_series": [
+            _series("inferd_model_load_failures_total", 'model="new"', "_x19 1x40"),
+            _series("inferd_model_load_failures_total", 'model="old"', "1x19 2x40"),
+            _series("inferd_model_load_failures_total", 'model="calm"', "1x60"),
+        ],
+        "alert_rule_test": [
+            _expect("InferdModelLoadFailed", 17),
+            _expect(
+                "InferdModelLoadFailed",
+                23,
+                *(
+                    _fired("warning", f"{m} on a:8002 failed to load", job="inferd", model=m)
+                    for m in ("new", "old")
+                ),
+            ),
+            _expect("InferdModelLoadFailed", 50),
         ],
     },
     {  # fraud: 10 failures for 100 successes a minute; simple: 1 for 1000

@@ -31,7 +31,7 @@ def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> Coll
     """A fresh registry for one server; nothing is registered globally. ``collectors`` are
     those of the server's other components (the payload log...).
 
-    Besides Triton's metrics it carries the server's readiness (``inferd_server_ready``) and
+    Besides Triton's metrics it carries the server's readiness and failed model loads, and
     Prometheus' standard ``process_*`` metrics of the server process (CPU seconds, resident
     memory, open files; on Linux), which load generators such as ``inferd perf`` read to
     report the CPU cost of an inference."""
@@ -39,7 +39,7 @@ def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> Coll
     ProcessCollector(registry=registry)
     registry.register(SystemCollector())
     registry.register(ModelCollector(lambda: engine.model_statistics()))
-    registry.register(HealthCollector(engine.is_ready))
+    registry.register(HealthCollector(engine.is_ready, engine.load_failures))
     for collector in collectors:
         registry.register(collector)
     return registry

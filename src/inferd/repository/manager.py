@@ -46,6 +46,7 @@ from inferd.repository.records import (
     ControlMode,
     LoadSource,
     ModelRecord,
+    VersionStatus,
 )
 from inferd.repository.rollback import Pin, refuse_in_mode_none, rollback_target
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
@@ -86,6 +87,7 @@ class RepositoryManager:
         self._load_gate = asyncio.Semaphore(max(1, load_parallelism))
         self._background: set[asyncio.Task[None]] = set()
         self._expected: set[str] = set()  # models that should be loaded (for readiness)
+        self._load_failures: dict[str, int] = {}  # failed loads per model name, for metrics
         self._uploads = UploadArea()
         # ensemble steps and models calling models use the cache of the models that enable it
         self._caller = InProcessCaller(self.get, response_cache)
@@ -129,6 +131,15 @@ class RepositoryManager:
 
     def all_ready(self) -> bool:
         return all(name in self._ready for name in self._expected)
+
+    def load_failures(self) -> dict[str, int]:
+        """Failed loads per model name since the server started: each version that failed
+        to load (a failed reload of a version that keeps serving too), and each load that
+        failed before any version (a bad config, a broken ensemble step, a duplicated name)."""
+        return dict(self._load_failures)
+
+    def _count_failure(self, name: str) -> None:
+        self._load_failures[name] = self._load_failures.get(name, 0) + 1
 
     # -- index ---------------------------------------------------------------------------------
 
@@ -191,6 +202,8 @@ class RepositoryManager:
 
     def _mark_unavailable(self, name: str, reason: str) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
+        if record.status.get(MODEL_LEVEL) != VersionStatus(ModelState.UNAVAILABLE, reason):
+            self._count_failure(name)  # once, not again at every poll that finds it
         record.move(MODEL_LEVEL, ModelState.UNAVAILABLE, reason)
 
     async def load(
@@ -296,6 +309,7 @@ class RepositoryManager:
 
     def _fail_all(self, record: ModelRecord, reason: str) -> None:
         """A failed (re)load: versions still serving stay READY; others become UNAVAILABLE."""
+        self._count_failure(record.name)
         if record.loaded:
             return
         versions = [v for v in record.status if v != MODEL_LEVEL] or [MODEL_LEVEL]
@@ -321,6 +335,7 @@ class RepositoryManager:
             if isinstance(result, BaseException):
                 reason = str(result)
                 errors.append(reason)
+                self._count_failure(name)
                 if version not in record.loaded:
                     record.move(version, ModelState.UNAVAILABLE, reason)
                 _log.error("%s", reason)
@@ -502,6 +517,7 @@ class RepositoryManager:
         try:
             return await self._load_one(prepared, version, stats)
         except Exception as exc:
+            self._count_failure(record.name)
             record.move(version, ModelState.UNAVAILABLE, str(exc))
             raise
 
