@@ -246,3 +246,18 @@ def test_an_ab_test_finds_a_thirty_percent_lift_most_of_the_time() -> None:
     )
     # the power of this design is about 0.97; 0.85 leaves room for the draw of experiments
     assert found > 0.85 * experiments, found
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3), max_size=30),
+    st.lists(st.floats(-1e3, 1e3), max_size=30),
+)
+def test_any_continuous_rewards_give_a_well_formed_answer(
+    left: list[float], right: list[float]
+) -> None:
+    got = compare(stats_of(left), stats_of(right), kind="continuous", draws=2000)
+    assert 0.0 <= got.p_better <= 1.0
+    assert got.interval[0] <= got.interval[1]
+    assert all(math.isfinite(x) for x in (got.expected_lift, *got.interval))
+    assert got.lift_kind in ("relative", "absolute")
