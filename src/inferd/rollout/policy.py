@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from inferd.errors import InvalidArgumentError
+from inferd.rollout.fields import fail, flag, number, optional_int, optional_number, whole
 
 __all__ = [
     "KINDS",
@@ -193,10 +194,6 @@ class Policy:
 # -- parsing ------------------------------------------------------------------------------------
 
 
-def _fail(where: str, message: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"rollout policy: {where}: {message}")
-
-
 def parse_policy_text(text: str) -> Policy:
     """A policy from YAML (or JSON, which is YAML) text."""
     try:
@@ -219,22 +216,22 @@ def parse_policy(data: Any) -> Policy:
     kind = data.get("kind")
     if kind not in KINDS:
         shown = "missing" if kind is None else f"{kind!r} is not known"
-        raise _fail("kind", f"{shown}; expected one of {', '.join(KINDS)}")
+        raise fail("kind", f"{shown}; expected one of {', '.join(KINDS)}")
     allowed = _FIELDS[kind]
     for key in data:
         if key not in allowed:
-            raise _fail(
+            raise fail(
                 str(key),
                 f"unknown field for a {kind} policy; expected one of {', '.join(sorted(allowed))}",
             )
-    seed = _optional_int(data, "seed", minimum=0)
+    seed = optional_int(data, "seed", minimum=0)
     if kind in ("shadow", "canary"):
         second = "shadow" if kind == "shadow" else "candidate"
         if kind == "canary" and "primary" not in data:
-            raise _fail("primary", "required: the version serving today, e.g. {version: 1}")
+            raise fail("primary", "required: the version serving today, e.g. {version: 1}")
         primary = _variant(data.get("primary", {}), "primary", default_name="latest")
         if second not in data:
-            raise _fail(second, "required, e.g. {version: 2}")
+            raise fail(second, "required, e.g. {version: 2}")
         other = _variant(data[second], second, default_name=None)
         variants = _distinct((primary, other), ("primary", second))
     else:
@@ -245,13 +242,13 @@ def parse_policy(data: Any) -> Policy:
         feedback = FeedbackSpec()
     min_share = 0.0
     if kind == "bandit":
-        min_share = _number(data, "min_share", 0.0, low=0.0)
+        min_share = number(data, "min_share", 0.0, low=0.0)
         if min_share * len(variants) > 1.0 + 1e-12:
-            raise _fail("min_share", f"{min_share:g} x {len(variants)} variants exceeds 1")
+            raise fail("min_share", f"{min_share:g} x {len(variants)} variants exceeds 1")
     shadow = ShadowSpec(
-        sample=_number(data, "sample", 1.0, low=0.0, high=1.0, low_open=True),
-        max_in_flight=_int(data, "max_in_flight", 16, minimum=1),
-        log_payloads=_bool(data, "log_payloads", False),
+        sample=number(data, "sample", 1.0, low=0.0, high=1.0, low_open=True),
+        max_in_flight=whole(data, "max_in_flight", 16, minimum=1),
+        log_payloads=flag(data, "log_payloads", False),
     )
     compare = _compare(data["compare"]) if "compare" in data else CompareSpec()
     canary = _canary(data) if kind == "canary" else None
@@ -270,46 +267,46 @@ def parse_policy(data: Any) -> Policy:
 
 def _variant(raw: Any, where: str, *, default_name: str | None, weights: bool = False) -> Variant:
     if not isinstance(raw, Mapping):
-        raise _fail(where, "must be a mapping such as {version: 2} or {model: other, version: 1}")
+        raise fail(where, "must be a mapping such as {version: 2} or {model: other, version: 1}")
     allowed = _TARGET_FIELDS | ({"weight"} if weights else set())
     for key in raw:
         if key not in allowed:
-            raise _fail(
+            raise fail(
                 f"{where}.{key}", f"unknown field; expected one of {', '.join(sorted(allowed))}"
             )
     model = raw.get("model")
     if model is not None and (not isinstance(model, str) or not model):
-        raise _fail(f"{where}.model", "must be a model name")
+        raise fail(f"{where}.model", "must be a model name")
     version = raw.get("version")
     if version is not None and (
         isinstance(version, bool) or not isinstance(version, int) or version < 1
     ):
-        raise _fail(f"{where}.version", f"must be a version number >= 1, not {version!r}")
+        raise fail(f"{where}.version", f"must be a version number >= 1, not {version!r}")
     if version is None and model is None and default_name is None:
-        raise _fail(f"{where}.version", "required (or name another model with 'model')")
+        raise fail(f"{where}.version", "required (or name another model with 'model')")
     target = Target(model, version)
     name = raw.get("name", target.default_name())
     if not isinstance(name, str) or not name or len(name) > 64 or not name.isprintable():
-        raise _fail(f"{where}.name", "must be a short printable name")
+        raise fail(f"{where}.name", "must be a short printable name")
     weight = 1.0
     if weights:
         if "weight" not in raw:
-            raise _fail(
+            raise fail(
                 f"{where}.weight",
                 "required: a number > 0 (the shares are the weights over their sum)",
             )
-        weight = _number(raw, "weight", 1.0, low=0.0, low_open=True, where=f"{where}.weight")
+        weight = number(raw, "weight", 1.0, low=0.0, low_open=True, where=f"{where}.weight")
     return Variant(name, target, weight)
 
 
 def _variant_list(raw: Any, *, weights: bool) -> tuple[Variant, ...]:
     if not isinstance(raw, Sequence) or isinstance(raw, str | bytes) or len(raw) < 2:
-        raise _fail(
+        raise fail(
             "variants",
             "required: a list of at least two variants, e.g. [{version: 1}, {version: 2}]",
         )
     if len(raw) > 16:
-        raise _fail("variants", f"at most 16 variants, not {len(raw)}")
+        raise fail("variants", f"at most 16 variants, not {len(raw)}")
     found = tuple(
         _variant(item, f"variants[{i}]", default_name=None, weights=weights)
         for i, item in enumerate(raw)
@@ -322,9 +319,9 @@ def _distinct(variants: tuple[Variant, ...], wheres: Sequence[str]) -> tuple[Var
     seen_targets: dict[Target, str] = {}
     for variant, where in zip(variants, wheres, strict=True):
         if variant.target in seen_targets:
-            raise _fail(where, f"names the same model version as {seen_targets[variant.target]}")
+            raise fail(where, f"names the same model version as {seen_targets[variant.target]}")
         if variant.name in seen_names:
-            raise _fail(
+            raise fail(
                 f"{where}.name", f"'{variant.name}' is also the name of {seen_names[variant.name]}"
             )
         seen_names[variant.name] = where
@@ -337,7 +334,7 @@ def _sticky(data: Mapping[str, Any]) -> str | None:
     if raw is None:
         return None
     if not isinstance(raw, str) or not raw:
-        raise _fail("sticky_key", "must be the name of a request parameter (e.g. user_id)")
+        raise fail("sticky_key", "must be the name of a request parameter (e.g. user_id)")
     return raw
 
 
@@ -345,43 +342,43 @@ def _feedback(raw: Any, where: str) -> FeedbackSpec:
     if raw is None or raw is True:
         return FeedbackSpec()
     if not isinstance(raw, Mapping):
-        raise _fail(where, "must be a mapping such as {reward: binary}")
+        raise fail(where, "must be a mapping such as {reward: binary}")
     allowed = {"reward", "ttl_s", "max_ids"}
     for key in raw:
         if key not in allowed:
-            raise _fail(
+            raise fail(
                 f"{where}.{key}", f"unknown field; expected one of {', '.join(sorted(allowed))}"
             )
     reward = raw.get("reward", "binary")
     if reward not in REWARDS:
-        raise _fail(f"{where}.reward", f"must be binary or continuous, not {reward!r}")
-    ttl = _number(raw, "ttl_s", 3600.0, low=0.0, low_open=True, where=f"{where}.ttl_s")
-    max_ids = _int(raw, "max_ids", 100_000, minimum=1, where=f"{where}.max_ids")
+        raise fail(f"{where}.reward", f"must be binary or continuous, not {reward!r}")
+    ttl = number(raw, "ttl_s", 3600.0, low=0.0, low_open=True, where=f"{where}.ttl_s")
+    max_ids = whole(raw, "max_ids", 100_000, minimum=1, where=f"{where}.max_ids")
     return FeedbackSpec(reward, ttl, max_ids)
 
 
 def _compare(raw: Any) -> CompareSpec:
     if not isinstance(raw, Mapping):
-        raise _fail("compare", "must be a mapping such as {outputs: [label], atol: 1e-6}")
+        raise fail("compare", "must be a mapping such as {outputs: [label], atol: 1e-6}")
     for key in raw:
         if key not in ("outputs", "atol", "rtol"):
-            raise _fail(f"compare.{key}", "unknown field; expected one of atol, outputs, rtol")
+            raise fail(f"compare.{key}", "unknown field; expected one of atol, outputs, rtol")
     outputs = raw.get("outputs", [])
     if (
         not isinstance(outputs, Sequence)
         or isinstance(outputs, str | bytes)
         or not all(isinstance(o, str) and o for o in outputs)
     ):
-        raise _fail("compare.outputs", "must be a list of output names")
-    atol = _number(raw, "atol", 1e-6, low=0.0, where="compare.atol")
-    rtol = _number(raw, "rtol", 1e-4, low=0.0, where="compare.rtol")
+        raise fail("compare.outputs", "must be a list of output names")
+    atol = number(raw, "atol", 1e-6, low=0.0, where="compare.atol")
+    rtol = number(raw, "rtol", 1e-4, low=0.0, where="compare.rtol")
     return CompareSpec(tuple(outputs), atol, rtol)
 
 
 def _canary(data: Mapping[str, Any]) -> CanarySpec:
     raw = data.get("stages", list(DEFAULT_STAGES))
     if not isinstance(raw, Sequence) or isinstance(raw, str | bytes) or not raw:
-        raise _fail("stages", "must be a list of shares such as [0.01, 0.1, 0.5, 1.0]")
+        raise fail("stages", "must be a list of shares such as [0.01, 0.1, 0.5, 1.0]")
     stages: list[float] = []
     for i, value in enumerate(raw):
         if (
@@ -389,73 +386,21 @@ def _canary(data: Mapping[str, Any]) -> CanarySpec:
             or not isinstance(value, int | float)
             or not math.isfinite(value)
         ):
-            raise _fail(f"stages[{i}]", f"must be a number, not {value!r}")
+            raise fail(f"stages[{i}]", f"must be a number, not {value!r}")
         if not 0.0 < value <= 1.0:
-            raise _fail(f"stages[{i}]", f"must be a share in (0, 1], not {value:g}")
+            raise fail(f"stages[{i}]", f"must be a share in (0, 1], not {value:g}")
         if stages and value <= stages[-1]:
-            raise _fail(f"stages[{i}]", f"must be greater than the stage before ({stages[-1]:g})")
+            raise fail(f"stages[{i}]", f"must be greater than the stage before ({stages[-1]:g})")
         stages.append(float(value))
     if stages[-1] != 1.0:
-        raise _fail("stages", f"the last stage must be 1.0 (all traffic), not {stages[-1]:g}")
+        raise fail("stages", f"the last stage must be 1.0 (all traffic), not {stages[-1]:g}")
     spec = CanarySpec(
         stages=tuple(stages),
-        min_requests=_int(data, "min_requests", 100, minimum=1),
-        max_error_rate=_optional_number(data, "max_error_rate", high=1.0),
-        max_latency_ratio=_optional_number(data, "max_latency_ratio", low_open=True),
-        max_p99_ms=_optional_number(data, "max_p99_ms", low_open=True),
-        max_disagreement=_optional_number(data, "max_disagreement", high=1.0),
-        auto_promote=_bool(data, "auto_promote", True),
+        min_requests=whole(data, "min_requests", 100, minimum=1),
+        max_error_rate=optional_number(data, "max_error_rate", high=1.0),
+        max_latency_ratio=optional_number(data, "max_latency_ratio", low_open=True),
+        max_p99_ms=optional_number(data, "max_p99_ms", low_open=True),
+        max_disagreement=optional_number(data, "max_disagreement", high=1.0),
+        auto_promote=flag(data, "auto_promote", True),
     )
     return spec
-
-
-# -- scalars ------------------------------------------------------------------------------------
-
-
-def _number(
-    raw: Mapping[str, Any],
-    key: str,
-    default: float,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    where: str | None = None,
-) -> float:
-    value = raw.get(key, default)
-    where = where or key
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _fail(where, f"must be a number, not {value!r}")
-    if low is not None and (value < low or (low_open and value == low)):
-        raise _fail(where, f"must be a number {'>' if low_open else '>='} {low:g}, not {value:g}")
-    if high is not None and value > high:
-        raise _fail(where, f"must be a number <= {high:g}, not {value:g}")
-    return float(value)
-
-
-def _optional_number(
-    raw: Mapping[str, Any], key: str, *, high: float | None = None, low_open: bool = False
-) -> float | None:
-    if raw.get(key) is None:
-        return None
-    return _number(raw, key, 0.0, low=0.0, high=high, low_open=low_open)
-
-
-def _int(
-    raw: Mapping[str, Any], key: str, default: int, *, minimum: int, where: str | None = None
-) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(where or key, f"must be a whole number >= {minimum}, not {value!r}")
-    return value
-
-
-def _optional_int(raw: Mapping[str, Any], key: str, *, minimum: int) -> int | None:
-    return None if raw.get(key) is None else _int(raw, key, 0, minimum=minimum)
-
-
-def _bool(raw: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise _fail(key, f"must be true or false, not {value!r}")
-    return value
