@@ -37,26 +37,15 @@ REWARDS = ("binary", "continuous")
 DEFAULT_STAGES = (0.01, 0.1, 0.5, 1.0)
 
 _COMMON = {"kind", "seed"}
+_CANARY = (
+    "primary candidate stages min_requests max_error_rate max_latency_ratio max_p99_ms "
+    "max_disagreement auto_promote sticky_key feedback compare max_in_flight"
+)
 _FIELDS: dict[str, set[str]] = {
     "shadow": _COMMON | {"primary", "shadow", "sample", "max_in_flight", "log_payloads", "compare"},
     "split": _COMMON | {"variants", "sticky_key", "feedback"},
     "bandit": _COMMON | {"variants", "feedback", "min_share"},
-    "canary": _COMMON
-    | {
-        "primary",
-        "candidate",
-        "stages",
-        "min_requests",
-        "max_error_rate",
-        "max_latency_ratio",
-        "max_p99_ms",
-        "max_disagreement",
-        "auto_promote",
-        "sticky_key",
-        "feedback",
-        "compare",
-        "max_in_flight",
-    },
+    "canary": _COMMON | set(_CANARY.split()),
 }
 _TARGET_FIELDS = {"name", "model", "version"}
 
