@@ -67,3 +67,20 @@ def test_the_rollout_command(server: ServerProcess, tmp_path: Path) -> None:
     cleared = _cli("clear", "addsub", "-u", url)
     assert cleared.returncode == 0
     assert _cli("show", "addsub", "-u", url).returncode == 2
+
+
+def test_a_wrong_policy_file_stops_the_server_at_start(tmp_path: Path) -> None:
+    model = write_add_sub(
+        tmp_path / "models", "addsub", (1, 2), config=ADD_SUB_CONFIG + ALL_VERSIONS
+    )
+    (model / "rollout.yaml").write_text(
+        "kind: canary\nprimary: {version: 1}\ncandidate: {version: 3}\n"
+    )
+    cmd = [sys.executable, "-m", "inferd.cli.main", "serve", "--model-repository",
+           str(tmp_path / "models"), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+           "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "model 'addsub' serves without a traffic policy" in done.stderr
+    assert "rollout.yaml: rollout policy: candidate: Request for unknown model" in done.stderr
+    assert "inferd ready" not in done.stderr + done.stdout
