@@ -184,13 +184,17 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="ready pods at the start (default: what the targets need for the first second)",
     )
     pods.add_argument(
-        "--scrape-interval", default="15s", metavar="TIME", help="metrics scraped every (15s)"
+        "--scrape-interval",
+        default="15s",
+        metavar="TIME",
+        help="how often the pods' metrics are scraped (default 15s)",
     )
     pods.add_argument(
         "--metric-window",
-        default="30s",
+        default="1m",
         metavar="TIME",
-        help="each sample is the pod's average over this window (default 30s)",
+        help="each sample is the pod's average over this window (default 1m, as the "
+        "prometheus-adapter rules in deploy/kubernetes average the pending count)",
     )
 
     out = p.add_argument_group("report")

@@ -118,3 +118,13 @@ def test_bad_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "value"), [("4", 4.0), ("500m", 0.5), ("2k", 2000.0), (3, 3.0)])
 def test_quantities(text: object, value: float) -> None:
     assert parse_quantity(text, "x") == value
+
+
+def test_the_projects_own_hpa_can_be_simulated() -> None:
+    # the HPA deploy/kubernetes ships: inferd's pending requests (through prometheus-adapter),
+    # CPU as the fallback, and its behaviour
+    path = Path(__file__).resolve().parents[3] / "deploy/kubernetes/components/autoscaling/hpa.yaml"
+    hpa = read_hpa_manifest(path)
+    assert [m.name for m in hpa.metrics] == ["pending", "cpu"]
+    assert hpa.min_replicas <= hpa.max_replicas
+    assert hpa.behavior.scale_down.policies

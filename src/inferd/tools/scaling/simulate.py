@@ -54,7 +54,7 @@ class PodTiming:
 class MetricsPipeline:
     sync_period_s: int = 15  # --horizontal-pod-autoscaler-sync-period
     scrape_interval_s: int = 15
-    window_s: int = 30  # each sample averages the pod's last window
+    window_s: int = 60  # each sample averages the pod's last window
 
     def __post_init__(self) -> None:
         if min(self.sync_period_s, self.scrape_interval_s, self.window_s) < 1:
