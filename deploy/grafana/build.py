@@ -445,7 +445,8 @@ def rollout_row() -> Row:
             ),
             Panel(
                 "Traffic share",
-                "Share of each model's traffic sent to each variant (stacked: 1 in all).",
+                "Share of each model's new requests sent to each variant now (a shadow: the "
+                "share copied to it; a bandit: its chance of being chosen).",
                 [
                     Target(
                         f"max by ({by}) (inferd_rollout_traffic_share{{{M}}})",
@@ -453,7 +454,6 @@ def rollout_row() -> Row:
                     )
                 ],
                 unit="percentunit",
-                stacked=True,
                 max=1,
                 width=8,
             ),
@@ -489,8 +489,8 @@ def rollout_row() -> Row:
             ),
             Panel(
                 "Shadow agreement",
-                "Share of shadowed requests where the shadow variant's answer agreed with the "
-                "served one, and shadow requests per second.",
+                "Share of compared requests whose answers agreed (a shadow's copies, a "
+                "canary's comparisons with the primary), and such requests per second.",
                 [
                     Target(
                         f"max by ({by}) (inferd_rollout_shadow_agreement{{{M}}})",
@@ -505,7 +505,7 @@ def rollout_row() -> Row:
             ),
             Panel(
                 "Canary stage",
-                "The stage each canary is at (0: not started).",
+                "The stage each canary is at (0 is its first stage).",
                 [
                     Target(
                         f"max by (model) (inferd_rollout_canary_stage{{{M}}})",
@@ -516,7 +516,8 @@ def rollout_row() -> Row:
             ),
             Panel(
                 "Canary rollbacks",
-                "Rollbacks of each model's canary in the dashboard's time range.",
+                "Rollbacks of each model's canary in the dashboard's time range (automatic, "
+                "when the candidate broke a limit, or by hand).",
                 [
                     Target(
                         f"sum by (model) "

@@ -60,22 +60,51 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _send(server: ServerProcess, batches: int, rows: int = 100) -> None:
+CANARY = """\
+kind: canary
+primary: {version: 1}
+candidate: {version: 2}
+stages: [0.5, 1.0]
+min_requests: 100000
+max_disagreement: 0.5
+feedback: {reward: binary}
+seed: 7
+"""
+
+
+def _send(server: ServerProcess, requests: int, rows: int = 10, ids: str = "") -> None:
     _, x_test, _, _ = fraud_split()
     with httpclient.InferenceServerClient(server.http_url) as client:
-        for i in range(batches):
+        for i in range(requests):
             start = (i * rows) % (len(x_test) - rows)
             tensor = httpclient.InferInput("input__0", [rows, 20], "FP32")
             tensor.set_data_from_numpy(x_test[start : start + rows])
-            client.infer("fraud_xgboost", [tensor])
+            client.infer("fraud_xgboost", [tensor], request_id=f"{ids}{i}" if ids else "")
+
+
+def _feedback(server: ServerProcess, request_id: str, reward: float) -> None:
+    body = json.dumps({"id": request_id, "reward": reward}).encode()
+    url = f"http://{server.http_url}/v2/models/fraud_xgboost/feedback"
+    with urllib.request.urlopen(urllib.request.Request(url, body, method="POST"), timeout=10):
+        pass
 
 
 @pytest.fixture(scope="module")
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The profiled model in two versions under a canary policy that never moves on (so every
+    rollout metric has values), with drift monitoring and the payload log on."""
+    root = tmp_path_factory.mktemp("served") / "models"
+    model = shutil.copytree(repo / "fraud_xgboost", root / "fraud_xgboost")
+    shutil.copytree(model / "1", model / "2")
+    with (model / "config.pbtxt").open("a", encoding="utf-8") as config:
+        config.write("version_policy: { all: { } }\n")
+    (model / "rollout.yaml").write_text(CANARY, encoding="utf-8")
     payloads = tmp_path_factory.mktemp("payloads")
     flags = ["--monitor-drift", "--drift-window-rows", "200", "--drift-evaluate-every-rows", "100"]
-    with running_server([repo], [*flags, "--payload-log", str(payloads)]) as proc:
-        _send(proc, 4)  # fill a drift window, log some payloads
+    with running_server([root], [*flags, "--payload-log", str(payloads)]) as proc:
+        _send(proc, 80, ids="r")  # fills both versions' drift windows, logs payloads
+        for i in range(80):
+            _feedback(proc, f"r{i}", i % 2)
         yield proc
 
 
@@ -158,8 +187,8 @@ def test_the_replay_refuses_a_server_without_drift_monitoring(repo: Path) -> Non
 
 # -- a real Prometheus scraping the server -----------------------------------------------------
 
-# the panels that must show data on this server (a model with traffic, drift monitoring, the
-# payload log; no traffic policy, response cache, failures or drift alert)
+# the panels that must show data on this server (a model with traffic under a canary, drift
+# monitoring, the payload log; no response cache, failures or drift alert)
 PANELS_WITH_DATA = {
     "Ready", "Requests/s", "Failed share", "p99 latency", "Pending requests", "Drift alerts",
     "Requests per second", "Latency p50 / p95 / p99", "Queue time vs compute time",
@@ -167,6 +196,9 @@ PANELS_WITH_DATA = {
     "Requests per second, by version", "Latency by version", "Where the time goes",
     "Inferences per execution", "Pending and refused", "PSI", "Kolmogorov-Smirnov p-value",
     "Wasserstein distance", "Monitor throughput", "Monitor health", "Window fill",
+    "Requests per second, by variant", "Error share, by variant", "p99 latency, by variant",
+    "Traffic share", "Reward mean and feedback", "P(better)", "Shadow agreement",
+    "Canary stage", "Canary rollbacks",
 }  # fmt: skip
 
 
@@ -261,7 +293,7 @@ def test_prometheus_answers_every_dashboard_query_and_evaluates_every_rule(
     try:
         prometheus.wait_for(lambda: prometheus.query('up{job="inferd"} == 1'), "scrape inferd")
         for _ in range(4):  # traffic across several scrapes, so that rates have two points
-            _send(server, 3, rows=10)
+            _send(server, 5)
             time.sleep(1)
         prometheus.wait_for(
             lambda: prometheus.query('count_over_time(up{job="inferd"}[1m]) >= 6'), "scrape more"
