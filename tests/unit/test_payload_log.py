@@ -123,7 +123,7 @@ def test_the_hand_off_refuses_past_either_bound_and_frees_on_release() -> None:
     handoff: HandOff[int] = HandOff(max_items=3, max_bytes=100)
     assert [handoff.offer(i, 10) for i in range(4)] == [True, True, True, False]
     taken = handoff.take(0)
-    assert taken == [0, 1, 2]
+    assert taken == [(0, 10), (1, 10), (2, 10)]  # each item with its bytes
     assert not handoff.offer(9, 10)  # taken but not released: still held
     handoff.release(3, 30)
     assert handoff.offer(4, 60)

@@ -5,10 +5,12 @@ Lines are complete once written, so a file can be read (or tailed) while it is o
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd.monitoring.payload_log.records import Captured, json_line
+from inferd.monitoring.payload_log.records import Captured, json_lines
 
 __all__ = ["JsonlSink"]
 
@@ -29,18 +31,15 @@ class JsonlSink:
     def write(self, records: Sequence[Captured], room: int) -> tuple[int, int, int]:
         """Append records until about ``room`` bytes are written (at least one record).
         Returns how many were taken, how many are now in the file and the bytes written."""
-        lines: list[bytes] = []
-        size = 0
-        for record in records:
-            line = json_line(record)
-            lines.append(line)
-            size += len(line)
-            if size >= room:
-                break
-        self._file.write(b"".join(lines))
+        lines = json_lines(records)
+        ends = list(itertools.accumulate(map(len, lines)))
+        # the records up to and including the first that reaches ``room``
+        taken = min(len(lines), bisect.bisect_left(ends, room) + 1)
+        size = ends[taken - 1]
+        self._file.write(b"".join(lines[:taken]))
         self._file.flush()
         self.size += size
-        return len(lines), len(lines), size
+        return taken, taken, size
 
     def close(self) -> tuple[int, int]:
         """Close the file; return the records and bytes that closing wrote (none here)."""

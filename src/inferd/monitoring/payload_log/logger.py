@@ -2,10 +2,11 @@
 writer thread, never making a request wait or fail.
 
 On the event loop, per answered request: the model's rate (one dictionary lookup once known),
-a random draw when the rate is below 1, and for a sampled request the references to its
-inputs (redacted ones left out) and outputs handed to a bounded queue. A full queue drops the
-request and counts it. Encoding and file I/O happen on the writer thread
-(:mod:`~inferd.monitoring.payload_log.writer`).
+a random draw when the rate is below 1, and for a sampled request one tuple of references (its
+inputs, with redacted ones left out, its outputs and parameters, a timestamp) appended to a
+bounded hand-off, with no lock and no thread wake-up (:mod:`~inferd.monitoring.payload_log.
+buffer`). A full hand-off drops the request and counts it. Encoding and file I/O happen on the
+writer thread (:mod:`~inferd.monitoring.payload_log.writer`), a batch at a time.
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ from inferd.monitoring.payload_log.buffer import HandOff
 from inferd.monitoring.payload_log.counters import Counters
 from inferd.monitoring.payload_log.records import Captured, capture_inputs
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
-from inferd.monitoring.payload_log.writer import Item, PayloadWriter
+from inferd.monitoring.payload_log.writer import OpenSink, PayloadWriter, open_sink
 
 __all__ = ["PayloadLogger"]
 
 
 class PayloadLogger:
     """Implements :class:`~inferd.core.observe.InferenceObserver`; ``start()`` and ``stop()``
-    with the server (stop writes what is queued and closes every file)."""
+    with the server (stop writes what is queued and closes every file). ``draw`` (the sampling
+    draw), ``wall_ns`` (the records' clock) and ``open_file`` (how a log file is opened) are
+    injected for tests."""
 
     def __init__(
         self,
@@ -40,6 +43,7 @@ class PayloadLogger:
         *,
         draw: Callable[[], float] | None = None,
         wall_ns: Callable[[], int] = time.time_ns,
+        open_file: OpenSink = open_sink,
     ) -> None:
         self.settings = settings
         self._rates: dict[str, float] = {}
@@ -47,8 +51,10 @@ class PayloadLogger:
         self._draw = draw if draw is not None else random.Random().random
         self._wall_ns = wall_ns
         self._counters = Counters()
-        self._handoff: HandOff[Item] = HandOff(settings.queue_requests, settings.queue_bytes)
-        self._writer = PayloadWriter(settings, self._handoff, self._counters, wall_ns=wall_ns)
+        self._handoff: HandOff[Captured] = HandOff(settings.queue_requests, settings.queue_bytes)
+        self._writer = PayloadWriter(
+            settings, self._handoff, self._counters, wall_ns=wall_ns, open_file=open_file
+        )
         self._started = False
 
     def start(self) -> None:
@@ -90,20 +96,19 @@ class PayloadLogger:
         if rate < 1.0 and (rate <= 0.0 or self._draw() >= rate):
             return
         inputs, redacted, nbytes = capture_inputs(request.inputs, self._redact)
-        kept_outputs = dict(outputs)
-        for array in kept_outputs.values():
+        for array in outputs.values():
             nbytes += array.nbytes
         captured = Captured(
-            model=name,
-            version=version,
-            id=request.id,
-            time_ns=self._wall_ns(),
-            inputs=inputs,
-            redacted=redacted,
-            outputs=kept_outputs,
-            parameters=dict(request.parameters),
+            name,
+            version,
+            request.id,
+            self._wall_ns(),
+            inputs,
+            redacted,
+            outputs,
+            request.parameters,
         )
-        if not self._handoff.offer((captured, nbytes), nbytes):
+        if not self._handoff.offer(captured, nbytes):
             self._counters.dropped(name, "queue_full")
 
     def statistics(self) -> PayloadLogStats:

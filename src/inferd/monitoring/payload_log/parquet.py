@@ -76,7 +76,8 @@ class ParquetSink:
             raise FileExistsError(path)
         self._file = self._partial.open("xb")
         self._writer = self._pa.parquet.ParquetWriter(self._file, self._schema)
-        self._pending: list[Captured] = []
+        self._tables: list[Any] = []  # taken records, already columns, not yet written
+        self._pending = 0
         self.size = 0
 
     def _build_schema(self) -> Any:
@@ -118,14 +119,16 @@ class ParquetSink:
     @property
     def pending(self) -> int:
         """Records taken but not yet written (they wait for a full row group or the close)."""
-        return len(self._pending)
+        return self._pending
 
     def write(self, records: Sequence[Captured], room: int) -> tuple[int, int, int]:
-        """Take ``records`` (all accepted); a full row group is written (the size is known,
-        and ``room`` checked, a row group at a time). Returns how many were taken, how many
-        went into the file and the bytes it grew by."""
-        self._pending.extend(records)
-        if len(self._pending) < ROW_GROUP_ROWS:
+        """Take ``records`` (all accepted), turned into Arrow columns at once (the records
+        themselves are not kept); a full row group is written (the size is known, and
+        ``room`` checked, a row group at a time). Returns how many were taken, how many went
+        into the file and the bytes it grew by."""
+        self._tables.append(self._table(records))
+        self._pending += len(records)
+        if self._pending < ROW_GROUP_ROWS:
             return len(records), 0, 0
         return len(records), *self._flush()
 
@@ -133,9 +136,11 @@ class ParquetSink:
         if not self._pending:
             return 0, 0
         rows = self._pending
-        self._writer.write_table(self._table(rows), row_group_size=len(rows))
-        self._pending = []
-        return len(rows), self._grown()
+        table = self._pa.concat_tables(self._tables)
+        self._writer.write_table(table, row_group_size=rows)
+        self._tables = []
+        self._pending = 0
+        return rows, self._grown()
 
     def _grown(self) -> int:
         size = os.fstat(self._file.fileno()).st_size
@@ -199,7 +204,8 @@ class ParquetSink:
     def abort(self) -> None:
         """Close after a failure, dropping the pending rows: the row groups already written
         are kept (renamed to the final name) when the footer can still be written."""
-        self._pending = []
+        self._tables = []
+        self._pending = 0
         try:
             self._writer.close()
             finished = True

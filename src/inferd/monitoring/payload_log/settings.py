@@ -53,7 +53,7 @@ class PayloadLogSettings:
     rotate_secs: float = DEFAULT_ROTATE_SECS
     queue_requests: int = DEFAULT_QUEUE_REQUESTS
     queue_bytes: int = DEFAULT_QUEUE_BYTES
-    flush_secs: float = 0.5  # how long the writer lets sampled requests gather before writing
+    flush_secs: float = 0.1  # how long the writer lets sampled requests gather before writing
 
     def __post_init__(self) -> None:
         _check_rate(self.rate, "--payload-log-rate")

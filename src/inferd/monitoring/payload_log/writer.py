@@ -24,12 +24,9 @@ from inferd.monitoring.payload_log.jsonl import JsonlSink
 from inferd.monitoring.payload_log.records import Captured
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 
-__all__ = ["Item", "PayloadWriter"]
+__all__ = ["OpenSink", "PayloadWriter", "Sink", "open_sink"]
 
 _log = logging.getLogger("inferd.payload_log")
-
-Item = tuple[Captured, int]  # a record and the bytes it holds
-
 
 #: records handed to a file at once (a JSONL file takes them until it is full)
 CHUNK = 1024
@@ -53,7 +50,12 @@ class _Open:
     opened_ns: int
 
 
-def _open_sink(fmt: str, path: Path, first: Captured) -> Sink:
+#: ``open_sink(format, path, first record)``: a new file of that format at ``path``
+OpenSink = Callable[[str, Path, Captured], Sink]
+
+
+def open_sink(fmt: str, path: Path, first: Captured) -> Sink:
+    """The format's file at ``path`` (created exclusively), ready for ``first``."""
     if fmt == "parquet":
         from inferd.monitoring.payload_log.parquet import ParquetSink
 
@@ -67,12 +69,14 @@ class PayloadWriter:
     def __init__(
         self,
         settings: PayloadLogSettings,
-        handoff: HandOff[Item],
+        handoff: HandOff[Captured],
         counters: Counters,
         *,
         wall_ns: Callable[[], int] = time.time_ns,
+        open_file: OpenSink = open_sink,
     ) -> None:
         self._settings = settings
+        self._open_file = open_file
         self._handoff = handoff
         self._counters = counters
         self._wall_ns = wall_ns
@@ -109,7 +113,7 @@ class PayloadWriter:
             for model in list(self._open):
                 self._close(model)
 
-    def _write_all(self, items: list[Item]) -> None:
+    def _write_all(self, items: list[tuple[Captured, int]]) -> None:
         by_model: dict[str, list[Captured]] = {}
         for captured, _ in items:
             by_model.setdefault(captured.model, []).append(captured)
@@ -171,7 +175,7 @@ class PayloadWriter:
             self._sequence += 1
             path = directory / file_name(folder, now, self._sequence, fmt)
             try:
-                return _open_sink(fmt, path, first)
+                return self._open_file(fmt, path, first)
             except FileExistsError:
                 continue
         raise OSError(f"no free file name in {directory}")

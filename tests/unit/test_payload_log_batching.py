@@ -1,0 +1,272 @@
+"""The payload log's batching: records encoded a batch at a time read back as the codec's form,
+the lock-free hand-off wakes its writer on a quarter of its bound or on its timer, nothing is
+lost on a clean shutdown, and a disk that does not keep up costs drops (counted), never a
+blocked request."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import ModelSpec
+from inferd.monitoring.payload_log import PayloadLogger, PayloadLogSettings
+from inferd.monitoring.payload_log.buffer import HandOff
+from inferd.monitoring.payload_log.jsonl import JsonlSink
+from inferd.monitoring.payload_log.records import (
+    Captured,
+    capture_inputs,
+    json_lines,
+    record_dict,
+)
+from inferd.monitoring.payload_log.writer import Sink, open_sink
+
+Array = np.ndarray[Any, Any]
+
+
+def spec() -> ModelSpec:
+    return spec_from_proto(
+        parse_pbtxt(
+            'name: "m" backend: "onnxruntime" max_batch_size: 8 '
+            'input [ { name: "x" data_type: TYPE_FP32 dims: [ 3 ] } ] '
+            'output [ { name: "y" data_type: TYPE_INT64 dims: [ 3 ] } ]',
+            "test",
+        )
+    )
+
+
+def request(i: int) -> InferRequest:
+    x = np.array([[i, i + 0.5, -i]], dtype=np.float32)
+    return InferRequest(model_name="m", inputs={"x": x}, id=f"r{i}", parameters={"p": i})
+
+
+def outputs(i: int) -> dict[str, Array]:
+    return {"y": np.array([[i, 2 * i, 3 * i]], dtype=np.int64)}
+
+
+def read_ids(directory: Path) -> list[str]:
+    return [
+        json.loads(line)["id"]
+        for path in sorted(directory.rglob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    done = threading.Event()
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        done.wait(0.01)
+    raise AssertionError("condition not met in time")
+
+
+# -- the batch encoding --------------------------------------------------------------------------
+
+DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", ">f4", ">i4", "O"]
+SPECIAL = [np.nan, np.inf, -np.inf]
+
+
+@st.composite
+def tensors(draw: Any) -> Array:
+    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    shape = tuple(draw(st.lists(st.integers(0, 3), min_size=0, max_size=3)))
+    size = int(np.prod(shape)) if shape else 1
+    if dtype.kind == "O":
+        items = draw(st.lists(st.binary(max_size=4), min_size=size, max_size=size))
+        return np.array([*items, b""], dtype=object)[:size].reshape(shape)
+    values = np.arange(size, dtype=np.float64) - size // 2
+    array = values.astype(dtype).reshape(shape)
+    if dtype.kind == "f" and size and draw(st.booleans()):
+        array.reshape(-1)[draw(st.integers(0, size - 1))] = draw(st.sampled_from(SPECIAL))
+    if size > 1 and draw(st.booleans()):
+        array = array.reshape(-1)[::-1].reshape(shape)  # not contiguous
+    return array
+
+
+@st.composite
+def batches(draw: Any) -> list[Captured]:
+    names = ["a", "b"]
+    count = draw(st.integers(1, 5))
+    return [
+        Captured(
+            "m",
+            1,
+            f"id-{i}",
+            1_700_000_000_123_456_789 + i,
+            {n: draw(tensors()) for n in names},
+            ("secret",) if draw(st.booleans()) else (),
+            {"out": draw(tensors())},
+            {"k": i, "flag": True},
+        )
+        for i in range(count)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches())
+def test_a_batch_encodes_to_exactly_the_codecs_form_record_by_record(
+    records: list[Captured],
+) -> None:
+    option = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+    expected = [orjson.dumps(record_dict(r), option=option) for r in records]
+    assert json_lines(records) == expected
+
+
+def test_a_non_finite_value_sends_only_its_own_tensor_to_binary() -> None:
+    clean = np.array([1.5, 2.5], dtype=np.float32)
+    dirty = np.array([np.nan, 1.0], dtype=np.float32)
+    records = [
+        Captured("m", 1, str(i), 0, {"x": x}, (), {"y": clean}, {})
+        for i, x in enumerate([clean, dirty, clean])
+    ]
+    lines = [json.loads(line) for line in json_lines(records)]
+    assert [("data" in r["inputs"][0]) for r in lines] == [True, False, True]
+    assert all(r["outputs"][0]["data"] == [1.5, 2.5] for r in lines)
+    assert "binary_data_base64" in lines[1]["inputs"][0]
+
+
+def test_capture_keeps_the_request_inputs_and_copies_only_to_redact() -> None:
+    inputs = {"x": np.zeros(3, np.float32), "card": np.array([b"4111"], dtype=object)}
+    kept, redacted, nbytes = capture_inputs(inputs, frozenset())
+    assert kept is inputs  # no dictionary built on the event loop
+    assert (redacted, nbytes) == ((), 12 + inputs["card"].nbytes)
+    kept, redacted, nbytes = capture_inputs(inputs, frozenset({"card"}))
+    assert list(kept) == ["x"]
+    assert kept["x"] is inputs["x"]
+    assert (redacted, nbytes) == (("card",), 12)
+
+
+# -- the hand-off --------------------------------------------------------------------------------
+
+
+def test_the_hand_off_wakes_its_taker_once_a_quarter_of_its_bound_waits() -> None:
+    handoff: HandOff[int] = HandOff(max_items=8, max_bytes=10_000)
+    taken: list[list[tuple[int, int]]] = []
+    taker = threading.Thread(target=lambda: taken.append(handoff.take(timeout_s=60)))
+    taker.start()
+    assert handoff.offer(1, 10)  # an eighth: no wake-up
+    assert handoff.offer(2, 10)  # a quarter: the taker wakes long before its 60 s
+    taker.join(timeout=10)
+    assert not taker.is_alive()
+    assert taken[0][:2] == [(1, 10), (2, 10)]
+
+
+def test_the_hand_off_wakes_on_bytes_and_on_close() -> None:
+    handoff: HandOff[str] = HandOff(max_items=1000, max_bytes=400)
+    assert handoff.offer("big", 100)  # a quarter of the bytes
+    assert handoff.take(timeout_s=60) == [("big", 100)]
+    handoff.release(1, 100)
+    assert handoff.depth() == (0, 0)
+    assert handoff.offer("small", 1)
+    handoff.close()
+    assert handoff.take(timeout_s=60) == [("small", 1)]  # closed: at once, and still taken
+    assert not handoff.offer("late", 1)
+
+
+# -- the writer's timer and shutdown -------------------------------------------------------------
+
+
+def test_the_writer_writes_on_its_timer_without_being_woken(tmp_path: Path) -> None:
+    logger = PayloadLogger(PayloadLogSettings(tmp_path, flush_secs=0.05))
+    logger.start()
+    try:
+        logger.observe(spec(), 1, request(0), outputs(0))  # far below a quarter of the queue
+        wait_for(lambda: read_ids(tmp_path) == ["r0"])
+    finally:
+        logger.stop()
+
+
+def test_the_flush_interval_holds_records_until_it_passes_or_the_log_stops(tmp_path: Path) -> None:
+    logger = PayloadLogger(PayloadLogSettings(tmp_path, flush_secs=60))
+    logger.start()
+    for i in range(5):
+        logger.observe(spec(), 1, request(i), outputs(i))
+    threading.Event().wait(0.3)
+    assert read_ids(tmp_path) == []  # a minute's interval: nothing yet
+    assert logger.statistics().queued == 5
+    logger.stop()
+    assert read_ids(tmp_path) == [f"r{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_nothing_is_lost_on_a_clean_shutdown(tmp_path: Path, fmt: str) -> None:
+    logger = PayloadLogger(
+        PayloadLogSettings(tmp_path, flush_secs=0.01, format=fmt, queue_requests=100_000)
+    )
+    logger.start()
+    n = 5000  # more than a Parquet row group, handed over in many batches
+    for i in range(n):
+        logger.observe(spec(), 1, request(i), outputs(i))
+    logger.stop()
+    if fmt == "jsonl":
+        assert read_ids(tmp_path) == [f"r{i}" for i in range(n)]
+    else:
+        assert list(tmp_path.rglob("*.partial")) == []
+        (path,) = tmp_path.rglob("*.parquet")
+        table = pq.read_table(path)
+        assert table.column("id").to_pylist() == [f"r{i}" for i in range(n)]
+        row = table.slice(7, 1).to_pylist()[0]
+        assert row["input.x"] == {"shape": [1, 3], "data": [7.0, 7.5, -7.0]}
+        assert row["output.y"] == {"shape": [1, 3], "data": [7, 14, 21]}
+        groups = pq.ParquetFile(path).metadata.num_row_groups
+        assert groups == 2  # 4096 rows or more, then the rest when the file closed
+    (stats,) = logger.statistics().models
+    assert (stats.logged, stats.dropped_queue_full, stats.dropped_write_error) == (n, 0, 0)
+
+
+# -- a disk that does not keep up ----------------------------------------------------------------
+
+
+class BlockedDisk:
+    """Opens real JSONL files whose writes wait until the disk is released."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.writing = threading.Event()
+
+    def open(self, fmt: str, path: Path, first: Captured) -> Sink:
+        sink = open_sink(fmt, path, first)
+        assert isinstance(sink, JsonlSink)
+        write = sink.write
+
+        def blocked_write(records: Any, room: int) -> tuple[int, int, int]:
+            self.writing.set()
+            self.released.wait(30)
+            return write(records, room)
+
+        sink.write = blocked_write  # type: ignore[method-assign]
+        return sink
+
+
+def test_a_blocked_disk_costs_counted_drops_and_never_blocks_a_request(tmp_path: Path) -> None:
+    disk = BlockedDisk()
+    logger = PayloadLogger(
+        PayloadLogSettings(tmp_path, flush_secs=0.01, queue_requests=20), open_file=disk.open
+    )
+    logger.start()
+    try:
+        logger.observe(spec(), 1, request(0), outputs(0))
+        assert disk.writing.wait(10)  # the writer is stuck in its first write
+        for i in range(1, 200):
+            logger.observe(spec(), 1, request(i), outputs(i))  # returns: nothing waits here
+        stats = logger.statistics()
+        assert stats.queued == 20  # the one being written and 19 waiting
+        assert stats.models[0].dropped_queue_full == 180
+    finally:
+        disk.released.set()
+        logger.stop()
+    (stats,) = logger.statistics().models
+    written = read_ids(tmp_path)
+    assert (stats.logged, stats.dropped_queue_full) == (20, 180)
+    assert written == [f"r{i}" for i in range(20)]  # the first 20: what came after was refused
