@@ -1,14 +1,18 @@
-"""``inferd serve --payload-log``: requests sent with tritonclient over HTTP and gRPC appear in
-the model's JSONL files with their inputs and outputs, a redacted input never does, models left
-out write nothing, and the counters show on the metrics port."""
+"""``inferd serve --payload-log``: requests sent with tritonclient over HTTP and gRPC (and through
+the streaming entries) appear in the model's JSONL files with their inputs and outputs, a
+redacted input never does, models left out write nothing, and the counters show on the metrics
+port."""
 
 from __future__ import annotations
 
 import json
+import queue
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -109,3 +113,35 @@ def test_payload_log_options_without_the_folder_are_refused(example_repo: Path) 
     )
     assert done.returncode == 2
     assert "--payload-log-rate needs --payload-log DIR" in done.stderr
+
+
+def test_requests_through_the_streaming_entries_are_logged(
+    example_repo: Path, tmp_path: Path
+) -> None:
+    """An ordinary model answers a gRPC ModelStreamInfer request and HTTP generate /
+    generate_stream once, through the engine's infer: each is one record, like any request."""
+    logs = tmp_path / "payloads"
+    args = ["--model-control-mode=explicit", "--load-model=simple", f"--payload-log={logs}"]
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    with running_server([example_repo], args) as server:
+        answers: queue.Queue[Any] = queue.Queue()
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        grpc.start_stream(callback=lambda result, error: answers.put(error or result))
+        inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for item in inputs:
+            item.set_data_from_numpy(a)
+        grpc.async_stream_infer("simple", inputs, request_id="stream-0")
+        assert answers.get(timeout=30).as_numpy("OUTPUT0").tolist() == (2 * a).tolist()
+        grpc.stop_stream()
+        grpc.close()
+        body = {"INPUT0": list(range(16)), "INPUT1": [1] * 16}
+        with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as http:
+            for route in ("generate", "generate_stream"):
+                reply = http.post(f"/v2/models/simple/{route}", json={"id": route, **body})
+                assert reply.status_code == 200, reply.text
+    (path,) = (logs / "simple").glob("*.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == ["generate", "generate_stream", "stream-0"]
+    by_id = {r["id"]: r for r in records}
+    assert by_id["stream-0"]["outputs"][0]["data"] == (2 * a).reshape(-1).tolist()
+    assert by_id["generate"]["inputs"][1]["data"] == [1] * 16
