@@ -166,6 +166,16 @@ def actor_cpus(cluster_cpus: float, actors: int) -> float:
     return max(0.05, min(1.0, (cluster_cpus - 1) / actors)) if cluster_cpus > 1 else 0.5 / actors
 
 
+def block_rows(rows: int, shard_rows: int, actors: int, batch_size: int) -> int:
+    """Rows per Ray block: at most ``shard_rows``, and small enough that every actor gets about
+    four blocks (so none idles while another finishes a long one), in whole requests."""
+    per_actor = -(-rows // (4 * actors))
+    wanted = min(shard_rows, max(per_actor, 1))
+    return (
+        max(batch_size, -(-wanted // batch_size) * batch_size) if wanted >= batch_size else wanted
+    )
+
+
 def run_ray_batch(
     job: BatchJob, repository: Path, options: RayOptions, *, engine: EngineFactory
 ) -> BatchReport:
@@ -177,7 +187,7 @@ def run_ray_batch(
     if options.actors < 1:
         raise InvalidArgumentError(f"--ray-actors must be at least 1, not {options.actors}")
 
-    async def facts() -> tuple[str, int]:
+    async def facts() -> tuple[str, int, int]:
         async with engine(repository, job.model) as local:
             spec = model_spec(local, job.model, job.version)
             plan = plan_job(spec, job)
@@ -185,13 +195,13 @@ def run_ray_batch(
                 job.input, plan.fmt, spec, plan.settings.inputs, SourceOptions(job.image_scale)
             )
             source.close()
-            return plan.fmt, source.rows
+            return plan.fmt, source.rows, plan.settings.batch_size
 
     # the plan and the row count, checked here so a mistake is one line before Ray starts
-    fmt, rows = asyncio.run(facts())
+    fmt, rows, plan_batch = asyncio.run(facts())
     started_here = _start_ray(options)
     try:
-        return _run_on_ray(job, repository, options, engine, fmt, rows)
+        return _run_on_ray(job, repository, options, engine, fmt, rows, plan_batch)
     finally:
         if started_here:
             import ray
@@ -206,6 +216,7 @@ def _run_on_ray(
     engine: EngineFactory,
     fmt: str,
     rows: int,
+    plan_batch: int,
 ) -> BatchReport:
     import ray
     import ray.data as ray_data
@@ -214,7 +225,8 @@ def _run_on_ray(
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     cluster_cpus = float(resources.get("CPU", 1))
     ray_data.DataContext.get_current().enable_progress_bars = False
-    blocks = max(1, -(-rows // job.shard_rows))
+    block = block_rows(rows, job.shard_rows, options.actors, plan_batch)
+    blocks = max(1, -(-rows // block))
     answered = (
         ray_data.range(rows, override_num_blocks=blocks)
         .map_batches(
@@ -227,7 +239,7 @@ def _run_on_ray(
                 "engine": engine,
             },
             batch_format="pyarrow",
-            batch_size=job.shard_rows,
+            batch_size=block,
             compute=ray_data.ActorPoolStrategy(size=options.actors),
             num_cpus=actor_cpus(cluster_cpus, options.actors),
         )
