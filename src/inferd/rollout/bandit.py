@@ -13,7 +13,11 @@ drift, or to keep measuring the losing arm's latency and errors).
 :meth:`~ThompsonSampler.choose` runs on the request path, so it draws one scalar at a time
 (numpy ``Generator.beta`` for Beta posteriors, Python's ``random.gauss`` for normal ones: the
 cheapest of each, no array set-up) over posterior parameters cached when a reward arrives.
-A sampler is not thread-safe: the router calls it from the event loop only.
+``bench/rollout_choice.py`` measured 1.3-2.3 µs a choice for 2 arms and 2.4-2.7 µs for 4 with
+binary rewards, 0.9-1.7 µs for 2-4 arms with continuous ones (two runs on a shared 2-core
+machine); Python's ``random.betavariate`` costs twice as much as numpy's scalar draw, and one
+vectorised ``Generator.beta`` call over the arms 9 µs. A sampler is not thread-safe: the router
+calls it from the event loop only.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The window holds the last ``capacity`` latencies in a preallocated float64 ring: adding is one
 store and one increment, and memory never grows with the traffic. Percentiles are computed when
 read, with numpy's default (linear) interpolation, from a partial sort (``numpy.partition``)
-of what the ring holds: a p99 of 1,024 latencies costs a few microseconds, so a canary can read
-it after every request.
+of what the ring holds: ``bench/rollout_choice.py`` measured 7.5-7.9 µs for the p99 of a full
+2,048-latency window and 0.2 µs an add (two runs on a shared 2-core machine), so a canary can
+read its p99s after every request.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ answer in every process, on every machine and in every Python release (unlike ``
 is salted per process). :func:`pick` maps such a number to a variant by cumulative weights, so a
 key keeps its variant for as long as the weights stay the same, and a change of weights moves
 only the keys whose number falls in a boundary that moved.
+
+``bench/rollout_choice.py`` measured 0.8-1.0 µs for a bucket of a 41-character user id and
+0.4-0.6 µs for a pick among 2-4 weights (two runs on a shared 2-core machine).
 """
 
 from __future__ import annotations
