@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from inferd import __version__
 from inferd.cli.analyze import add_analyze_parser
+from inferd.cli.batch import add_batch_parser
 from inferd.cli.distill import add_distill_parser
 from inferd.cli.model import add_model_parser
 from inferd.cli.monitor import add_monitor_parser
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rollout_parser(sub)
     add_distill_parser(sub)
     add_plan_parser(sub)
+    add_batch_parser(sub)
     return parser
 
 
