@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from PIL import Image
 
+from inferd.cli.main import main
 from inferd.testing import ServerProcess, running_server
 from tests.helpers.models import finish, spin_model, write_model
 
@@ -297,17 +298,26 @@ def test_a_killed_job_resumes_without_redoing_finished_shards(
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
-def test_mistakes_are_one_line_errors(example_repo: Path, tmp_path: Path) -> None:
+def test_mistakes_are_one_line_errors(
+    example_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     np.savez(tmp_path / "x.npz", INPUT0=np.zeros((2, 16), np.int32))
     common = ["--model-repository", example_repo, "--output", tmp_path / "o"]
-    cases = {
-        "no column for the model's input(s) INPUT1": ["simple", "--input", tmp_path / "x.npz"],
+    # caught before any model loads: in process
+    for expected, args in {
         "--input": ["simple", "--input", tmp_path / "missing.parquet"],
         "add --ray": ["simple", "--input", tmp_path / "x.npz", "--ray-actors", "3"],
+    }.items():
+        assert main(["batch", *map(str, [*args, *common])]) == 2
+        err = capsys.readouterr().err
+        assert expected in err
+        assert len(err.strip().splitlines()) == 1
+    # found once the model is loaded: the command itself
+    for expected, args in {
+        "no column for the model's input(s) INPUT1": ["simple", "--input", tmp_path / "x.npz"],
         "max_batch_size 8": ["simple", "--input", tmp_path / "x.npz", "--batch-size", "9"],
         "has no output": ["simple", "--input", tmp_path / "x.npz", "--outputs", "NOPE"],
-    }
-    for expected, args in cases.items():
+    }.items():
         done = batch(*args, *common, check=False)
         assert done.returncode == 2, (expected, done.stderr)
         assert expected in done.stderr

@@ -69,6 +69,7 @@ PUBLIC: dict[str, set[str]] = {
         "ThreadCalls",
         "TimedInstance",
     },
+    "inferd.integrations.ray_serve": {"InferdReplica", "inferd_deployment"},
     "inferd.testing.conformance": {
         "CHECKS",
         "ConformanceCase",

@@ -184,6 +184,10 @@ def _refusal(args: argparse.Namespace) -> str | None:
         return f"--ray-actors must be at least 1, not {args.ray_actors}"
     if args.ray_cpus is not None and args.ray_cpus < 1:
         return f"--ray-cpus must be at least 1, not {args.ray_cpus}"
+    if not args.input.exists():
+        return f"--input {args.input} does not exist"
+    if not args.model_repository.is_dir():
+        return f"--model-repository {args.model_repository} is not a folder"
     if args.ray is not None:
         return missing_extra("ray", ("ray", "pyarrow"))
     return missing_extra("batch", ("pyarrow",))
