@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,13 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[Any]:
+    level = logging.getLogger("inferd").level  # running_engine quiets it; put it back after
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
         ray.shutdown()
+        logging.getLogger("inferd").setLevel(level)
 
 
 def _table(folder: Path) -> pa.Table:
