@@ -131,7 +131,8 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="draw a progress bar (default: when stderr is a terminal)",
+        help="draw a progress bar (default: when stderr is a terminal); with --ray, Ray Data's "
+        "own progress bars",
     )
     p.add_argument(
         "--ray",
@@ -218,6 +219,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
                     actors=args.ray_actors,
                     cpus=args.ray_cpus,
                     instances=args.instances,
+                    progress=progress_for(args.progress) is not None,
                 ),
                 engine=running_engine,
             )

@@ -63,6 +63,7 @@ class RayOptions:
     actors: int = 2
     cpus: int | None = None  # a local Ray's CPUs (None: this machine's)
     instances: int | None = None  # model instances per actor (None: the config's)
+    progress: bool = False  # Ray Data's own progress bars
 
 
 class _Predictor:
@@ -224,7 +225,7 @@ def _run_on_ray(
     started = time.perf_counter()
     resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
     cluster_cpus = float(resources.get("CPU", 1))
-    ray_data.DataContext.get_current().enable_progress_bars = False
+    ray_data.DataContext.get_current().enable_progress_bars = options.progress
     block = block_rows(rows, job.shard_rows, options.actors, plan_batch)
     blocks = max(1, -(-rows // block))
     answered = (
