@@ -36,6 +36,13 @@ max_batch_size: 8
 input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "NUMBER" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
+FLAT_CONFIG = """
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_FP32 dims: [ 3, 4, 5 ] } ]
+output [ { name: "FLAT" data_type: TYPE_FP32 dims: [ 60 ] } ]
+"""
 SPIN_CONFIG = """
 name: "{name}"
 platform: "onnxruntime_onnx"
@@ -54,10 +61,19 @@ def parse_int_model() -> bytes:
     return finish(helper.make_graph([node], "parse_int", [x], [y]))
 
 
+def flatten_model() -> bytes:
+    """``FLAT = Flatten(IMAGE)``: an RGB image [batch, 3, 4, 5] (channels first) as 60 values."""
+    x = helper.make_tensor_value_info("IMAGE", TensorProto.FLOAT, ["batch", 3, 4, 5])
+    y = helper.make_tensor_value_info("FLAT", TensorProto.FLOAT, ["batch", 60])
+    node = helper.make_node("Flatten", ["IMAGE"], ["FLAT"], axis=1)
+    return finish(helper.make_graph([node], "flatten", [x], [y]))
+
+
 @pytest.fixture(scope="module")
 def own_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("batch_models")
     write_model(root, "parse_int", parse_int_model(), PARSE_CONFIG)
+    write_model(root, "flatten", flatten_model(), FLAT_CONFIG)
     write_model(root, "spin", spin_model(40, batched=True), SPIN_CONFIG)
     return root
 
@@ -156,7 +172,7 @@ def test_parquet_and_npz_outputs_equal_the_servers(
 
 
 def test_csv_features_and_image_folders_equal_the_servers(
-    server: ServerProcess, example_repo: Path, tmp_path: Path
+    server: ServerProcess, example_repo: Path, own_repo: Path, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(2)
     features = rng.integers(0, 17, (40, 64)).astype(np.float32)
@@ -172,17 +188,20 @@ def test_csv_features_and_image_folders_equal_the_servers(
 
     images = tmp_path / "images"
     images.mkdir()
-    pixels = rng.integers(0, 256, (12, 8, 8), dtype=np.uint8)
+    pixels = rng.integers(0, 256, (12, 4, 5, 3), dtype=np.uint8)  # height, width, RGB
     for i, image in enumerate(pixels):
-        Image.fromarray(image, mode="L").save(images / f"img{i:02d}.png")
-    scale = 16 / 255
-    as_input = (pixels.astype(np.float32) * np.float32(scale))[:, None]
-    want = served(server, "digits_cnn", {"INPUT__0": as_input}, ["OUTPUT__0"])
-    batch("digits_cnn", "--model-repository", example_repo, "--input", images,
-          "--output", tmp_path / "img-out", "--image-scale", str(scale))  # fmt: skip
-    np.testing.assert_allclose(
-        column(read_output(tmp_path / "img-out"), "OUTPUT__0"), want["OUTPUT__0"], atol=1e-5
-    )
+        Image.fromarray(image, mode="RGB").save(images / f"img{i:02d}.png")
+    (images / "img99.png").write_bytes(b"not an image")
+    scale = 1 / 255
+    as_input = pixels.transpose(0, 3, 1, 2).astype(np.float32) * np.float32(scale)
+    want = served(server, "flatten", {"IMAGE": as_input}, ["FLAT"])
+    done = batch("flatten", "--model-repository", own_repo, "--input", images,
+                 "--output", tmp_path / "img-out", "--image-scale", str(scale))  # fmt: skip
+    assert "12 rows written, 1 bad rows" in done.stdout
+    np.testing.assert_array_equal(column(read_output(tmp_path / "img-out"), "FLAT"), want["FLAT"])
+    bad = bad_rows(tmp_path / "img-out")
+    assert [b["row"] for b in bad] == [12]
+    assert "img99.png" in bad[0]["reason"]
 
 
 def test_v2_json_requests_are_rows(
