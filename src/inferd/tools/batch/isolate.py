@@ -4,8 +4,8 @@ A failed request whose error can be a row's fault (INVALID_ARGUMENT, INTERNAL: a
 chokes on one row's values fails the whole batch) is split in halves and each half sent again,
 down to single rows; a single row that still fails is a bad row, with the model's message. The
 other errors (the model unloaded, the server shutting down) end the job: no row is to blame.
-Rows of a good half are answered once; a batch with b bad rows costs about 2·b·log2(size)
-extra requests.
+A batch without bad rows is sent once; one with b bad rows costs about 2·b·log2(size) more
+requests, and its good rows are sent again until they are in a half that succeeds.
 """
 
 from __future__ import annotations
