@@ -33,6 +33,7 @@ def _ms(value: float | None) -> float | None:
 
 
 def policy_figures(live: LivePolicy, earlier_rollbacks: int = 0) -> PolicyFigures:
+    live.compare_pending()
     shares = live.shares()
     found = comparisons(live)
     variants = tuple(
@@ -90,6 +91,7 @@ def _variant_report(v: VariantState, share: float) -> dict[str, Any]:
 
 
 def policy_report(live: LivePolicy, earlier_rollbacks: int = 0) -> dict[str, Any]:
+    live.compare_pending()
     shares = live.shares()
     report: dict[str, Any] = {
         "model": live.model,

@@ -24,7 +24,7 @@ from inferd.errors import InvalidArgumentError, RequestCancelledError
 from inferd.rollout import sticky
 from inferd.rollout.bandit import ThompsonSampler
 from inferd.rollout.bayes import RewardStats
-from inferd.rollout.compare import Agreement, compare_outputs
+from inferd.rollout.compare import Agreement, compare_many, compare_outputs
 from inferd.rollout.feedback import RoutedIds
 from inferd.rollout.latency import LatencyWindow
 from inferd.rollout.policy import Policy
@@ -37,6 +37,7 @@ _log = logging.getLogger("inferd.rollout")
 
 Outputs = Mapping[str, np.ndarray[Any, Any]]
 LATENCY_WINDOW = 1024  # recent latencies kept per variant for its percentiles
+COMPARE_BATCH = 64  # a shadow's answers compared together (and whenever figures are read)
 
 
 @dataclass(slots=True)
@@ -124,6 +125,7 @@ class LivePolicy:
         total = sum(v.weight for v in policy.variants)
         self.weights = [(v.name, v.weight / total) for v in policy.variants]
         self.in_flight = 0
+        self._uncompared: list[tuple[Outputs, Outputs]] = []  # a shadow's (primary, shadow)
         fb = policy.feedback
         self.ids = (
             RoutedIds(max_ids=fb.max_ids, ttl_s=fb.ttl_s, clock=clock) if fb is not None else None
@@ -226,25 +228,37 @@ class LivePolicy:
                         counted.requests += 1
                 return
             counted.mirror.requests += 1
-            if self.policy.kind == "shadow":
+            if self.canary is None:  # a shadow: compared in batches, cheaper per answer
                 counted.requests += 1
                 counted.latency.add(latency_ns / 1e9)
-                primary, other = served, outputs
-            else:
-                primary, other = outputs, served
-            agreement = compare_outputs(
-                primary,
-                other,
+                self._uncompared.append((served, outputs))
+                if len(self._uncompared) >= COMPARE_BATCH:
+                    self.compare_pending()
+                return
+            agreement = compare_outputs(  # a canary judges each comparison as it comes
+                outputs,
+                served,
                 self.policy.compare,
                 batched=self._batched,
                 labelled=self._labelled,
             )
             counted.mirror.add(agreement)
-            if self.canary is not None:
-                self.canary.compared(agreement.agreed)
+            self.canary.compared(agreement.agreed)
 
         if self._mirrors.start(copy, observe, done):
             self.in_flight += 1
+
+    def compare_pending(self) -> None:
+        """Compare the shadow's answers not compared yet (before any figure is read)."""
+        pairs, self._uncompared = self._uncompared, []
+        if not pairs:
+            return
+        found = compare_many(
+            pairs, self.policy.compare, batched=self._batched, labelled=self._labelled
+        )
+        mirror = self.variants[1].mirror
+        for agreement in found:
+            mirror.add(agreement)
 
     # -- feedback and manual actions ------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferd.rollout.compare import compare_outputs
+from inferd.rollout.compare import compare_many, compare_outputs
 from inferd.rollout.feedback import RoutedIds
 from inferd.rollout.policy import CompareSpec
 from inferd.testing import FakeClock
@@ -125,3 +125,44 @@ def test_expired_ids_do_not_pile_up() -> None:
         ids.remember(str(i), "v")
         clock.advance(100_000_000)  # ten live ids at a time
     assert len(ids) <= 12
+
+
+_answer = st.tuples(
+    st.integers(1, 4),  # rows
+    st.integers(0, 3),  # top class of the primary
+    st.integers(0, 3),  # top class of the other
+    st.floats(0.0, 0.01),  # a small difference in the scores
+    st.booleans(),  # an extra numeric output differs a lot
+)
+
+
+def _pair(rows: int, top_a: int, top_b: int, delta: float, far: bool) -> tuple[dict, dict]:
+    a = {"p": _probs([top_a] * rows), "y": np.arange(2.0, 2.0 + rows * 2).reshape(rows, 2)}
+    b = {
+        "p": np.clip(_probs([top_b] * rows) + np.float32(delta), 0, 1),
+        "y": a["y"] + (5.0 if far else 0.0),
+    }
+    return a, b
+
+
+@given(st.lists(_answer, min_size=1, max_size=12), st.booleans())
+def test_many_answers_compared_at_once_as_one_by_one(answers: list, labelled: bool) -> None:
+    pairs = [_pair(*answer) for answer in answers]
+    names = {"p"} if labelled else set()
+    many = compare_many(pairs, SPEC, batched=True, labelled=names)
+    one = [compare_outputs(a, b, SPEC, batched=True, labelled=names) for a, b in pairs]
+    assert [(m.rows, m.agreed_rows) for m in many] == [(o.rows, o.agreed_rows) for o in one]
+    for m, o in zip(many, one, strict=True):
+        assert m.max_abs_error == pytest.approx(o.max_abs_error)
+        assert m.cosine == pytest.approx(o.cosine)
+
+
+def test_answers_that_cannot_be_stacked_are_compared_one_by_one() -> None:
+    a1, b1 = _pair(2, 0, 0, 0.0, False)
+    a2 = {"p": _probs([1, 2, 3]), "y": np.zeros((3, 5))}  # another width of y
+    b2 = {"p": _probs([1, 2, 0]), "y": np.zeros((3, 5))}
+    a3, b3 = {"p": _probs([1])}, {}  # missing output
+    spec = CompareSpec(outputs=("p", "y"))
+    many = compare_many([(a1, b1), (a2, b2), (a3, b3)], spec, batched=True)
+    assert [(m.rows, m.agreed_rows) for m in many] == [(2, 2), (3, 2), (1, 0)]
+    assert compare_many([], SPEC, batched=True) == []
