@@ -143,3 +143,21 @@ def test_conservation_and_bounds(
     assert np.all((result.replicas >= lo) & (result.replicas <= hi))
     assert t.failed_scaling <= t.failed + 1e-6
     assert t.queued <= t.offered + 1e-6
+
+
+def test_a_plan_sweeps_min_replicas_beside_a_fixed_fleet() -> None:
+    from inferd.tools.scaling.sweep import run_plan
+
+    offered = np.array([400.0] * 300 + [2600.0] * 300 + [400.0] * 300)
+    spec = HpaSpec(1, 10, (CPU_50, MetricTarget("pending", 50.0)))
+    plan = run_plan(config(spec=spec), offered, [1, 2])
+    assert [r.label for r in plan.runs] == [
+        "minReplicas 1",
+        "minReplicas 2",
+        "fixed 6 (peak at target)",  # 2600 req/s at 500 per pod (CPU 50 %)
+    ]
+    assert plan.runs[-1].result.totals.min_replicas == plan.runs[-1].result.totals.max_replicas
+    assert plan.per_pod_rps == {"cpu": pytest.approx(500.0), "pending": None}
+    # at its peak one pod holds 1000 x 2 ms = 2 pending requests, never 50
+    assert len(plan.warnings) == 1
+    assert "never reaches pending=50" in plan.warnings[0]

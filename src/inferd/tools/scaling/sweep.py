@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from inferd.errors import InvalidArgumentError
+from inferd.tools.scaling.hpa import MetricTarget
+from inferd.tools.scaling.replica import ReplicaModel
 from inferd.tools.scaling.simulate import SimulationConfig, SimulationResult, simulate
 
 __all__ = ["Plan", "PlanRun", "run_plan"]
@@ -30,11 +32,25 @@ class PlanRun:
 @dataclass(frozen=True)
 class Plan:
     runs: tuple[PlanRun, ...]
-    per_pod_rps: dict[str, float]  # each metric's target, as requests per second per pod
+    per_pod_rps: dict[str, float | None]  # each metric's target as requests/s per pod (None:
+    # one pod never reaches it)
     peak_rps: float
     mean_rps: float
     duration_s: int
     warnings: tuple[str, ...]
+
+
+def _unreached(replica: ReplicaModel, metric: MetricTarget) -> str:
+    at_peak = replica.steady_value(metric.name, replica.max_rps)
+    what = (
+        "it never asks for more pods"
+        if metric.cpu_utilization
+        else "it asks for more pods only once requests queue beyond the peak"
+    )
+    return (
+        f"one replica never reaches {metric.name}={metric.target:g} ({at_peak:.3g} at its peak "
+        f"of {replica.max_rps:,.0f} req/s): {what}"
+    )
 
 
 def run_plan(
@@ -54,14 +70,11 @@ def run_plan(
             raise InvalidArgumentError(
                 f"minReplicas {value} is outside 1..maxReplicas ({hpa.max_replicas})"
             )
-    per_pod = {m.name: replica.rate_at_target(m) for m in hpa.metrics}
-    warnings = [
-        f"one replica never reaches {m.name}={m.target:g} before its peak "
-        f"({replica.steady_value(m.name, replica.max_rps):.3g} at {replica.max_rps:.0f} req/s): "
-        "this metric scales only once requests queue beyond the peak"
+    per_pod = {
+        m.name: replica.rate_at_target(m) if replica.reaches_target(m) else None
         for m in hpa.metrics
-        if not replica.reaches_target(m)
-    ]
+    }
+    warnings = [_unreached(replica, m) for m in hpa.metrics if not replica.reaches_target(m)]
     peak = float(np.max(offered)) if len(offered) else 0.0
     runs = []
     for value in min_values:
@@ -70,7 +83,7 @@ def run_plan(
             PlanRun(f"minReplicas {value}", value, hpa.max_replicas, True, simulate(cfg, offered))
         )
     if fixed_fleet:
-        per = min(per_pod.values())
+        per = min(replica.rate_at_target(m) for m in hpa.metrics)
         fleet = max(1, math.ceil(peak / per)) if per > 0 else hpa.max_replicas
         cfg = replace(
             config,
