@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import urllib.error
@@ -70,7 +71,9 @@ def add_rollout_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             q.add_argument("--reason", default="", help="why, kept in the canary's history")
         if name == "feedback":
             q.add_argument("--id", required=True, dest="request_id", help="the response's id")
-            q.add_argument("--reward", required=True, type=float, help="the reward (binary: 0..1)")
+            q.add_argument(
+                "--reward", required=True, type=_finite, help="the reward (binary: 0..1)"
+            )
         if name == "show":
             q.add_argument("--json", action="store_true", help="print the server's JSON answer")
         q.add_argument(
@@ -89,6 +92,16 @@ def add_rollout_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             "variable does the same",
         )
         q.set_defaults(func=run_rollout)
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
 
 
 def run_rollout(args: argparse.Namespace) -> int:
