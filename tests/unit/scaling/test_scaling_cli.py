@@ -84,6 +84,19 @@ def test_a_plan_with_every_output(
     assert "minReplicas 4: replicas" in page
 
 
+def test_a_target_one_replica_never_reaches(
+    curve: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # at its peak a replica of this curve holds 1150 x 4 ms = 4.6 pending requests
+    code, out, err = run(
+        capsys, "--capacity", str(curve), "--traffic", "constant:rate=500", "--duration", "10m",
+        "--metric", "pending=10", "--metric", "cpu=70",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "pending: never reached" in out
+    assert "warning: one replica never reaches pending=10 (4.6 at its peak" in out
+
+
 def test_an_hpa_manifest(curve: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     hpa = tmp_path / "hpa.yaml"
     hpa.write_text(

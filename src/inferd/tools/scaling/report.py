@@ -97,7 +97,10 @@ def summary_text(
     report_interval_s: int,
 ) -> str:
     """The plan for a terminal: the inputs in a few lines, then one row per run."""
-    targets = ", ".join(f"{name}: {rps:,.0f} req/s" for name, rps in plan.per_pod_rps.items())
+    targets = ", ".join(
+        f"{name}: {rps:,.0f} req/s" if rps is not None else f"{name}: never reached"
+        for name, rps in plan.per_pod_rps.items()
+    )
     lines = [
         curve_text(curve),
         f"per pod at each target: {targets}",
