@@ -20,6 +20,7 @@ from inferd.tools.scaling.traffic import parse_duration, parse_traffic, rates
         ("2h", 7200.0),
         ("1d", 86400.0),
         ("500ms", 0.5),
+        ("800us", 0.0008),
         ("1.5h", 5400.0),
     ],
 )

@@ -31,18 +31,20 @@ __all__ = ["Traffic", "parse_duration", "parse_traffic", "rates"]
 
 Array = np.ndarray[Any, Any]
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(text: str, what: str = "a duration") -> float:
-    """Seconds in ``text`` (``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``500ms``)."""
+    """Seconds in ``text`` (``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``500ms``, ``800us``)."""
     match = _DURATION.match(text)
     if match is None:
         raise InvalidArgumentError(
-            f"{what}: {text!r} is not a duration (a number with s, m, h or d, e.g. 15m)"
+            f"{what}: {text!r} is not a duration (a number with us, ms, s, m, h or d, e.g. 15m)"
         )
     value, unit = float(match.group(1)), match.group(2) or "s"
-    return value / 1000 if unit == "ms" else value * _UNITS[unit]
+    if unit in ("ms", "us"):
+        return value / (1000 if unit == "ms" else 1e6)
+    return value * _UNITS[unit]
 
 
 @dataclass(frozen=True)
