@@ -203,8 +203,11 @@ class Engine:
         try:
             response = await self.infer(request)
         except BaseException as exc:
+            if isinstance(exc, InferdError):  # answered with the error
+                tracer.responded(trace, True, exc)
             tracer.end(trace, request.model_version, exc)
             raise
+        tracer.responded(trace, True, None)
         tracer.end(trace, response.model_version, None)
         return response
 
@@ -251,13 +254,53 @@ class Engine:
         model, exactly one for any other; the last event is ``final``. Closing the iterator
         early cancels the request (the model sees it). A ``budget`` (one per client stream)
         bounds the responses a decoupled model may send ahead of this iterator."""
-        if not self._accepting:
-            raise UnavailableError("the server is shutting down and accepts no new requests")
-        model = self._manager.get(request.model_name, parse_version(request.model_version))
-        events = self._streaming.stream(request, model, budget)
+        trace = None
+        if self._tracer is not None and request.trace is None:
+            trace = self._tracer.begin(request)
+        if trace is None or self._tracer is None:
+            events = self._stream_events(request, budget)
+        else:
+            events = self._stream_traced(request, budget, trace, self._tracer)
         async with contextlib.aclosing(events):
             async for event in events:
                 yield event
+
+    def _stream_events(
+        self, request: InferRequest, budget: ResponseBudget | None
+    ) -> AsyncGenerator[StreamEvent, None]:
+        if not self._accepting:
+            raise UnavailableError("the server is shutting down and accepts no new requests")
+        model = self._manager.get(request.model_name, parse_version(request.model_version))
+        return self._streaming.stream(request, model, budget)
+
+    async def _stream_traced(
+        self,
+        request: InferRequest,
+        budget: ResponseBudget | None,
+        trace: RequestTrace,
+        tracer: RequestTracer,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """:meth:`stream_infer` noting each response in ``trace``; left before its final
+        response (the caller closed the stream), the request ends as cancelled."""
+        request.trace = trace
+        version, final = request.model_version, False
+        failure: BaseException | None = None
+        try:
+            events = self._stream_events(request, budget)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    empty = event.response is None and event.error is None
+                    tracer.responded(trace, event.final, event.error, empty)
+                    version, final = event.model_version, event.final
+                    if event.error is not None:
+                        failure = event.error
+                    yield event
+        except BaseException as exc:
+            if not final:
+                failure = exc
+            raise
+        finally:
+            tracer.end(trace, version, failure)
 
     def is_decoupled(self, name: str, version: str = "") -> bool:
         """The model may send any number of responses per request (False if unknown)."""

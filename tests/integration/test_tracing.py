@@ -1,7 +1,9 @@
 """Request traces through the real serving stack, exported to the SDK's in-memory exporter: the
 request span continues the caller's trace, queue and compute (input, infer, output) nest under
 it in time, an ensemble has a span per step with its own phases, failures are marked, sampling
-follows the rate, and a server without tracing leaves requests untouched."""
+follows the rate, a request answered through the engine's stream is traced alike (one decision
+per request, a ``RESPONSE`` event per response), and a server without tracing leaves requests
+untouched."""
 
 from __future__ import annotations
 
@@ -73,6 +75,23 @@ async def traced(repo: Path, settings: TraceSettings, *requests: InferRequest) -
     return list(exporter.get_finished_spans())
 
 
+async def streamed(repo: Path, settings: TraceSettings, *requests: InferRequest) -> list[Any]:
+    """:func:`traced`, each request answered through :meth:`Engine.stream_infer`."""
+    exporter = InMemorySpanExporter()
+    tracer = OtelTracer(settings, processor=SimpleSpanProcessor(exporter))
+    async with Server(config(repo, settings), tracer=tracer) as server:
+        for req in requests:
+            events = server.engine.stream_infer(req)
+            async with contextlib.aclosing(events):
+                answers = [event async for event in events]
+            assert [event.final for event in answers] == [True]
+    return list(exporter.get_finished_spans())
+
+
+def responses(span: ReadableSpan) -> list[dict[str, Any]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == "RESPONSE"]
+
+
 def children(spans: list[ReadableSpan], parent: ReadableSpan) -> dict[str, ReadableSpan]:
     assert parent.context is not None
     return {
@@ -117,6 +136,31 @@ async def test_a_request_span_continues_the_callers_trace_with_its_phases(repo: 
     assert events[-1] == "REQUEST_END"
     assert {"QUEUE_START", "COMPUTE_START", "COMPUTE_END"} <= set(events)
     assert all(s.context is not None and s.context.trace_id == int(TRACE_ID, 16) for s in spans)
+    assert [(e["index"], e["final"]) for e in responses(root)] == [(0, True)]
+
+
+async def test_a_streamed_request_is_traced_as_a_unary_one(repo: Path) -> None:
+    spans = await streamed(repo, TraceSettings(rate=0), request("adder", TRACEPARENT))
+    (root,) = [s for s in spans if s.name == "InferRequest"]
+    assert root.parent is not None
+    assert root.parent.span_id == int(CALLER_SPAN, 16)
+    assert dict(root.attributes or {}) == {
+        "model_name": "adder",
+        "model_version": "1",
+        "request_id": "req-7",
+    }
+    assert set(children(spans, root)) == {"queue", "compute"}
+    (event,) = responses(root)
+    assert (event["index"], event["final"]) == (0, True)
+    assert event["since_request_ns"] > 0
+    assert root.status.status_code is StatusCode.UNSET
+
+
+async def test_streamed_requests_are_sampled_once_each(repo: Path) -> None:
+    spans = await streamed(repo, TraceSettings(rate=2), *(request("adder") for _ in range(5)))
+    roots = [s for s in spans if s.name == "InferRequest"]
+    assert len(roots) == 2  # the 2nd and 4th of five
+    assert all(len(responses(root)) == 1 for root in roots)
 
 
 async def test_an_ensemble_has_a_span_per_step_with_its_own_phases(repo: Path) -> None:
@@ -152,6 +196,10 @@ async def test_a_failed_request_is_marked_and_sampling_follows_the_rate(repo: Pa
     assert len(failed) == 1
     assert failed[0].status.status_code is StatusCode.ERROR
     assert "missing" in (failed[0].status.description or "")
+    assert (failed[0].attributes or {})["error.type"] == "NOT_FOUND"
+    (answer,) = responses(failed[0])  # answered with the error
+    assert answer["final"] is True
+    assert "missing" in answer["error"]
 
 
 async def test_without_tracing_requests_carry_no_trace(repo: Path) -> None:

@@ -5,18 +5,31 @@ The engine asks its :class:`RequestTracer` (if the server has one) whether to tr
 a traced request carries a :class:`RequestTrace` (``InferRequest.trace``). The instance pool
 records the request's queue and compute times into it (one ``is not None`` check per request
 when tracing is off), an ensemble opens a child trace per step, and when the request ends the
-tracer turns the record into spans. Everything here runs on the event loop; times are
-monotonic nanoseconds, with the offset to the wall clock taken when the trace began.
+tracer turns the record into spans. A request answered as a stream (or any number of
+responses) is traced alike: the engine notes each response as it hands it to the front end
+(:meth:`RequestTracer.responded`), and a stream left before its final response ends as
+cancelled. Everything here runs on the event loop; times are monotonic nanoseconds, with the
+offset to the wall clock taken when the trace began.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from inferd.core.inference import InferRequest
+    from inferd.errors import InferdError
 
-__all__ = ["RequestTrace", "RequestTracer"]
+__all__ = ["RequestTrace", "RequestTracer", "ResponseMark"]
+
+
+class ResponseMark(NamedTuple):
+    """One response of a traced request, as the engine handed it to the front end."""
+
+    at_ns: int
+    final: bool
+    error: str | None = None  # an error response: its message
+    empty: bool = False  # the final flag alone, without a response
 
 
 class RequestTrace:
@@ -28,12 +41,14 @@ class RequestTrace:
         "context",
         "end_ns",
         "error",
+        "error_type",
         "infer_ns",
         "input_ns",
         "model",
         "output_ns",
         "queue_start_ns",
         "request_id",
+        "responses",
         "start_ns",
         "step_index",
         "steps",
@@ -66,7 +81,9 @@ class RequestTrace:
         self.output_ns = 0
         self.batch_rows = 0
         self.steps: list[RequestTrace] = []
+        self.responses: list[ResponseMark] = []
         self.error: str | None = None
+        self.error_type: str | None = None  # the error's kind (its code), when known
 
     def executed(
         self,
@@ -96,9 +113,10 @@ class RequestTrace:
         self.steps.append(child)
         return child
 
-    def end(self, now_ns: int, error: str | None = None) -> None:
+    def end(self, now_ns: int, error: str | None = None, error_type: str | None = None) -> None:
         self.end_ns = now_ns
         self.error = error
+        self.error_type = error_type
 
 
 class RequestTracer(Protocol):
@@ -106,8 +124,17 @@ class RequestTracer(Protocol):
         """A trace for ``request`` if it is to be traced (sampling, the caller's context)."""
         ...
 
+    def responded(
+        self, trace: RequestTrace, final: bool, error: InferdError | None, empty: bool = False
+    ) -> None:
+        """``trace``'s request has a response now (an error response when ``error``; the
+        final flag alone when ``empty``)."""
+        ...
+
     def end(self, trace: RequestTrace, version: str, error: BaseException | None) -> None:
-        """``trace``'s request ended (answered by ``version``, or failed with ``error``)."""
+        """``trace``'s request ended (answered by ``version``, or failed with ``error``; a
+        cancellation, ``asyncio.CancelledError`` or ``GeneratorExit`` included, ends it as
+        cancelled)."""
         ...
 
     def shutdown(self) -> None:

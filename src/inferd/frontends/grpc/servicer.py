@@ -8,6 +8,7 @@ Errors are mapped once, by :mod:`inferd.frontends.grpc.errors`, and set as the c
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
@@ -96,10 +97,13 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             code, details = status_for(exc, log=self._log, request_id=self._request_id(client_id))
             set_status(context, code, details)
 
-    async def _infer(self, msg: Any, *, into: Any = None) -> Any:
+    async def _infer(
+        self, msg: Any, *, into: Any = None, trace_context: dict[str, str] | None = None
+    ) -> Any:
         request = decode_infer_request(msg, self._shm)
         # consumed here: it only shapes how a decoupled stream ends, it is not a model parameter
         request.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, None)
+        request.trace_context = trace_context
         response = await self._engine.infer(request)
         return encode_infer_response(response, into=into, request=request)
 
@@ -165,14 +169,17 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
         A failed request yields ``error_message`` with an ``infer_response`` carrying only the
         request id, and the stream stays open (unless the client sent the metadata
         ``triton_grpc_error: true``, which closes the stream with the error's status instead).
+        While the server traces, every request of the stream continues the trace context the
+        stream's metadata carries.
         """
         errors_as_status = any(
             key == _STREAM_ERRORS_AS_STATUS and str(value).lower() == "true"
             for key, value in (context.invocation_metadata() or ())
         )
+        trace_context = _trace_context(context) if self._engine.tracing else None
         results = serve_stream(
             request_iterator,
-            self._stream_answer,
+            functools.partial(self._stream_answer, trace_context=trace_context),
             max_inflight=self._max_stream_inflight,
             max_responses=self._max_stream_responses,
         )
@@ -184,7 +191,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
                 yield response
 
     def _stream_answer(
-        self, msg: Any, budget: ResponseBudget
+        self, msg: Any, budget: ResponseBudget, trace_context: dict[str, str] | None = None
     ) -> tuple[bool, AsyncGenerator[_StreamResult, None]]:
         """Whether the answer to ``msg`` keeps request order (an ordinary model's), and its
         responses."""
@@ -192,17 +199,19 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
             msg.model_name, msg.model_version
         ):
             responses = decoupled_responses(
-                self._engine, msg, self._shm, self._stream_failure, budget
+                self._engine, msg, self._shm, self._stream_failure, budget, trace_context
             )
             return False, responses
-        return True, self._stream_one(msg)
+        return True, self._stream_one(msg, trace_context)
 
-    async def _stream_one(self, msg: Any) -> AsyncGenerator[_StreamResult, None]:
+    async def _stream_one(
+        self, msg: Any, trace_context: dict[str, str] | None
+    ) -> AsyncGenerator[_StreamResult, None]:
         out = service_pb2.ModelStreamInferResponse()
         try:
             if type(msg) is Undecodable:
                 raise InvalidArgumentError(msg.message)
-            await self._infer(msg, into=out.infer_response)
+            await self._infer(msg, into=out.infer_response, trace_context=trace_context)
         except Exception as exc:
             yield self._stream_failure(msg, exc)
             return

@@ -56,13 +56,16 @@ async def decoupled_responses(
     shm: Any,
     failure: Callable[[Any, Exception], StreamResult],
     budget: ResponseBudget | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> AsyncGenerator[StreamResult, None]:
-    """The stream messages answering ``msg`` (closing this iterator cancels the request)."""
+    """The stream messages answering ``msg`` (closing this iterator cancels the request);
+    ``trace_context``: the caller's, from the stream's metadata, while the server traces."""
     try:
         request = decode_infer_request(msg, shm)
     except Exception as exc:
         yield failure(msg, exc)
         return
+    request.trace_context = trace_context
     empty_final = bool(request.parameters.pop(ENABLE_EMPTY_FINAL_RESPONSE, False))
     try:
         async with contextlib.aclosing(engine.stream_infer(request, budget)) as events:

@@ -381,6 +381,8 @@ class HttpApp:
         request = await decode_generate(
             self._engine, self._off_loop, route.model, route.version, body
         )
+        if self._engine.tracing:
+            request.trace_context = _trace_context(scope)
         if route.endpoint is Endpoint.MODEL_GENERATE_STREAM:
             return SseReply(self._engine, request, self._log)
         return Reply(

@@ -3,33 +3,54 @@ tracer provider of its own (never the process-global one).
 
 Requests are sampled as Triton samples them (:mod:`~inferd.monitoring.tracing.sampling`); a
 request whose caller sent a W3C ``traceparent`` continues the caller's trace. Spans are built
-when the request ends (:mod:`~inferd.monitoring.tracing.spans`) and handed to a batch span
-processor, whose thread exports them: to a collector over OTLP/HTTP when a URL is given
-(``opentelemetry-exporter-otlp-proto-http``), else as JSON lines to a file or to standard
-output. The OpenTelemetry packages are imported only when tracing is on; without them,
-:func:`require_opentelemetry` names the extra to install.
+when the request ends (:mod:`~inferd.monitoring.tracing.spans`), with an event per response
+it was answered with, and handed to a batch span processor, whose thread exports them: to a
+collector over OTLP/HTTP when a URL is given (``opentelemetry-exporter-otlp-proto-http``),
+else as JSON lines to a file or to standard output. The OpenTelemetry packages are imported
+only when tracing is on; without them, :func:`require_opentelemetry` names the extra to
+install.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
 from inferd.core.inference import InferRequest
-from inferd.core.tracing import RequestTrace
-from inferd.errors import InferdError
+from inferd.core.tracing import RequestTrace, ResponseMark
+from inferd.errors import ErrorCode, InferdError
 from inferd.monitoring.tracing.sampling import TraceSampler
 from inferd.monitoring.tracing.settings import TraceSettings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
 
-__all__ = ["OtelTracer", "require_opentelemetry"]
+__all__ = ["CANCELLED", "OtelTracer", "describe_failure", "require_opentelemetry"]
 
 SERVICE_NAME = "inferd"
 _MISSING = "--trace-config needs OpenTelemetry: pip install 'inferd[tracing]'"
+CANCELLED = "CANCELLED"
+_LEFT = "cancelled: the caller left before the last response (closed the stream or disconnected)"
+
+
+def describe_failure(error: BaseException | None) -> tuple[str, str] | None:
+    """How a request's span states ``error``: (status message, ``error.type``), or None for
+    a request that did not fail. The caller leaving (the task cancelled, the stream closed
+    early) and a model stopping on cancellation are both ``CANCELLED``."""
+    if error is None:
+        return None
+    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        return _LEFT, CANCELLED
+    if isinstance(error, InferdError):
+        code = error.code.name
+        message = str(error) or code
+        if error.code is ErrorCode.CANCELLED and not message.startswith("cancelled"):
+            message = f"cancelled: {message}"
+        return message, code
+    return str(error) or type(error).__name__, type(error).__name__
 
 
 def require_opentelemetry(url: str | None = None) -> None:
@@ -115,12 +136,20 @@ class OtelTracer:
             request.model_name, now, time.time_ns() - now, context=context, request_id=request.id
         )
 
+    def responded(
+        self, trace: RequestTrace, final: bool, error: InferdError | None, empty: bool = False
+    ) -> None:
+        message = None if error is None else str(error) or error.code.name
+        trace.responses.append(ResponseMark(time.monotonic_ns(), final, message, empty))
+
     def end(self, trace: RequestTrace, version: str, error: BaseException | None) -> None:
         from inferd.monitoring.tracing.spans import emit
 
-        trace.end(
-            time.monotonic_ns(), None if error is None else str(error) or type(error).__name__
-        )
+        failure = describe_failure(error)
+        if failure is None:
+            trace.end(time.monotonic_ns())
+        else:
+            trace.end(time.monotonic_ns(), *failure)
         if not trace.version:
             trace.version = version
         emit(self._tracer, trace, trace.context)

@@ -8,8 +8,12 @@ it; an ensemble has instead one ``ensemble_step`` child per step, each with its 
 compute. Spans carry Triton's attributes (``model_name``, ``model_version``, ``request_id``)
 and Triton's timestamp names as events (``REQUEST_START``, ``QUEUE_START``,
 ``COMPUTE_START``, ``COMPUTE_INPUT_END``, ``COMPUTE_OUTPUT_START``, ``COMPUTE_END``,
-``REQUEST_END``). Times are converted from the monotonic clock to the wall clock with the
-offset taken when the trace began.
+``REQUEST_END``). Each response the request was answered with is a ``RESPONSE`` event (its
+``index``, ``final`` flag and ``since_request_ns``; ``error`` for an error response, ``empty``
+for the final flag alone). A failed request's span has status ERROR with the error's message
+and ``error.type`` (the error's code; ``CANCELLED`` for a caller that left early). Times are
+converted from the monotonic clock to the wall clock with the offset taken when the trace
+began.
 """
 
 from __future__ import annotations
@@ -61,9 +65,26 @@ def _phases(tracer: Any, trace: RequestTrace, parent_span: Any, end_ns: int) -> 
         parent_span.add_event(name, timestamp=at)
 
 
-def _fail(span: Any, error: str | None) -> None:
+def _fail(span: Any, error: str | None, error_type: str | None = None) -> None:
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, error))
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+
+
+def _responses(span: Any, trace: RequestTrace) -> None:
+    """A ``RESPONSE`` event on ``span`` per response of ``trace``, in the order sent."""
+    for index, mark in enumerate(trace.responses):
+        attributes: dict[str, Any] = {
+            "index": index,
+            "final": mark.final,
+            "since_request_ns": mark.at_ns - trace.start_ns,
+        }
+        if mark.error is not None:
+            attributes["error"] = mark.error
+        if mark.empty:
+            attributes["empty"] = True
+        span.add_event("RESPONSE", attributes, timestamp=mark.at_ns + trace.wall_offset_ns)
 
 
 def emit(tracer: Any, trace: RequestTrace, parent: Any) -> Any:
@@ -105,7 +126,8 @@ def emit(tracer: Any, trace: RequestTrace, parent: Any) -> Any:
         _phases(tracer, step, span, step_end)
         _fail(span, step.error)
         span.end(end_time=step_end)
-    _fail(root, trace.error)
+    _responses(root, trace)
+    _fail(root, trace.error, trace.error_type)
     root.add_event("REQUEST_END", timestamp=end)
     root.end(end_time=end)
     return root
