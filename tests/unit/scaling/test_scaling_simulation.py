@@ -3,6 +3,8 @@ and what is conserved whatever the traffic."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,3 +163,18 @@ def test_a_plan_sweeps_min_replicas_beside_a_fixed_fleet() -> None:
     # at its peak one pod holds 1000 x 2 ms = 2 pending requests, never 50
     assert len(plan.warnings) == 1
     assert "never reaches pending=50" in plan.warnings[0]
+
+
+def test_merging_pod_groups_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # groups of pods that have behaved alike for a while are kept as one; keeping every group
+    # apart must give the same day
+    import inferd.tools.scaling.simulate as simulate_module
+
+    offered = np.concatenate([np.linspace(200, 6000, 1800), np.linspace(6000, 300, 1800)])
+    spec = HpaSpec(1, 12, (MetricTarget("pending", 0.3),))
+    merged = simulate(config(spec=spec), offered)
+    monkeypatch.setattr(simulate_module, "merge_groups", lambda groups, *_: groups)
+    apart = simulate(config(spec=spec), offered)
+    assert asdict(merged.totals) == pytest.approx(asdict(apart.totals), rel=1e-12)
+    assert np.array_equal(merged.replicas, apart.replicas)
+    assert np.allclose(merged.p99_us, apart.p99_us, equal_nan=True)

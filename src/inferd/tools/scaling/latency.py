@@ -19,7 +19,10 @@ __all__ = ["BIN_EDGES_US", "LEVELS", "LatencyModel", "percentile", "share_above"
 Array = np.ndarray[Any, Any]
 BINS_PER_DECADE = 40
 BIN_EDGES_US: Array = np.logspace(0, 9, 9 * BINS_PER_DECADE + 1)  # 1 µs .. 1000 s
-LEVELS: Array = (np.arange(100) + 0.5) / 100  # the quantile levels one distribution is cut into
+# the quantile levels one distribution is cut into: an odd count, so that no common percentile
+# (p50, p99, p99.9) falls exactly between two of them, where rounding would pick the side
+LEVEL_COUNT = 251
+LEVELS: Array = (np.arange(LEVEL_COUNT) + 0.5) / LEVEL_COUNT
 GRID_POINTS = 128
 
 
@@ -62,7 +65,7 @@ class LatencyModel:
         self.max_rps = curve.max_rps
         self.grid: Array = np.linspace(0.0, curve.max_rps, GRID_POINTS)
         rows = [
-            histogram(curve.quantiles_us(float(r), LEVELS), np.full(len(LEVELS), 0.01))
+            histogram(curve.quantiles_us(float(r), LEVELS), np.full(LEVEL_COUNT, 1 / LEVEL_COUNT))
             for r in self.grid
         ]
         self._matrix: Array = np.vstack(rows)
