@@ -3,6 +3,7 @@ ONNX Runtime models (no network)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -119,6 +120,19 @@ async def test_polling_leaves_a_pinned_model_alone_until_it_is_unpinned(repo: Pa
         assert await served(engine) == ("4", 3)
         await manager.poll_once()  # the unpin's load left nothing for the next scan
         assert await served(engine) == ("4", 3)
+    finally:
+        await manager.close()
+
+
+async def test_a_poll_that_overlaps_a_rollback_does_not_undo_it(repo: Path) -> None:
+    manager, engine = make(repo, ControlMode.POLL)
+    await manager.startup()
+    try:
+        write_add_sub(repo, "m", versions=(4,))
+        # the poll finds version 4 while the rollback loads version 2 under the model's lock
+        await asyncio.gather(engine.rollback_model("m"), manager.poll_once())
+        assert await served(engine) == ("2", 1)
+        assert manager.ready_versions("m") == [2]
     finally:
         await manager.close()
 

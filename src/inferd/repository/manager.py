@@ -30,7 +30,7 @@ from inferd.errors import (
 )
 from inferd.repository.calls import InProcessCaller
 from inferd.repository.ensembles import EnsembleDependencies, load_ensemble_version
-from inferd.repository.layout import duplicated, find_models, list_versions
+from inferd.repository.layout import duplicated, find_models
 from inferd.repository.loader import (
     LoadedVersion,
     LoadOptions,
@@ -48,7 +48,7 @@ from inferd.repository.records import (
     ModelRecord,
     VersionStatus,
 )
-from inferd.repository.rollback import Pin, refuse_in_mode_none, rollback_target
+from inferd.repository.rollback import Pin, refuse_in_mode_none, roll_back
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.scheduling.stats import ModelStats
@@ -262,6 +262,7 @@ class RepositoryManager:
         *,
         override_json: str | None = None,
         upload: bool = False,
+        unless_pinned: bool = False,
     ) -> None:
         if model_dir is None:
             raise NotFoundError(
@@ -279,6 +280,8 @@ class RepositoryManager:
             self._fail_all(record, str(exc))
             raise
         async with record.lock, self._load_gate:
+            if unless_pinned and record.pin is not None:
+                return  # pinned by a rollback while this poll's reload waited for the lock
             try:
                 prepared = await asyncio.to_thread(
                     prepare,
@@ -479,47 +482,36 @@ class RepositoryManager:
         if record is None or not record.loaded:
             raise NotFoundError(f"cannot roll '{name}' back: it has no loaded version")
         async with record.lock:
-            current = record.default_version()
-            source = record.source
-            if current is None or source is None:
-                raise NotFoundError(f"cannot roll '{name}' back: it has no loaded version")
-            available = await asyncio.to_thread(list_versions, source.model_dir)
-            target = rollback_target(name, current, available, version)
-            if target not in record.loaded:
-                async with self._load_gate:
-                    record.loaded[target] = await self._load_for_rollback(record, source, target)
-            pin = Pin(target, current)
-            record.move(target, ModelState.READY, pin.reason(name))
-            record.pin = pin
-            leaving = record.loaded.pop(current)
-            record.move(current, ModelState.UNLOADING)
-            self._publish(record)
-            _log.info("model '%s' rolled back from version %d to %d", name, current, target)
-            await self._retire(record, [leaving])
-            record.move(current, ModelState.UNAVAILABLE, f"unloaded: rolled back to {target}")
-        return pin
+            return await roll_back(
+                record,
+                version,
+                load=self._load_for_rollback,
+                publish=self._publish,
+                retire=self._retire,
+            )
 
     async def _load_for_rollback(
         self, record: ModelRecord, source: LoadSource, version: int
     ) -> LoadedVersion:
         """Load ``version`` as the model's last load did, its version policy widened to it."""
-        prepared = await asyncio.to_thread(
-            prepare,
-            record.name,
-            source.model_dir,
-            self._registry,
-            self._options,
-            override_json=source.override_json,
-        )
-        prepared.versions = [version]
-        record.move(version, ModelState.LOADING)
-        stats = record.stats.setdefault(version, ModelStats(record.name, version))
-        try:
-            return await self._load_one(prepared, version, stats)
-        except Exception as exc:
-            self._count_failure(record.name)
-            record.move(version, ModelState.UNAVAILABLE, str(exc))
-            raise
+        async with self._load_gate:
+            prepared = await asyncio.to_thread(
+                prepare,
+                record.name,
+                source.model_dir,
+                self._registry,
+                self._options,
+                override_json=source.override_json,
+            )
+            prepared.versions = [version]
+            record.move(version, ModelState.LOADING)
+            stats = record.stats.setdefault(version, ModelStats(record.name, version))
+            try:
+                return await self._load_one(prepared, version, stats)
+            except Exception as exc:
+                self._count_failure(record.name)
+                record.move(version, ModelState.UNAVAILABLE, str(exc))
+                raise
 
     async def unpin(self, name: str) -> None:
         """Lift a rollback's pin: load the model again as its repository (and the last load
@@ -578,7 +570,7 @@ class RepositoryManager:
             if record is not None and record.fingerprint == stamp:
                 continue
             try:
-                await self._load(name, model_dir)
+                await self._load(name, model_dir, unless_pinned=True)
             except InferdError as exc:
                 _log.error("poll: %s", exc)
                 # the old versions, if any, keep serving; remember the stamp to avoid retrying

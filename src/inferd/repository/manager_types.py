@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -11,8 +11,10 @@ from inferd.core.inference import InferRequest
 from inferd.core.metadata import IndexEntry
 from inferd.core.model_spec import ModelSpec
 from inferd.core.statistics import StatsSnapshot
-from inferd.repository.rollback import Pin
 from inferd.scheduling.stats import ModelStats
+
+if TYPE_CHECKING:  # the rollback module imports the loader, which imports this module
+    from inferd.repository.records import Pin
 
 
 class Scheduler(Protocol):

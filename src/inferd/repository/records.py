@@ -11,7 +11,6 @@ from pathlib import Path
 
 from inferd.core.lifecycle import ModelState, check_transition
 from inferd.repository.loader import LoadedVersion
-from inferd.repository.rollback import Pin
 from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
@@ -29,6 +28,21 @@ class ControlMode(enum.Enum):
 class VersionStatus:
     state: ModelState
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """The default version a rollback chose, and the version it replaced."""
+
+    version: int
+    rolled_back_from: int
+
+    def reason(self, name: str) -> str:
+        """What the repository index says of the pinned version."""
+        return (
+            f"pinned as the default version by a rollback from version {self.rolled_back_from};"
+            f" 'inferd model unpin {name}' (or an explicit load) returns to the version policy"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,4 +99,4 @@ class ModelRecord:
         return max(self.loaded)
 
 
-__all__ = ["MODEL_LEVEL", "ControlMode", "LoadSource", "ModelRecord", "VersionStatus"]
+__all__ = ["MODEL_LEVEL", "ControlMode", "LoadSource", "ModelRecord", "Pin", "VersionStatus"]
