@@ -7,14 +7,16 @@ and the cost of running the same job on Ray Data.
    built-in one), tokenised to 128 tokens by MiniLM's own tokenizer, written as Parquet with
    ``input_ids`` and ``attention_mask`` as fixed-size list columns (bench/.work/batch/).
 2. Raw ONNX Runtime: every sentence through ``InferenceSession.run`` in batches, the data in
-   memory, nothing read or written. A quick grid on the first 1,000 rows picks the best layout
+   memory, nothing read or written. A quick grid on the first 500 rows picks the best layout
    (1 session x 2 intra-op threads, or 2 sessions x 1 thread on two threads) and batch size
    (16, 32, 64); that best setting is then timed on every row.
 3. ``inferd batch``: the same model in a repository with the same layout (instances x threads)
    and ``--batch-size``; its figure is the rows/s the command reports for its pipeline (reading
    the Parquet file, inference, writing the output); the command's wall time (start-up and
    model load included) is printed beside it.
-   Steps 2 and 3 alternate for ``--rounds`` rounds; each side keeps its best round.
+   Steps 2 and 3 alternate for ``--rounds`` rounds; each side keeps its best round. Before each
+   timed run the script waits (a while at most) for other processes to leave the CPUs, and each
+   figure carries the cores other processes took during it (bench/cpu_share.py).
 4. Ray: ``inferd batch --ray`` on a local Ray with 2 CPUs, 2 actors of one 1-thread instance
    each, against the single-process run with 2 instances x 1 thread: the job's own time (actors
    started and models loaded inside it) and the command's wall time (Ray's start-up included).
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cpu_share import QuietGate, watch  # bench/ is on sys.path: the script's own folder
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -41,7 +44,7 @@ WORK = BENCH / ".work" / "batch"
 SEQ_LEN = 128
 LAYOUTS = {"1x2": (1, 2), "2x1": (2, 1)}  # sessions (instances) x intra-op threads
 BATCH_SIZES = (16, 32, 64)
-GRID_ROWS = 1000
+GRID_ROWS = 500
 INFERD = [sys.executable, "-m", "inferd.cli.main", "batch"]
 
 
@@ -211,14 +214,21 @@ def main() -> None:
     repo = repository(layout, onnx)
     print(f"best raw setting: {layout} (sessions x threads), batch {batch}", flush=True)
 
+    gate = QuietGate(budget_s=600, max_wait_s=60)
     raw_runs: list[float] = []
     inferd_runs: list[tuple[float, float]] = []
     for round_ in range(args.rounds):
-        raw_runs.append(raw_ort(onnx, data, layout, batch))
-        rate, wall, line = inferd_batch(repo, parquet, WORK / "out", "--batch-size", str(batch))
+        gate.wait()
+        with watch() as share:
+            raw_runs.append(raw_ort(onnx, data, layout, batch))
+        print(f"round {round_ + 1}: raw {raw_runs[-1]:,.1f} rows/s [{share.summary()}]",
+              flush=True)  # fmt: skip
+        gate.wait()
+        with watch() as share:
+            rate, wall, line = inferd_batch(repo, parquet, WORK / "out", "--batch-size", str(batch))
         inferd_runs.append((rate, wall))
-        print(f"round {round_ + 1}: raw {raw_runs[-1]:,.1f} rows/s; inferd {line} "
-              f"[wall {wall:.1f} s]", flush=True)  # fmt: skip
+        print(f"round {round_ + 1}: inferd {line} [wall {wall:.1f} s; {share.summary()}]",
+              flush=True)  # fmt: skip
     raw_best = max(raw_runs)
     inferd_best = max(r for r, _ in inferd_runs)
     figures: dict[str, Any] = {
@@ -236,15 +246,21 @@ def main() -> None:
 
     if not args.no_ray:
         two = repository("2x1", onnx)
-        single, single_wall, line = inferd_batch(
-            two, parquet, WORK / "out-single", "--batch-size", str(batch)
-        )
-        print(f"single process 2x1: {line} [wall {single_wall:.1f} s]", flush=True)
-        ray_rate, ray_wall, line = inferd_batch(
-            two, parquet, WORK / "out-ray", "--batch-size", str(batch), "--ray",
-            "--ray-cpus", "2", "--ray-actors", "2", "--instances", "1",
-        )  # fmt: skip
-        print(f"Ray Data 2 actors x 1: {line} [wall {ray_wall:.1f} s]", flush=True)
+        gate.wait()
+        with watch() as share:
+            single, single_wall, line = inferd_batch(
+                two, parquet, WORK / "out-single", "--batch-size", str(batch)
+            )
+        print(f"single process 2x1: {line} [wall {single_wall:.1f} s; {share.summary()}]",
+              flush=True)  # fmt: skip
+        gate.wait()
+        with watch() as share:
+            ray_rate, ray_wall, line = inferd_batch(
+                two, parquet, WORK / "out-ray", "--batch-size", str(batch), "--ray",
+                "--ray-cpus", "2", "--ray-actors", "2", "--instances", "1",
+            )  # fmt: skip
+        print(f"Ray Data 2 actors x 1: {line} [wall {ray_wall:.1f} s; {share.summary()}]",
+              flush=True)  # fmt: skip
         figures.update(
             single_rows_per_s=single,
             single_wall_s=single_wall,
