@@ -2,18 +2,22 @@
 to JSONL and to Parquet, side by side in one run, with what the log wrote and dropped.
 
     flock /tmp/bench.lock .venv/bin/python bench/payload_log.py [--rounds 3] [--window-ms 4000]
-        [--concurrency 32] [--protocol grpc] [--model simple] [--perf-analyzer PATH]
+        [--concurrency 32] [--protocol grpc] [--model simple] [--configs off,jsonl,parquet]
+        [--perf-analyzer PATH]
 
 For each configuration it starts ``inferd serve`` on the example repository (only ``--model``
 loaded), drives it with perf_analyzer at ``--concurrency`` (perf_analyzer's own random data,
 its stability rule: three windows within 50 %), then reads the server's dropped-request
 counters (queue full, write errors) and, once it has stopped, counts the records and bytes in
-its files. Rounds are interleaved (off, JSONL, Parquet, off, ...) so drift hits every
-configuration alike; the figures are the medians of the rounds. Besides throughput it prints
-the server's CPU time per request (its ``process_cpu_seconds_total`` over the requests it
-answered during the run), which a machine shared with other work disturbs less. The goal: at
-100 % sampling the throughput stays within 5 % of logging off, and nothing is dropped while
-the disk keeps up.
+its files. Rounds are interleaved (off, JSONL, Parquet, then JSONL, Parquet, off, ...: each
+round starts one configuration later) so drift hits every configuration alike; the figures are
+the medians of the rounds, with the spread of throughput. Besides throughput it prints the
+server's CPU time per request (its ``process_cpu_seconds_total`` over the requests it answered
+during the run), which a machine shared with other work disturbs less, and the part of it
+spent by the log's writer thread (``inferd_payload_log_writer_cpu_seconds_total``). The goal:
+at 100 % sampling the throughput stays within 5 % of logging off, and nothing is dropped while
+the disk keeps up. ``--model fraud_xgboost`` measures a request that costs more than
+``simple``'s.
 """
 
 from __future__ import annotations
@@ -31,13 +35,17 @@ from generators import PERF_ANALYZER  # bench/ is on sys.path: the script's own 
 from inferd.examples.build import build_examples
 from inferd.testing import running_server
 
+#: name -> the server's payload log flags (every one but "off" logs 100 % of the requests)
 CONFIGS = {
     "off": [],
-    "jsonl 100%": ["--payload-log-format=jsonl"],
-    "parquet 100%": ["--payload-log-format=parquet"],
+    "jsonl": ["--payload-log-format=jsonl"],
+    "parquet": ["--payload-log-format=parquet"],
 }
 COUNTER = re.compile(r'^(inferd_payload_log_\w+)\{model="[^"]*"(?:,reason="(\w+)")?\} (\S+)$')
-PLAIN = re.compile(r"^(process_cpu_seconds_total|nv_inference_request_success)\{?[^ ]*\}? (\S+)$")
+PLAIN = re.compile(
+    r"^(process_cpu_seconds_total|nv_inference_request_success"
+    r"|inferd_payload_log_writer_cpu_seconds_total)\{?[^ ]*\}? (\S+)$"
+)
 
 
 def _perf_analyzer(
@@ -112,11 +120,16 @@ def _run(
         # counted in the files once the server has stopped (and so written everything)
         written = sum(p.stat().st_size for p in Path(logs).rglob("*") if p.is_file())
         logged = _records(Path(logs))
-    cpu = counters["process_cpu_seconds_total"] - before["process_cpu_seconds_total"]
-    served = counters["nv_inference_request_success"] - before["nv_inference_request_success"]
+
+    def grown(name: str) -> float:
+        return counters.get(name, 0.0) - before.get(name, 0.0)
+
+    cpu = grown("process_cpu_seconds_total")
+    served = max(grown("nv_inference_request_success"), 1.0)
     return {
         "throughput": throughput,
-        "cpu_us": cpu / max(served, 1.0) * 1e6,
+        "cpu_us": cpu / served * 1e6,
+        "writer_us": grown("inferd_payload_log_writer_cpu_seconds_total") / served * 1e6,
         "logged": float(logged),
         "dropped": counters.get("inferd_payload_log_dropped_total:queue_full", 0.0)
         + counters.get("inferd_payload_log_dropped_total:write_error", 0.0),
@@ -130,25 +143,43 @@ def main() -> None:
     parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer's -p")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
-    parser.add_argument("--model", default="simple", help="a model of the example repository")
+    parser.add_argument(
+        "--model",
+        default="simple",
+        help="a model of the example repository (simple: the cheapest request; fraud_xgboost: "
+        "a realistic one, 20 features through dynamic batching and XGBoost)",
+    )
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help="the configurations to run, comma-separated (default: all)",
+    )
     parser.add_argument("--perf-analyzer", default=None, help="perf_analyzer binary")
     args = parser.parse_args()
     binary = Path(args.perf_analyzer) if args.perf_analyzer else PERF_ANALYZER
+    names = args.configs.split(",")
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown or "off" not in names:
+        raise SystemExit(
+            f"--configs {args.configs!r}: name 'off' and any of " + ", ".join(list(CONFIGS)[1:])
+        )
     if not binary.exists():
         raise SystemExit(f"no perf_analyzer at {binary}: pass --perf-analyzer or set PERF_ANALYZER")
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "models"
         build_examples(repo, force=True, progress=False)
-        results: dict[str, list[dict[str, float]]] = {name: [] for name in CONFIGS}
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
         for round_ in range(args.rounds):
-            for name, flags in CONFIGS.items():
-                result = _run(repo, name, flags, args, binary)
+            # each round starts one configuration later, so none always runs first
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                result = _run(repo, name, CONFIGS[name], args, binary)
                 results[name].append(result)
                 print(
                     f"round {round_ + 1} {name:13s} {result['throughput']:9.1f} infer/s  "
-                    f"{result['cpu_us']:6.1f} CPU us/request  logged {result['logged']:.0f}  "
-                    f"dropped {result['dropped']:.0f}",
+                    f"{result['cpu_us']:6.1f} CPU us/request (writer {result['writer_us']:5.1f})  "
+                    f"logged {result['logged']:.0f}  dropped {result['dropped']:.0f}",
                     flush=True,
                 )
     base = statistics.median(r["throughput"] for r in results["off"])
@@ -157,17 +188,32 @@ def main() -> None:
         f"\n{args.model} over {args.protocol}, concurrency {args.concurrency}, "
         f"median of {args.rounds} rounds"
     )
-    head = ("payload log", "infer/s", "vs off", "CPU us/req", "vs off", "logged", "dropped", "MB")
-    print("{:14s} {:>10s} {:>8s} {:>11s} {:>8s} {:>10s} {:>8s} {:>8s}".format(*head))
+    head = (
+        "payload log",
+        "infer/s",
+        "vs off",
+        "spread",
+        "CPU us/req",
+        "vs off",
+        "writer",
+        "logged",
+        "dropped",
+        "MB",
+    )
+    print("{:14s} {:>10s} {:>8s} {:>13s} {:>11s} {:>8s} {:>7s} {:>10s} {:>8s} {:>8s}".format(*head))
     for name, rounds in results.items():
-        throughput = statistics.median(r["throughput"] for r in rounds)
+        throughputs = [r["throughput"] for r in rounds]
+        throughput = statistics.median(throughputs)
+        spread = f"{min(throughputs):.0f}-{max(throughputs):.0f}"
         cpu = statistics.median(r["cpu_us"] for r in rounds)
+        writer = statistics.median(r["writer_us"] for r in rounds)
         logged = sum(r["logged"] for r in rounds)
         dropped = sum(r["dropped"] for r in rounds)
         written = sum(r["bytes"] for r in rounds) / 1e6
         print(
-            f"{name:14s} {throughput:10.1f} {throughput / base - 1:+8.1%} {cpu:11.1f} "
-            f"{cpu / base_cpu - 1:+8.1%} {logged:10.0f} {dropped:8.0f} {written:8.1f}"
+            f"{name:14s} {throughput:10.1f} {throughput / base - 1:+8.1%} {spread:>13s} "
+            f"{cpu:11.1f} {cpu / base_cpu - 1:+8.1%} {writer:7.1f} {logged:10.0f} {dropped:8.0f} "
+            f"{written:8.1f}"
         )
 
 

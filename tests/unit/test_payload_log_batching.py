@@ -223,6 +223,7 @@ def test_nothing_is_lost_on_a_clean_shutdown(tmp_path: Path, fmt: str) -> None:
         assert groups == 2  # 4096 rows or more, then the rest when the file closed
     (stats,) = logger.statistics().models
     assert (stats.logged, stats.dropped_queue_full, stats.dropped_write_error) == (n, 0, 0)
+    assert logger.statistics().writer_cpu_seconds > 0
 
 
 # -- a disk that does not keep up ----------------------------------------------------------------

@@ -29,3 +29,4 @@ class PayloadLogStats:
     models: tuple[PayloadLogModelStats, ...] = ()
     queued: int = 0  # sampled requests waiting for the writer
     queued_bytes: int = 0  # about the tensor bytes they hold
+    writer_cpu_seconds: float = 0.0  # CPU time the writer thread spent encoding and writing

@@ -59,3 +59,8 @@ class PayloadLogCollector(Collector):
             "About the tensor bytes held by requests waiting for the payload log writer",
             value=stats.queued_bytes,
         )
+        yield CounterMetricFamily(
+            "inferd_payload_log_writer_cpu_seconds",
+            "CPU time the payload log's writer thread spent encoding and writing records",
+            value=stats.writer_cpu_seconds,
+        )

@@ -113,4 +113,6 @@ class PayloadLogger:
 
     def statistics(self) -> PayloadLogStats:
         queued, queued_bytes = self._handoff.depth()
-        return PayloadLogStats(self._counters.snapshot(), queued, queued_bytes)
+        return PayloadLogStats(
+            self._counters.snapshot(), queued, queued_bytes, self._writer.cpu_ns / 1e9
+        )

@@ -83,6 +83,7 @@ class PayloadWriter:
         self._open: dict[str, _Open] = {}
         self._sequence = 0
         self._failing: set[str] = set()  # models whose last write failed (logged once)
+        self.cpu_ns = 0  # the thread's CPU time so far, as of its last batch
         self._thread = threading.Thread(target=self._run, name="inferd-payload-log", daemon=True)
 
     def start(self) -> None:
@@ -105,6 +106,7 @@ class PayloadWriter:
                 if items:
                     self._write_all(items)
                 self._close_aged()
+                self.cpu_ns = time.thread_time_ns()
                 if not items and self._handoff.closed:
                     break
         except Exception:  # a bug here must not go unseen; the server keeps serving
@@ -112,6 +114,7 @@ class PayloadWriter:
         finally:
             for model in list(self._open):
                 self._close(model)
+            self.cpu_ns = time.thread_time_ns()
 
     def _write_all(self, items: list[tuple[Captured, int]]) -> None:
         by_model: dict[str, list[Captured]] = {}
