@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferd.testing import running_server
+from tests.helpers.signals import ctrl_c_reachable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -124,7 +125,13 @@ def test_ctrl_c_keeps_what_was_measured_and_the_rerun_resumes(tmp_path: Path) ->
     results = tmp_path / "results"
     command = [sys.executable, "-m", "inferd.cli.main", "analyze", "simple",
                "--model-repository", str(EXAMPLES), *TINY, "--results", str(results)]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_reachable,
+    )
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith("simple default:"):

@@ -22,6 +22,7 @@ pytest.importorskip("transformers")
 from distill_models import build_digits_teacher, build_tiny_bert, digits_rows  # noqa: E402
 
 from inferd.tools.optimize.corpus import docstring_sentences  # noqa: E402
+from tests.helpers.signals import ctrl_c_reachable  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -220,7 +221,12 @@ def test_ctrl_c_during_training_writes_nothing(tiny_bert: Path, tmp_path: Path) 
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=ctrl_c_reachable,
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:  # the line printed as training starts
