@@ -161,7 +161,8 @@ def raw_ort(onnx: Path, data: dict[str, np.ndarray], layout: str, batch: int) ->
 
 
 def inferd_batch(repo: Path, data: Path, out: Path, *extra: str) -> tuple[float, float, str]:
-    """(rows/s the command reports, its wall time in s, its summary line)."""
+    """(rows/s of the command's pipeline, from the time it reports; its wall time in s; its
+    summary line)."""
     shutil.rmtree(out, ignore_errors=True)
     began = time.perf_counter()
     done = subprocess.run(
@@ -173,9 +174,10 @@ def inferd_batch(repo: Path, data: Path, out: Path, *extra: str) -> tuple[float,
     if done.returncode != 0:
         raise SystemExit(f"inferd batch failed:\n{done.stderr[-3000:]}")
     line = done.stdout.strip().splitlines()[-1]
-    found = re.search(r"\(([\d,]+) rows/s\)", line)
+    found = re.search(r"^([\d,]+) rows written, ([\d,]+) bad rows.* in ([\d.]+) s \(", line)
     assert found is not None, line
-    return float(found.group(1).replace(",", "")), wall, line
+    rows = sum(int(found.group(i).replace(",", "")) for i in (1, 2))
+    return rows / float(found.group(3)), wall, line
 
 
 def check_outputs(out: Path, onnx: Path, data: dict[str, np.ndarray]) -> float:
