@@ -22,13 +22,9 @@ from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.monitoring.payload_log import PayloadLogger, PayloadLogSettings
 from inferd.monitoring.payload_log.buffer import HandOff
+from inferd.monitoring.payload_log.json_batch import json_lines
 from inferd.monitoring.payload_log.jsonl import JsonlSink
-from inferd.monitoring.payload_log.records import (
-    Captured,
-    capture_inputs,
-    json_lines,
-    record_dict,
-)
+from inferd.monitoring.payload_log.records import Captured, capture_inputs, record_dict
 from inferd.monitoring.payload_log.writer import Sink, open_sink
 
 Array = np.ndarray[Any, Any]
@@ -78,16 +74,22 @@ SPECIAL = [np.nan, np.inf, -np.inf]
 
 
 @st.composite
-def tensors(draw: Any) -> Array:
+def layouts(draw: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
     dtype = np.dtype(draw(st.sampled_from(DTYPES)))
-    shape = tuple(draw(st.lists(st.integers(0, 3), min_size=0, max_size=3)))
+    return dtype, tuple(draw(st.lists(st.integers(0, 3), min_size=0, max_size=3)))
+
+
+@st.composite
+def tensors(draw: Any, layout: tuple[np.dtype[Any], tuple[int, ...]]) -> Array:
+    dtype, shape = layout
     size = int(np.prod(shape)) if shape else 1
     if dtype.kind == "O":
         items = draw(st.lists(st.binary(max_size=4), min_size=size, max_size=size))
         return np.array([*items, b""], dtype=object)[:size].reshape(shape)
-    values = np.arange(size, dtype=np.float64) - size // 2
+    start = draw(st.integers(-50, 50))
+    values = np.arange(start, start + size, dtype=np.float64) * draw(st.sampled_from([1, 0.25]))
     array = values.astype(dtype).reshape(shape)
-    if dtype.kind == "f" and size and draw(st.booleans()):
+    if dtype.kind == "f" and size and draw(st.integers(0, 4)) == 0:
         array.reshape(-1)[draw(st.integers(0, size - 1))] = draw(st.sampled_from(SPECIAL))
     if size > 1 and draw(st.booleans()):
         array = array.reshape(-1)[::-1].reshape(shape)  # not contiguous
@@ -96,20 +98,27 @@ def tensors(draw: Any) -> Array:
 
 @st.composite
 def batches(draw: Any) -> list[Captured]:
-    names = ["a", "b"]
-    count = draw(st.integers(1, 5))
+    """Records of one layout (most batches) or of several, with ids and parameters JSON must
+    escape."""
+    names = ["a", "b%s", 'c"']
+    shared = {n: draw(layouts()) for n in [*names, "out"]}
+    one_layout = draw(st.booleans())
+
+    def tensor(name: str) -> Array:
+        return draw(tensors(shared[name] if one_layout else draw(layouts())))
+
     return [
         Captured(
             "m",
             1,
-            f"id-{i}",
-            1_700_000_000_123_456_789 + i,
-            {n: draw(tensors()) for n in names},
-            ("secret",) if draw(st.booleans()) else (),
-            {"out": draw(tensors())},
-            {"k": i, "flag": True},
+            draw(st.sampled_from(["", "id-1", 'q"u,o"te', "\\", "%s%b"])),
+            1_700_000_000_123_456_789 + i * 1_234_567,
+            {n: tensor(n) for n in names},
+            ("secret",) if one_layout or draw(st.booleans()) else (),
+            {"out": tensor("out")},
+            {"k": i, "flag": True, "text": '"%'},
         )
-        for i in range(count)
+        for i in range(draw(st.integers(1, 6)))
     ]
 
 
@@ -271,3 +280,18 @@ def test_a_blocked_disk_costs_counted_drops_and_never_blocks_a_request(tmp_path:
     written = read_ids(tmp_path)
     assert (stats.logged, stats.dropped_queue_full) == (20, 180)
     assert written == [f"r{i}" for i in range(20)]  # the first 20: what came after was refused
+
+
+def test_records_of_one_layout_share_a_template_and_odd_ones_take_the_general_form() -> None:
+    from inferd.monitoring.payload_log import json_batch
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    plain = [Captured("m", 1, str(i), i, {"x": x + i}, (), {"y": x}, {}) for i in range(4)]
+    lines: list[bytes | None] = [None] * 4
+    json_batch._group_lines(plain, lines, [0, 1, 2, 3])
+    assert all(line is not None for line in lines)  # every record filled from the template
+    odd = [*plain[:2], Captured("m", 1, "nan", 9, {"x": x * np.nan}, (), {"y": x}, {})]
+    lines = [None] * 3
+    json_batch._group_lines(odd, lines, [0, 1, 2])
+    assert [line is None for line in lines] == [False, False, True]
+    assert json.loads(json_lines(odd)[2])["inputs"][0]["binary_data_base64"]

@@ -10,7 +10,8 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferd.monitoring.payload_log.records import Captured, json_lines
+from inferd.monitoring.payload_log.json_batch import json_lines
+from inferd.monitoring.payload_log.records import Captured
 
 __all__ = ["JsonlSink"]
 

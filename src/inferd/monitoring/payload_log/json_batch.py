@@ -1,0 +1,130 @@
+"""The JSONL lines of a batch of records, built a column at a time.
+
+Records of one layout (the same model and version, the same tensors with the same datatypes
+and shapes, the same redacted inputs: the usual case, a batch holding many requests to one
+model) share one line template. Each numeric tensor of the group is stacked into one array and
+written by one orjson call, whose text is cut into one piece per record; the timestamps are
+formatted by numpy at once. What is left per record is an orjson call for its id and
+parameters and one ``bytes %`` to fill the template. A record that does not fit (BYTES or
+BF16 tensors, a NaN or infinite value, a byte order other than the machine's) is written alone
+by :func:`~inferd.monitoring.payload_log.records.record_dict`; every line is the same bytes
+either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.core import datatypes
+from inferd.monitoring.payload_log.records import Captured, record_dict
+
+__all__ = ["json_lines"]
+
+Array = np.ndarray[Any, Any]
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+
+#: numpy dtypes orjson writes as the codec does (native byte order), with their v2 names
+_NAMES: dict[np.dtype[Any], str] = {
+    datatypes.from_name(name).dtype: name
+    for name in (
+        *("BOOL", "INT8", "INT16", "INT32", "INT64"),
+        *("UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64"),
+    )
+}
+
+
+def _layout(captured: Captured) -> Hashable:
+    """What a record's line looks like apart from its values."""
+    return (
+        captured.model,
+        captured.version,
+        captured.redacted,
+        tuple([(n, a.dtype, a.shape) for n, a in captured.inputs.items()]),
+        tuple([(n, a.dtype, a.shape) for n, a in captured.outputs.items()]),
+    )
+
+
+def _text(value: Any) -> bytes:
+    """JSON of a constant part of a template, with ``%`` doubled for ``bytes %``."""
+    return orjson.dumps(value).replace(b"%", b"%%")
+
+
+def _tensor_head(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    head = b'{"name":' + _text(name) + b',"datatype":' + _text(datatype)
+    return head + b',"shape":' + _text(list(shape)) + b',"data":[%b]}'
+
+
+def _template(first: Captured) -> bytes | None:
+    """The line of records laid out like ``first``, with ``%b`` for the id, timestamp,
+    parameters and each tensor's values; None when a tensor's datatype needs the general
+    form."""
+    tensors: list[list[bytes]] = [[], []]
+    for side, named in enumerate((first.inputs, first.outputs)):
+        for name, array in named.items():
+            datatype = _NAMES.get(array.dtype)
+            if datatype is None:
+                return None
+            tensors[side].append(_tensor_head(name, datatype, array.shape))
+    tensors[0] += [b'{"name":' + _text(n) + b',"redacted":true}' for n in first.redacted]
+    return (
+        b'{"id":%b,"model":' + _text(first.model) + b',"version":' + _text(first.version)
+        + b',"timestamp":"%b","parameters":%b,"inputs":['
+        + b",".join(tensors[0]) + b'],"outputs":[' + b",".join(tensors[1]) + b"]}\n"
+    )  # fmt: skip
+
+
+def _values(arrays: list[Array]) -> tuple[list[bytes], Array | None]:
+    """Each array's flat values as JSON text without brackets, and which are finite (None:
+    all, or not floats)."""
+    stacked = np.stack(arrays).reshape(len(arrays), -1)
+    finite = None
+    if stacked.dtype.kind == "f":
+        rows = np.isfinite(stacked).all(axis=1)
+        if not rows.all():
+            finite = rows
+    return orjson.dumps(stacked, option=_NUMPY)[2:-2].split(b"],["), finite
+
+
+def _group_lines(records: list[Captured], lines: list[bytes | None], where: list[int]) -> None:
+    """Fill ``lines`` at ``where`` for ``records``, all of one layout."""
+    template = _template(records[0])
+    if template is None:
+        return  # left to the general form
+    keep = np.ones(len(records), dtype=bool)
+    columns: list[list[bytes]] = []
+    for side in ("inputs", "outputs"):
+        for name in getattr(records[0], side):
+            values, finite = _values([getattr(r, side)[name] for r in records])
+            if finite is not None:
+                keep &= finite
+            columns.append(values)
+    stamps = np.array([r.time_ns for r in records], dtype=np.int64).view("datetime64[ns]")
+    texts = np.datetime_as_string(stamps, unit="us", timezone="UTC").astype("S").tolist()
+    ids = list(map(orjson.dumps, [r.id for r in records]))
+    parameters = list(map(orjson.dumps, [r.parameters for r in records]))
+    for k, row in enumerate(zip(ids, texts, parameters, *columns, strict=True)):
+        if keep[k]:
+            lines[where[k]] = template % row
+
+
+def json_lines(records: Sequence[Captured]) -> list[bytes]:
+    """The JSONL lines of ``records`` (newlines included), in order."""
+    groups: dict[Hashable, list[int]] = {}
+    for index, captured in enumerate(records):
+        groups.setdefault(_layout(captured), []).append(index)
+    lines: list[bytes | None] = [None] * len(records)
+    for where in groups.values():
+        # parameters that are not a plain dictionary leave their group to the general form
+        with contextlib.suppress(TypeError):
+            _group_lines([records[i] for i in where], lines, where)
+    return [
+        line if line is not None else orjson.dumps(record_dict(records[i]), option=_LINE)
+        for i, line in enumerate(lines)
+    ]
