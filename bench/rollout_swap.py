@@ -265,6 +265,8 @@ def ring_cost(rounds: int) -> dict[str, float]:
         "observe_ns": round(per_call / calls * 1e9, 1),
         "infer_us_without": round(statistics.median(without), 2),
         "infer_us_with": round(statistics.median(with_ring), 2),
+        "infer_us_without_min": round(min(without), 2),
+        "infer_us_with_min": round(min(with_ring), 2),
     }
 
 
@@ -299,8 +301,9 @@ async def _engine_rounds(rounds: int) -> tuple[list[float], list[float]]:
             await servers[warmup].start()
         try:
             request = InferRequest("noop", {"input": np.zeros((1, 16), np.float32)})
-            for _ in range(rounds):
-                for warmup, server in servers.items():
+            for round_ in range(rounds):  # the order alternates, so drift hits both alike
+                order = list(servers.items())
+                for warmup, server in order if round_ % 2 else order[::-1]:
                     engine = server.engine
                     n = 20_000
                     start = time.perf_counter()
@@ -320,12 +323,26 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=4)
     parser.add_argument("--after-s", type=float, default=3.0)
     parser.add_argument("--warmup-from-recent", type=int, nargs="+", default=[8, 0])
-    parser.add_argument("--ring-rounds", type=int, default=5)
+    parser.add_argument("--ring-rounds", type=int, default=9)
+    parser.add_argument("--ring-only", action="store_true", help="measure only the ring's cost")
     args = parser.parse_args()
     rows = []
-    for warmup in args.warmup_from_recent:
+    for warmup in [] if args.ring_only else args.warmup_from_recent:
         rows.append(run_poll(args, warmup))
         rows.append(run_reload(args, warmup))
+    if rows:
+        print_table(rows)
+    cost = ring_cost(args.ring_rounds)
+    print()
+    print(
+        f"recent-request ring: observe {cost['observe_ns']} ns per request; in-process infer "
+        f"of a no-op model {cost['infer_us_without']} us without it, {cost['infer_us_with']} us "
+        f"with it (medians of {args.ring_rounds} interleaved rounds; fastest rounds "
+        f"{cost['infer_us_without_min']} and {cost['infer_us_with_min']} us)"
+    )
+
+
+def print_table(rows: list[dict[str, object]]) -> None:
     print()
     header = f"{'swap':8} {'recent':>6} {'requests':>9} {'failed':>6} {'steady p99':>11} "
     header += f"{'swap p99':>9} {'ratio':>6} {'swap max':>9} {'req/s':>7}"
@@ -336,13 +353,6 @@ def main() -> None:
             f"{r['steady_p99_ms']:>9}ms {r['swap_p99_ms']:>7}ms {r['ratio']:>6} "
             f"{r['swap_max_ms']:>7}ms {r['throughput']:>7}"
         )
-    cost = ring_cost(args.ring_rounds)
-    print()
-    print(
-        f"recent-request ring: observe {cost['observe_ns']} ns per request; in-process infer "
-        f"of a no-op model {cost['infer_us_without']} us without it, {cost['infer_us_with']} us "
-        "with it (medians of interleaved rounds)"
-    )
 
 
 if __name__ == "__main__":
