@@ -2,8 +2,8 @@
 
 Imports point down only::
 
-    cli → server → frontends, metrics, monitoring, rollout → engine → repository → scheduling
-        → backends → codecs → core → errors
+    cli → integrations → server → frontends, metrics, monitoring, rollout → engine → repository
+        → scheduling → backends → codecs → core → errors
 
 ``tools`` sit beside the engine and use it, the codecs, core and errors; ``testing`` and
 ``examples`` may use anything (and only the CLI uses ``examples``). Siblings (``frontends``
