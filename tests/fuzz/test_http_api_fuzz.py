@@ -38,7 +38,7 @@ pytestmark = pytest.mark.timeout(300)
 
 #: examples per operation and generation mode (the run sends about 17 operations x 2 modes x
 #: this many requests, fewer where an operation has little to vary)
-EXAMPLES_PER_OPERATION = 100
+EXAMPLES_PER_OPERATION = 60
 
 #: names that exist, so that requests also reach the models and the load/unload paths
 _REAL_NAMES = st.sampled_from(FUZZ_MODELS)

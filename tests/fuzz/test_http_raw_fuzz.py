@@ -39,7 +39,7 @@ from tests.fuzz.conftest import (
 pytestmark = pytest.mark.timeout(300)
 
 #: requests per family of malformed input
-EXAMPLES_PER_FAMILY = 150
+EXAMPLES_PER_FAMILY = 100
 #: a request with no answer and no close within this time is a hang
 SOCKET_TIMEOUT_S = 10.0
 #: the raw fuzz server's limits: small, so that the limits are reached cheaply
