@@ -119,21 +119,23 @@ def test_rate_flags_parse_and_refuse_loudly() -> None:
 # -- the bounded hand-off ------------------------------------------------------------------------
 
 
-def test_the_hand_off_refuses_past_either_bound_and_frees_on_release() -> None:
-    handoff: HandOff[int] = HandOff(max_items=3, max_bytes=100)
-    assert [handoff.offer(i, 10) for i in range(4)] == [True, True, True, False]
-    taken = handoff.take(0)
-    assert taken == [(0, 10), (1, 10), (2, 10)]  # each item with its bytes
-    assert not handoff.offer(9, 10)  # taken but not released: still held
+def test_the_bounds_refuse_past_either_one_and_free_on_release() -> None:
+    handoff: HandOff[str] = HandOff(max_items=3, max_bytes=100)
+    assert [handoff.admit(10) for _ in range(4)] == [True, True, True, False]
+    handoff.offer("chunk of 3")
+    assert handoff.take(0) == ["chunk of 3"]
+    assert not handoff.admit(10)  # taken but not released: still held
     handoff.release(3, 30)
-    assert handoff.offer(4, 60)
-    assert not handoff.offer(5, 50)  # 110 bytes would pass the bound
-    assert handoff.offer(6, 40)
+    assert handoff.admit(60)
+    assert not handoff.admit(50)  # 110 bytes would pass the bound
+    assert handoff.admit(40)
     assert handoff.depth() == (2, 100)
     handoff.release(*handoff.depth())
-    handoff.take(0)
-    assert handoff.offer(7, 1000)  # larger than the bound: taken only alone
-    assert not handoff.offer(8, 1)
+    assert handoff.admit(1000)  # larger than the bound: admitted only alone
+    assert not handoff.admit(1)
+    handoff.release(1, 1000)
+    handoff.seal()
+    assert not handoff.admit(1)  # sealed: nothing more
 
 
 def test_a_full_queue_drops_and_counts_and_never_blocks(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
 """The payload log's batching: records encoded a batch at a time read back as the codec's form,
-the lock-free hand-off wakes its writer on a quarter of its bound or on its timer, nothing is
-lost on a clean shutdown, and a disk that does not keep up costs drops (counted), never a
-blocked request."""
+they are encoded on the event loop in callbacks of their own (never inside a request), the
+writer wakes on a chunk or on its timer, nothing is lost on a clean shutdown, and a disk that
+does not keep up costs drops (counted), never a blocked request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.monitoring.payload_log import PayloadLogger, PayloadLogSettings
 from inferd.monitoring.payload_log.buffer import HandOff
+from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.json_batch import json_lines
 from inferd.monitoring.payload_log.jsonl import JsonlSink
+from inferd.monitoring.payload_log.logger import CHUNK_RECORDS
 from inferd.monitoring.payload_log.records import Captured, capture_inputs, record_dict
 from inferd.monitoring.payload_log.writer import Sink, open_sink
 
@@ -159,28 +163,87 @@ def test_capture_keeps_the_request_inputs_and_copies_only_to_redact() -> None:
 # -- the hand-off --------------------------------------------------------------------------------
 
 
-def test_the_hand_off_wakes_its_taker_once_a_quarter_of_its_bound_waits() -> None:
-    handoff: HandOff[int] = HandOff(max_items=8, max_bytes=10_000)
-    taken: list[list[tuple[int, int]]] = []
+def test_a_chunk_offered_wakes_the_writer_and_close_lets_it_finish() -> None:
+    handoff: HandOff[str] = HandOff(max_items=8, max_bytes=10_000)
+    taken: list[list[str]] = []
     taker = threading.Thread(target=lambda: taken.append(handoff.take(timeout_s=60)))
     taker.start()
-    assert handoff.offer(1, 10)  # an eighth: no wake-up
-    assert handoff.offer(2, 10)  # a quarter: the taker wakes long before its 60 s
+    assert handoff.admit(10)  # admitting a record wakes nobody
+    handoff.offer("chunk")  # a chunk does: long before the taker's 60 s
     taker.join(timeout=10)
     assert not taker.is_alive()
-    assert taken[0][:2] == [(1, 10), (2, 10)]
-
-
-def test_the_hand_off_wakes_on_bytes_and_on_close() -> None:
-    handoff: HandOff[str] = HandOff(max_items=1000, max_bytes=400)
-    assert handoff.offer("big", 100)  # a quarter of the bytes
-    assert handoff.take(timeout_s=60) == [("big", 100)]
-    handoff.release(1, 100)
-    assert handoff.depth() == (0, 0)
-    assert handoff.offer("small", 1)
+    assert taken == [["chunk"]]
+    handoff.offer("last")
     handoff.close()
-    assert handoff.take(timeout_s=60) == [("small", 1)]  # closed: at once, and still taken
-    assert not handoff.offer("late", 1)
+    assert handoff.take(timeout_s=60) == ["last"]  # closed: at once, and still taken
+    assert handoff.take(timeout_s=60) == []
+    assert not handoff.admit(1)
+
+
+# -- where records are encoded -------------------------------------------------------------------
+
+
+class ThreadSpy(Mapping[str, int]):
+    """Request parameters that note the threads reading them (the encoder does)."""
+
+    def __init__(self, threads: set[str]) -> None:
+        self.threads = threads
+
+    def __getitem__(self, key: str) -> int:
+        return {"k": 1}[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.threads.add(threading.current_thread().name)
+        return iter(["k"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+def spied_request(i: int, threads: set[str]) -> InferRequest:
+    req = request(i)
+    req.parameters = ThreadSpy(threads)  # type: ignore[assignment]
+    return req
+
+
+def test_records_are_encoded_on_the_event_loop_never_inside_a_request(tmp_path: Path) -> None:
+    threads: set[str] = set()
+    logger = PayloadLogger(PayloadLogSettings(tmp_path, flush_secs=60))
+
+    async def serve() -> None:
+        logger.start()
+        for i in range(CHUNK_RECORDS):  # a full chunk: encoded in a callback of its own
+            logger.observe(spec(), 1, spied_request(i, threads), outputs(i))
+            assert not threads  # not during the observation
+        await asyncio.sleep(0)
+        assert threads == {threading.current_thread().name}
+        for i in range(CHUNK_RECORDS, CHUNK_RECORDS + 5):
+            logger.observe(spec(), 1, spied_request(i, threads), outputs(i))
+        await asyncio.to_thread(logger.stop)  # as the server stops it: drained on the loop
+
+    asyncio.run(serve())
+    assert threads == {"MainThread"}
+    assert read_ids(tmp_path) == [f"r{i}" for i in range(CHUNK_RECORDS + 5)]
+
+
+def test_the_writer_asks_the_loop_for_what_waits_on_its_timer(tmp_path: Path) -> None:
+    threads: set[str] = set()
+    logger = PayloadLogger(PayloadLogSettings(tmp_path, flush_secs=0.05))
+
+    async def serve() -> None:
+        logger.start()
+        logger.observe(spec(), 1, spied_request(0, threads), outputs(0))
+        for _ in range(1000):
+            if read_ids(tmp_path):
+                break
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(serve())
+    finally:
+        logger.stop()
+    assert read_ids(tmp_path) == ["r0"]
+    assert threads == {"MainThread"}
 
 
 # -- the writer's timer and shutdown -------------------------------------------------------------
@@ -245,15 +308,15 @@ class BlockedDisk:
         self.released = threading.Event()
         self.writing = threading.Event()
 
-    def open(self, fmt: str, path: Path, first: Captured) -> Sink:
+    def open(self, fmt: str, path: Path, first: Chunk) -> Sink:
         sink = open_sink(fmt, path, first)
         assert isinstance(sink, JsonlSink)
         write = sink.write
 
-        def blocked_write(records: Any, room: int) -> tuple[int, int, int]:
+        def blocked_write(chunk: Chunk, start: int, room: int) -> tuple[int, int, int]:
             self.writing.set()
             self.released.wait(30)
-            return write(records, room)
+            return write(chunk, start, room)
 
         sink.write = blocked_write  # type: ignore[method-assign]
         return sink

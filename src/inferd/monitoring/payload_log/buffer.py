@@ -1,15 +1,10 @@
-"""A bounded hand-off from the event loop to one writer thread, without a lock on the loop's side.
+"""The payload log's bounds, and the hand-off of encoded chunks to the writer thread.
 
-One thread offers (the event loop), one thread takes (the writer). ``offer`` never blocks and
-takes no lock: it checks the bounds, appends to a deque (atomic in CPython) and bumps counters
-that only the offering thread writes; the writer keeps counters of its own, so each counter has
-one writer and the difference of the two is what is held. A full hand-off refuses the item (the
-caller counts the drop). The writer takes everything waiting at once, writes it, then
-``release``-s it, so the bounds cover the items being written as well as the ones waiting.
-
-The writer wakes on its own timer (``take``'s timeout), or sooner once a quarter of either
-bound is waiting: the offer that crosses that mark sets an event, once per batch, so a steady
-stream of items costs no thread wake-up per item.
+``admit`` is called for every sampled request, on the event loop: it checks the bounds and
+counts the record as held, with no lock (the counters it writes are written by no other
+thread; the ones it reads are replaced whole by others). A record stays held while it waits
+to be encoded, while its chunk waits for the writer and while the writer writes it; ``release``
+ends that. ``offer`` hands a chunk to the writer and wakes it: once per chunk, not per record.
 """
 
 from __future__ import annotations
@@ -29,58 +24,62 @@ class HandOff(Generic[T]):
             raise ValueError("a hand-off needs room for at least one item and one byte")
         self._max_items = max_items
         self._max_bytes = max_bytes
-        self._wake_items = max(1, max_items // 4)
-        self._wake_bytes = max(1, max_bytes // 4)
-        self._items: deque[tuple[T, int]] = deque()
-        # written by the offering thread only
-        self._offered = 0
-        self._offered_bytes = 0
-        # written by the taking thread only
-        self._taken_bytes = 0
+        # written by the admitting thread only
+        self._admitted = 0
+        self._admitted_bytes = 0
+        # written under the lock
         self._released = 0
         self._released_bytes = 0
-        self._closed = False
+        self._chunks: deque[T] = deque()
+        self._sealed = False  # no more records admitted
+        self._closed = False  # and the writer may finish once it has taken every chunk
+        self._lock = threading.Lock()
         self._wake = threading.Event()
 
-    def offer(self, item: T, nbytes: int) -> bool:
-        """Queue ``item`` (about ``nbytes`` of memory) unless that would pass a bound; an item
-        larger than the byte bound is taken only when nothing else is held. Called from one
+    def admit(self, nbytes: int) -> bool:
+        """Count a record of about ``nbytes`` as held, unless that would pass a bound (a record
+        larger than the byte bound is admitted only when nothing else is held). Called from one
         thread only (the event loop)."""
-        held = self._offered - self._released
-        if self._closed or held >= self._max_items:
+        held = self._admitted - self._released
+        if self._sealed or held >= self._max_items:
             return False
-        held_bytes = self._offered_bytes - self._released_bytes
-        if held_bytes + nbytes > self._max_bytes and held:
+        if self._admitted_bytes - self._released_bytes + nbytes > self._max_bytes and held:
             return False
-        self._items.append((item, nbytes))
-        self._offered += 1
-        self._offered_bytes = offered_bytes = self._offered_bytes + nbytes
-        if (
-            len(self._items) >= self._wake_items
-            or offered_bytes - self._taken_bytes >= self._wake_bytes
-        ) and not self._wake.is_set():
-            self._wake.set()
+        self._admitted += 1
+        self._admitted_bytes += nbytes
         return True
 
-    def take(self, timeout_s: float) -> list[tuple[T, int]]:
-        """Everything waiting (each item with its bytes), after waiting up to ``timeout_s`` for
-        enough to gather (or for :meth:`close`); empty when nothing came. Called from one
-        thread only (the writer)."""
-        if not self._closed and len(self._items) < self._wake_items:
+    def offer(self, chunk: T) -> None:
+        """Hand ``chunk`` (of admitted records) to the writer and wake it."""
+        self._chunks.append(chunk)
+        self._wake.set()
+
+    def take(self, timeout_s: float) -> list[T]:
+        """Every chunk waiting, after waiting up to ``timeout_s`` for one (or for
+        :meth:`close`); empty when none came. Called from one thread only (the writer)."""
+        if not self._chunks and not self._closed:
             self._wake.wait(timeout_s)
         self._wake.clear()
-        pop = self._items.popleft
-        taken = [pop() for _ in range(len(self._items))]
-        self._taken_bytes += sum(n for _, n in taken)
-        return taken
+        pop = self._chunks.popleft
+        return [pop() for _ in range(len(self._chunks))]
 
     def release(self, items: int, nbytes: int) -> None:
-        """The writer is done with ``items`` taken items holding ``nbytes``."""
-        self._released += items
-        self._released_bytes += nbytes
+        """``items`` held records holding ``nbytes`` are written, or lost."""
+        with self._lock:
+            self._released += items
+            self._released_bytes += nbytes
+
+    def wake(self) -> None:
+        """Wake the writer before its timer."""
+        self._wake.set()
+
+    def seal(self) -> None:
+        """Admit no more records (the ones admitted can still be offered)."""
+        self._sealed = True
 
     def close(self) -> None:
-        """Refuse new items and wake the writer; what is waiting can still be taken."""
+        """Seal, and let the writer finish once it has taken every chunk offered so far."""
+        self._sealed = True
         self._closed = True
         self._wake.set()
 
@@ -89,5 +88,5 @@ class HandOff(Generic[T]):
         return self._closed
 
     def depth(self) -> tuple[int, int]:
-        """Items and bytes held (waiting or being written)."""
-        return self._offered - self._released, self._offered_bytes - self._released_bytes
+        """Records and bytes held (waiting to be encoded or written, or being written)."""
+        return self._admitted - self._released, self._admitted_bytes - self._released_bytes

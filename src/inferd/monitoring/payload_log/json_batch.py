@@ -83,7 +83,8 @@ def _template(first: Captured) -> bytes | None:
 def _values(arrays: list[Array]) -> tuple[list[bytes], Array | None]:
     """Each array's flat values as JSON text without brackets, and which are finite (None:
     all, or not floats)."""
-    stacked = np.stack(arrays).reshape(len(arrays), -1)
+    # one C call: every array flattened and joined (np.stack would add an axis per array)
+    stacked = np.concatenate(arrays, axis=None).reshape(len(arrays), arrays[0].size)
     finite = None
     if stacked.dtype.kind == "f":
         rows = np.isfinite(stacked).all(axis=1)

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
 from pathlib import Path
 
-from inferd.monitoring.payload_log.json_batch import json_lines
-from inferd.monitoring.payload_log.records import Captured
+from inferd.monitoring.payload_log.encode import Chunk
 
 __all__ = ["JsonlSink"]
 
@@ -24,17 +22,18 @@ class JsonlSink:
         self._file = path.open("xb")  # never another file's name: refused if it exists
         self.size = 0
 
-    def accepts(self, captured: Captured) -> bool:
+    def accepts(self, chunk: Chunk) -> bool:
         return True  # any record fits a JSONL file
 
     pending = 0  # records taken but not yet in the file: none, each write goes out at once
 
-    def write(self, records: Sequence[Captured], room: int) -> tuple[int, int, int]:
-        """Append records until about ``room`` bytes are written (at least one record).
-        Returns how many were taken, how many are now in the file and the bytes written."""
-        lines = json_lines(records)
+    def write(self, chunk: Chunk, start: int, room: int) -> tuple[int, int, int]:
+        """Append the chunk's lines from ``start`` until about ``room`` bytes are written (at
+        least one line). Returns how many were taken, how many are now in the file and the
+        bytes written."""
+        lines = chunk.lines[start:] if chunk.lines is not None else []
         ends = list(itertools.accumulate(map(len, lines)))
-        # the records up to and including the first that reaches ``room``
+        # the lines up to and including the first that reaches ``room``
         taken = min(len(lines), bisect.bisect_left(ends, room) + 1)
         size = ends[taken - 1]
         self._file.write(b"".join(lines[:taken]))

@@ -1,18 +1,29 @@
-"""The payload log: an observer of answered requests that samples them and hands them to its
-writer thread, never making a request wait or fail.
+"""The payload log: an observer of answered requests that samples them and writes them to
+files, never making a request wait or fail.
 
 On the event loop, per answered request: the model's rate (one dictionary lookup once known),
-a random draw when the rate is below 1, and for a sampled request one tuple of references (its
-inputs, with redacted ones left out, its outputs and parameters, a timestamp) appended to a
-bounded hand-off, with no lock and no thread wake-up (:mod:`~inferd.monitoring.payload_log.
-buffer`). A full hand-off drops the request and counts it. Encoding and file I/O happen on the
-writer thread (:mod:`~inferd.monitoring.payload_log.writer`), a batch at a time.
+a random draw when the rate is below 1, and for a sampled request a check of the bounds (no
+lock) and one tuple of references (its inputs, with redacted ones left out, its outputs and
+parameters, a timestamp) appended to a deque. A request past the bounds is dropped and
+counted.
+
+The records are encoded on the event loop too, a chunk of :data:`CHUNK_RECORDS` at a time in a
+callback of its own (never inside a request): once a chunk has gathered, or when the writer
+thread asks for what is waiting (every ``flush_secs``). Encoding there costs the loop what it
+would cost any thread, while encoding on a second Python thread also costs the loop the
+interpreter lock handed back and forth (measured: docs/observability.md). The writer thread
+only writes (:mod:`~inferd.monitoring.payload_log.writer`). Without a running event loop (an
+observer called from plain threads) the writer thread encodes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,11 +35,24 @@ from inferd.core.payload_stats import PayloadLogStats
 from inferd.errors import InferdError
 from inferd.monitoring.payload_log.buffer import HandOff
 from inferd.monitoring.payload_log.counters import Counters
+from inferd.monitoring.payload_log.encode import Chunk, encode
 from inferd.monitoring.payload_log.records import Captured, capture_inputs
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.monitoring.payload_log.writer import OpenSink, PayloadWriter, open_sink
 
-__all__ = ["PayloadLogger"]
+__all__ = ["CHUNK_RECORDS", "PayloadLogger"]
+
+_log = logging.getLogger("inferd.payload_log")
+
+#: records encoded in one go (about a millisecond of the event loop's time)
+CHUNK_RECORDS = 128
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class PayloadLogger:
@@ -51,9 +75,19 @@ class PayloadLogger:
         self._draw = draw if draw is not None else random.Random().random
         self._wall_ns = wall_ns
         self._counters = Counters()
-        self._handoff: HandOff[Captured] = HandOff(settings.queue_requests, settings.queue_bytes)
+        self._handoff: HandOff[Chunk] = HandOff(settings.queue_requests, settings.queue_bytes)
+        self._pending: deque[tuple[Captured, int]] = deque()  # admitted, not yet encoded
+        self._loop: asyncio.AbstractEventLoop | None = None  # found by the first observation
+        self._scheduled = False  # an encoding callback is scheduled on the loop
+        self._encoding = threading.Lock()  # one encoder at a time, so chunks keep their order
+        self._encode_failing: set[str] = set()
         self._writer = PayloadWriter(
-            settings, self._handoff, self._counters, wall_ns=wall_ns, open_file=open_file
+            settings,
+            self._handoff,
+            self._counters,
+            self._collect,
+            wall_ns=wall_ns,
+            open_file=open_file,
         )
         self._started = False
 
@@ -79,8 +113,12 @@ class PayloadLogger:
         self._started = True
 
     def stop(self) -> None:
-        if self._started:
-            self._writer.stop()
+        """Admit no more records, encode and write what is waiting, close every file."""
+        if not self._started:
+            return
+        self._handoff.seal()
+        self._drain()
+        self._writer.stop()
 
     def observe(
         self,
@@ -98,6 +136,9 @@ class PayloadLogger:
         inputs, redacted, nbytes = capture_inputs(request.inputs, self._redact)
         for array in outputs.values():
             nbytes += array.nbytes
+        if not self._handoff.admit(nbytes):
+            self._counters.dropped(name, "queue_full")
+            return
         captured = Captured(
             name,
             version,
@@ -108,8 +149,101 @@ class PayloadLogger:
             outputs,
             request.parameters,
         )
-        if not self._handoff.offer(captured, nbytes):
-            self._counters.dropped(name, "queue_full")
+        pending = self._pending
+        pending.append((captured, nbytes))
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = _running_loop()
+        if len(pending) >= CHUNK_RECORDS and not self._scheduled:
+            if loop is not None:
+                self._scheduled = True
+                loop.call_soon(self._encode_chunk)
+            else:
+                self._handoff.wake()  # no loop here: the writer thread encodes
+
+    # -- encoding --------------------------------------------------------------------------
+
+    def _collect(self) -> None:
+        """The writer asks for what waits (on its thread): the loop encodes it, or, when there
+        is no loop, the writer does."""
+        if not self._pending:
+            return
+        loop = self._loop
+        if loop is not None:
+            if self._scheduled:
+                return
+            self._scheduled = True
+            try:
+                loop.call_soon_threadsafe(self._encode_chunk)
+                return
+            except RuntimeError:  # the loop is closed
+                self._scheduled = False
+        self._encode_all()
+
+    def _encode_chunk(self) -> None:
+        """On the loop: encode one chunk, and schedule another if more are waiting."""
+        self._scheduled = False
+        if not self._encoding.acquire(blocking=False):
+            return  # another thread is encoding (stopping): it takes these too
+        try:
+            self._encode(CHUNK_RECORDS)
+        finally:
+            self._encoding.release()
+        if len(self._pending) >= CHUNK_RECORDS and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._encode_chunk)
+
+    def _encode_all(self) -> None:
+        with self._encoding:
+            while self._pending:
+                self._encode(CHUNK_RECORDS)
+
+    def _encode(self, most: int) -> None:
+        pending = self._pending
+        pop = pending.popleft
+        items = [pop() for _ in range(min(most, len(pending)))]
+        try:
+            chunks, failures = encode(self.settings.format, items)
+        except Exception:  # a bug: the records are lost, the server goes on
+            _log.exception("the payload log could not encode %d request(s)", len(items))
+            for captured, nbytes in items:
+                self._counters.dropped(captured.model, "write_error")
+                self._handoff.release(1, nbytes)
+            return
+        for failure in failures:
+            self._counters.dropped(failure.model, "write_error", failure.records)
+            self._handoff.release(failure.records, failure.held_bytes)
+            if failure.model not in self._encode_failing:
+                self._encode_failing.add(failure.model)
+                _log.error(
+                    "payload log of model '%s': %d request(s) could not be encoded: %s",
+                    failure.model,
+                    failure.records,
+                    failure.error,
+                )
+        for chunk in chunks:
+            self._handoff.offer(chunk)
+
+    def _drain(self) -> None:
+        """Encode everything still waiting: on the loop when it runs on another thread (after
+        any encoding already scheduled there), here otherwise."""
+        loop = self._loop
+        if loop is not None and loop.is_running() and _running_loop() is not loop:
+            done = threading.Event()
+
+            def run() -> None:
+                try:
+                    self._encode_all()
+                finally:
+                    done.set()
+
+            try:
+                loop.call_soon_threadsafe(run)
+            except RuntimeError:  # closed meanwhile
+                pass
+            else:
+                done.wait(30.0)
+        self._encode_all()
 
     def statistics(self) -> PayloadLogStats:
         queued, queued_bytes = self._handoff.depth()

@@ -7,14 +7,17 @@ Columns: ``id``, ``model``, ``version``, ``timestamp`` (UTC, microseconds), ``pa
 float32). Each tensor column's field metadata holds its v2 ``datatype``.
 
 A file holds one set of tensor columns: a request with other tensors (an optional input left
-out, a reloaded model with a new config) starts a new file. Rows are written in row groups of
-:data:`ROW_GROUP_ROWS`; the file is written as ``.<name>.parquet.partial`` (hidden: readers of
-the folder, pyarrow's datasets among them, skip it) and renamed to ``<name>.parquet`` once
-closed (its footer written), so every ``.parquet`` file is complete.
+out, a reloaded model with a new config) starts a new file. :func:`arrow_table` turns records
+into Arrow columns (a batch at a time, joined from numpy arrays); the file writes them in row
+groups of at least :data:`ROW_GROUP_ROWS` (pyarrow encodes and writes without the interpreter
+lock). The file is written as ``.<name>.parquet.partial`` (hidden: readers of the folder,
+pyarrow's datasets among them, skip it) and renamed to ``<name>.parquet`` once closed (its
+footer written), so every ``.parquet`` file is complete.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,9 +28,10 @@ import orjson
 
 from inferd.core import datatypes
 from inferd.errors import InferdError
+from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.records import Captured
 
-__all__ = ["ROW_GROUP_ROWS", "ParquetSink", "require_pyarrow"]
+__all__ = ["ROW_GROUP_ROWS", "Key", "ParquetSink", "arrow_table", "require_pyarrow", "schema_key"]
 
 ROW_GROUP_ROWS = 4096
 PARTIAL = ".partial"
@@ -54,6 +58,36 @@ def schema_key(captured: Captured) -> Key:
     return tuple(key)
 
 
+def _value_type(pa: Any, datatype: str) -> Any:
+    if datatype == "BYTES":
+        return pa.binary()
+    if datatype == "BF16":
+        return pa.float32()
+    return pa.from_numpy_dtype(datatypes.from_name(datatype).dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _schema(key: Key) -> Any:
+    pa = require_pyarrow()
+    fields = [
+        pa.field("id", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("version", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("parameters", pa.string()),
+        pa.field("redacted", pa.list_(pa.string())),
+    ]
+    for side, name, datatype in key:
+        tensor = pa.struct(
+            [
+                pa.field("shape", pa.list_(pa.int64())),
+                pa.field("data", pa.list_(_value_type(pa, datatype))),
+            ]
+        )
+        fields.append(pa.field(f"{side}.{name}", tensor, metadata={"datatype": datatype}))
+    return pa.schema(fields)
+
+
 def _json_text(parameters: Mapping[str, Any]) -> str:
     return orjson.dumps(dict(parameters)).decode() if parameters else "{}"
 
@@ -62,81 +96,101 @@ def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
+def _list(pa: Any, counts: Any, values: Any) -> Any:
+    """A list array of ``values`` cut into lists of ``counts`` items."""
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if offsets[-1] < 2**31:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+    large = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+    return large.cast(pa.list_(values.type))  # refused (counted as a write error) if too big
+
+
+def _tensor_column(pa: Any, arrays: list[np.ndarray[Any, Any]], datatype: str, field: Any) -> Any:
+    value_type = field.type.field("data").type.value_type
+    shapes = [a.shape for a in arrays]
+    if datatype == "BYTES":
+        flats = [a.reshape(-1) for a in arrays]
+        values = pa.array([_bytes(v) for f in flats for v in f.tolist()], value_type)
+    else:
+        if len(set(shapes)) == 1 and shapes[0]:  # one shape: joined in one C call
+            joined = np.concatenate(arrays).reshape(-1)
+        else:
+            joined = np.concatenate([a.reshape(-1) for a in arrays])
+        if datatype == "BF16":
+            joined = joined.astype(np.float32)
+        values = pa.array(joined, value_type)
+    sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+    data = _list(pa, sizes, values)
+    dims = np.fromiter((len(s) for s in shapes), dtype=np.int64, count=len(arrays))
+    dim_values = np.fromiter((d for s in shapes for d in s), dtype=np.int64, count=int(dims.sum()))
+    shape_column = _list(pa, dims, pa.array(dim_values))
+    return pa.StructArray.from_arrays([shape_column, data], fields=list(field.type))
+
+
+def arrow_table(key: Key, rows: Sequence[Captured]) -> Any:
+    """``rows`` (all of the tensor columns ``key``) as one Arrow table."""
+    pa = require_pyarrow()
+    schema = _schema(key)
+    columns: list[Any] = [
+        pa.array([r.id for r in rows], pa.string()),
+        pa.array([r.model for r in rows], pa.string()),
+        pa.array([r.version for r in rows], pa.int64()),
+        pa.array(
+            np.array([r.time_ns for r in rows], dtype=np.int64) // 1000,
+            pa.timestamp("us", tz="UTC"),
+        ),
+        pa.array([_json_text(r.parameters) for r in rows], pa.string()),
+        pa.array([list(r.redacted) for r in rows], pa.list_(pa.string())),
+    ]
+    for index, (side, name, datatype) in enumerate(key):
+        arrays = [(r.inputs if side == "input" else r.outputs)[name] for r in rows]
+        columns.append(_tensor_column(pa, arrays, datatype, schema.field(6 + index)))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 class ParquetSink:
     suffix = "parquet"
 
-    def __init__(self, path: Path, first: Captured) -> None:
+    def __init__(self, path: Path, key: Key) -> None:
         self._pa = require_pyarrow()
         self.path = path  # the final name; written as a hidden ".<name>.partial" until closed
         self._partial = path.with_name(f".{path.name}{PARTIAL}")
-        self._key = schema_key(first)
-        self._schema = self._build_schema()
+        self.key = key
         # opened exclusively: never another file's name, now or once renamed
         if path.exists():
             raise FileExistsError(path)
         self._file = self._partial.open("xb")
-        self._writer = self._pa.parquet.ParquetWriter(self._file, self._schema)
-        self._tables: list[Any] = []  # taken records, already columns, not yet written
+        self._writer = self._pa.parquet.ParquetWriter(self._file, _schema(key))
+        self._tables: list[Any] = []  # rows taken, not yet written
         self._pending = 0
         self.size = 0
 
-    def _build_schema(self) -> Any:
-        pa = self._pa
-        fields = [
-            pa.field("id", pa.string()),
-            pa.field("model", pa.string()),
-            pa.field("version", pa.int64()),
-            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-            pa.field("parameters", pa.string()),
-            pa.field("redacted", pa.list_(pa.string())),
-        ]
-        for side, name, datatype in self._key:
-            fields.append(
-                pa.field(
-                    f"{side}.{name}",
-                    pa.struct(
-                        [
-                            pa.field("shape", pa.list_(pa.int64())),
-                            pa.field("data", pa.list_(self._value_type(datatype))),
-                        ]
-                    ),
-                    metadata={"datatype": datatype},
-                )
-            )
-        return pa.schema(fields)
-
-    def _value_type(self, datatype: str) -> Any:
-        pa = self._pa
-        if datatype == "BYTES":
-            return pa.binary()
-        if datatype == "BF16":
-            return pa.float32()
-        return pa.from_numpy_dtype(datatypes.from_name(datatype).dtype)
-
-    def accepts(self, captured: Captured) -> bool:
-        return schema_key(captured) == self._key
-
     @property
     def pending(self) -> int:
-        """Records taken but not yet written (they wait for a full row group or the close)."""
+        """Rows taken but not yet written (they wait for a full row group or the close)."""
         return self._pending
 
-    def write(self, records: Sequence[Captured], room: int) -> tuple[int, int, int]:
-        """Take ``records`` (all accepted), turned into Arrow columns at once (the records
-        themselves are not kept); a full row group is written (the size is known, and
-        ``room`` checked, a row group at a time). Returns how many were taken, how many went
-        into the file and the bytes it grew by."""
-        self._tables.append(self._table(records))
-        self._pending += len(records)
+    def accepts(self, chunk: Chunk) -> bool:
+        return bool(chunk.key == self.key)
+
+    def write(self, chunk: Chunk, start: int, room: int) -> tuple[int, int, int]:
+        """Take the chunk's table (of this file's columns, taken whole: ``start`` is 0);
+        once a row group's worth has gathered it is written (the size is known, and rotation
+        checked, a row group at a time). Returns the rows taken, how many went into the file
+        and the bytes it grew by."""
+        table = chunk.table
+        self._tables.append(table)
+        self._pending += table.num_rows
         if self._pending < ROW_GROUP_ROWS:
-            return len(records), 0, 0
-        return len(records), *self._flush()
+            return table.num_rows, 0, 0
+        return table.num_rows, *self._flush()
 
     def _flush(self) -> tuple[int, int]:
         if not self._pending:
             return 0, 0
         rows = self._pending
-        table = self._pa.concat_tables(self._tables)
+        table = self._pa.concat_tables(self._tables).combine_chunks()
         self._writer.write_table(table, row_group_size=rows)
         self._tables = []
         self._pending = 0
@@ -146,50 +200,6 @@ class ParquetSink:
         size = os.fstat(self._file.fileno()).st_size
         grown, self.size = size - self.size, size
         return grown
-
-    def _table(self, rows: Sequence[Captured]) -> Any:
-        pa = self._pa
-        columns: list[Any] = [
-            pa.array([r.id for r in rows], pa.string()),
-            pa.array([r.model for r in rows], pa.string()),
-            pa.array([r.version for r in rows], pa.int64()),
-            pa.array([r.time_ns // 1000 for r in rows], pa.timestamp("us", tz="UTC")),
-            pa.array([_json_text(r.parameters) for r in rows], pa.string()),
-            pa.array([list(r.redacted) for r in rows], pa.list_(pa.string())),
-        ]
-        for index, (side, name, datatype) in enumerate(self._key):
-            arrays = [(r.inputs if side == "input" else r.outputs)[name] for r in rows]
-            columns.append(self._tensor_column(arrays, datatype, self._schema.field(6 + index)))
-        return pa.Table.from_arrays(columns, schema=self._schema)
-
-    def _list(self, counts: Sequence[int], values: Any) -> Any:
-        """A list array of ``values`` cut into lists of ``counts`` items."""
-        pa = self._pa
-        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        if offsets[-1] < 2**31:
-            return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
-        large = pa.LargeListArray.from_arrays(pa.array(offsets), values)
-        return large.cast(pa.list_(values.type))  # refused (counted as a write error) if too big
-
-    def _tensor_column(self, arrays: list[np.ndarray[Any, Any]], datatype: str, field: Any) -> Any:
-        pa = self._pa
-        value_type = field.type.field("data").type.value_type
-        flats = [a.reshape(-1) for a in arrays]  # views of contiguous arrays
-        if datatype == "BYTES":
-            values = pa.array([_bytes(v) for f in flats for v in f.tolist()], value_type)
-        else:
-            joined = np.concatenate(flats) if flats else np.empty(0)
-            if datatype == "BF16":
-                joined = joined.astype(np.float32)
-            values = pa.array(joined, value_type)
-        data = self._list([f.size for f in flats], values)
-        dims = [len(a.shape) for a in arrays]
-        shape_values = np.fromiter(
-            (d for a in arrays for d in a.shape), dtype=np.int64, count=sum(dims)
-        )
-        shapes = self._list(dims, pa.array(shape_values))
-        return pa.StructArray.from_arrays([shapes, data], fields=list(field.type))
 
     def close(self) -> tuple[int, int]:
         """Write what is pending and the footer, rename to the final name; return the records

@@ -1,9 +1,15 @@
-"""The payload log's writer thread: takes what the observer handed off, writes it to each
-model's current file, rotates files by size and age, and counts what it wrote and lost.
+"""The payload log's writer thread: writes the encoded chunks handed to it to each model's
+current file, rotates files by size and age, and counts what it wrote and lost.
 
-Only this thread touches the files. A write that fails (disk full, folder removed) drops the
-records it held, counts them as ``write_error`` and closes the file; the next records open a
-new one. Errors are logged once per model until a write succeeds again.
+Only this thread touches the files. It does little Python work: the records were encoded
+before they reached it (:mod:`~inferd.monitoring.payload_log.logger`), and the file writes
+themselves (JSONL lines joined, Parquet row groups) run without the interpreter lock. Each
+time it wakes (every ``flush_secs``, or when a chunk comes) it first asks for the records
+still waiting to be encoded (``collect``).
+
+A write that fails (disk full, folder removed) drops the records it held, counts them as
+``write_error`` and closes the file; the next records open a new one. Errors are logged once
+per model until a write succeeds again.
 """
 
 from __future__ import annotations
@@ -19,17 +25,14 @@ from typing import Protocol
 
 from inferd.monitoring.payload_log.buffer import HandOff
 from inferd.monitoring.payload_log.counters import Counters
+from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.files import confined, file_name, model_folder, should_rotate
 from inferd.monitoring.payload_log.jsonl import JsonlSink
-from inferd.monitoring.payload_log.records import Captured
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 
 __all__ = ["OpenSink", "PayloadWriter", "Sink", "open_sink"]
 
 _log = logging.getLogger("inferd.payload_log")
-
-#: records handed to a file at once (a JSONL file takes them until it is full)
-CHUNK = 1024
 
 
 class Sink(Protocol):
@@ -38,8 +41,8 @@ class Sink(Protocol):
 
     @property
     def pending(self) -> int: ...
-    def accepts(self, captured: Captured) -> bool: ...
-    def write(self, records: list[Captured], room: int) -> tuple[int, int, int]: ...
+    def accepts(self, chunk: Chunk) -> bool: ...
+    def write(self, chunk: Chunk, start: int, room: int) -> tuple[int, int, int]: ...
     def close(self) -> tuple[int, int]: ...
     def abort(self) -> None: ...
 
@@ -50,16 +53,16 @@ class _Open:
     opened_ns: int
 
 
-#: ``open_sink(format, path, first record)``: a new file of that format at ``path``
-OpenSink = Callable[[str, Path, Captured], Sink]
+#: ``open_sink(format, path, first chunk)``: a new file of that format at ``path``
+OpenSink = Callable[[str, Path, Chunk], Sink]
 
 
-def open_sink(fmt: str, path: Path, first: Captured) -> Sink:
+def open_sink(fmt: str, path: Path, first: Chunk) -> Sink:
     """The format's file at ``path`` (created exclusively), ready for ``first``."""
     if fmt == "parquet":
         from inferd.monitoring.payload_log.parquet import ParquetSink
 
-        return ParquetSink(path, first)
+        return ParquetSink(path, first.key)
     return JsonlSink(path)
 
 
@@ -69,17 +72,19 @@ class PayloadWriter:
     def __init__(
         self,
         settings: PayloadLogSettings,
-        handoff: HandOff[Captured],
+        handoff: HandOff[Chunk],
         counters: Counters,
+        collect: Callable[[], None],
         *,
         wall_ns: Callable[[], int] = time.time_ns,
         open_file: OpenSink = open_sink,
     ) -> None:
         self._settings = settings
-        self._open_file = open_file
         self._handoff = handoff
         self._counters = counters
+        self._collect = collect
         self._wall_ns = wall_ns
+        self._open_file = open_file
         self._open: dict[str, _Open] = {}
         self._sequence = 0
         self._failing: set[str] = set()  # models whose last write failed (logged once)
@@ -90,7 +95,7 @@ class PayloadWriter:
         self._thread.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Refuse new records, write what waits, close every file."""
+        """Write what was handed over (the caller closed the hand-off), close every file."""
         self._handoff.close()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
@@ -102,13 +107,16 @@ class PayloadWriter:
     def _run(self) -> None:
         try:
             while True:
-                items = self._handoff.take(self._settings.flush_secs)
-                if items:
-                    self._write_all(items)
+                closed = self._handoff.closed  # read first: nothing is offered once it is seen
+                chunks = self._handoff.take(self._settings.flush_secs)
+                for chunk in chunks:
+                    self._write_chunk(chunk)
                 self._close_aged()
                 self.cpu_ns = time.thread_time_ns()
-                if not items and self._handoff.closed:
+                if closed and not chunks:
                     break
+                if not closed:
+                    self._collect()
         except Exception:  # a bug here must not go unseen; the server keeps serving
             _log.exception("the payload log writer stopped")
         finally:
@@ -116,43 +124,32 @@ class PayloadWriter:
                 self._close(model)
             self.cpu_ns = time.thread_time_ns()
 
-    def _write_all(self, items: list[tuple[Captured, int]]) -> None:
-        by_model: dict[str, list[Captured]] = {}
-        for captured, _ in items:
-            by_model.setdefault(captured.model, []).append(captured)
-        try:
-            for model, records in by_model.items():
-                self._write_model(model, records)
-        finally:
-            self._handoff.release(len(items), sum(n for _, n in items))
-
-    def _write_model(self, model: str, records: list[Captured]) -> None:
+    def _write_chunk(self, chunk: Chunk) -> None:
+        model = chunk.model
         start = 0
-        while start < len(records):
-            current: _Open | None = None
-            try:
-                current = self._current(model, records[start])
-                # the records this file takes: the same tensors, a chunk at a time
-                end = start + 1
-                limit = start + CHUNK
-                while end < min(len(records), limit) and current.sink.accepts(records[end]):
-                    end += 1
-                room = self._settings.rotate_bytes - current.sink.size
-                taken, written, grown = current.sink.write(records[start:end], room)
-            except Exception as exc:  # the disk's or the format's: the writer goes on
-                lost = len(records) - start + (current.sink.pending if current else 0)
-                self._failed(model, lost, exc)
-                return
-            self._counters.wrote(model, written, grown)
-            self._failing.discard(model)
-            start += taken
+        try:
+            while start < chunk.records:
+                current: _Open | None = None
+                try:
+                    current = self._current(model, chunk)
+                    room = self._settings.rotate_bytes - current.sink.size
+                    taken, written, grown = current.sink.write(chunk, start, room)
+                except Exception as exc:  # the disk's or the format's: the writer goes on
+                    lost = chunk.records - start + (current.sink.pending if current else 0)
+                    self._failed(model, lost, exc)
+                    return
+                self._counters.wrote(model, written, grown)
+                self._failing.discard(model)
+                start += taken
+        finally:
+            self._handoff.release(chunk.records, chunk.held_bytes)
 
-    def _current(self, model: str, first: Captured) -> _Open:
-        """The open file that takes ``first``, rotated if full, old or of other tensors."""
+    def _current(self, model: str, chunk: Chunk) -> _Open:
+        """The open file that takes ``chunk``, rotated if full, old or of other tensors."""
         now = self._wall_ns()
         current = self._open.get(model)
         if current is not None and (
-            not current.sink.accepts(first)
+            not current.sink.accepts(chunk)
             or should_rotate(
                 current.sink.size,
                 current.opened_ns,
@@ -167,18 +164,18 @@ class PayloadWriter:
             folder = model_folder(model)
             directory = confined(self._settings.directory, folder)
             directory.mkdir(exist_ok=True)
-            sink = self._new_sink(directory, folder, now, first)
+            sink = self._new_sink(directory, folder, now, chunk)
             current = self._open[model] = _Open(sink, now)
             self._counters.opened(model)
         return current
 
-    def _new_sink(self, directory: Path, folder: str, now: int, first: Captured) -> Sink:
+    def _new_sink(self, directory: Path, folder: str, now: int, chunk: Chunk) -> Sink:
         fmt = self._settings.format
         for _ in range(100):
             self._sequence += 1
             path = directory / file_name(folder, now, self._sequence, fmt)
             try:
-                return self._open_file(fmt, path, first)
+                return self._open_file(fmt, path, chunk)
             except FileExistsError:
                 continue
         raise OSError(f"no free file name in {directory}")
