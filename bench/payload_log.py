@@ -11,10 +11,11 @@ its stability rule: three windows within 50 %), then reads the server's dropped-
 counters (queue full, write errors) and, once it has stopped, counts the records and bytes in
 its files. Rounds are interleaved (off, JSONL, Parquet, then JSONL, Parquet, off, ...: each
 round starts one configuration later) so drift hits every configuration alike; the figures are
-the medians of the rounds, with the spread of throughput. Besides throughput it prints the
-server's CPU time per request (its ``process_cpu_seconds_total`` over the requests it answered
-during the run), which a machine shared with other work disturbs less, and the part of it
-spent by the log's writer thread (``inferd_payload_log_writer_cpu_seconds_total``). The goal:
+the medians of the rounds, with the spread of throughput, and ("paired") the median over rounds
+of each round's throughput against the same round's log-off throughput. Besides throughput it
+prints the server's CPU time per request (its ``process_cpu_seconds_total`` over the requests
+it answered during the run), which a machine shared with other work disturbs less, and the part
+of it spent by the log's writer thread (``inferd_payload_log_writer_cpu_seconds_total``). The goal:
 at 100 % sampling the throughput stays within 5 % of logging off, and nothing is dropped while
 the disk keeps up. ``--model fraud_xgboost`` measures a request that costs more than
 ``simple``'s.
@@ -192,6 +193,7 @@ def main() -> None:
         "payload log",
         "infer/s",
         "vs off",
+        "paired",
         "spread",
         "CPU us/req",
         "vs off",
@@ -200,18 +202,28 @@ def main() -> None:
         "dropped",
         "MB",
     )
-    print("{:14s} {:>10s} {:>8s} {:>13s} {:>11s} {:>8s} {:>7s} {:>10s} {:>8s} {:>8s}".format(*head))
+    print(
+        "{:14s} {:>10s} {:>8s} {:>8s} {:>13s} {:>11s} {:>8s} {:>7s} {:>10s} {:>8s} {:>8s}".format(
+            *head
+        )
+    )
     for name, rounds in results.items():
         throughputs = [r["throughput"] for r in rounds]
         throughput = statistics.median(throughputs)
         spread = f"{min(throughputs):.0f}-{max(throughputs):.0f}"
+        # each round against the same round's "off": a burst of other work spoils one round
+        paired = statistics.median(
+            r["throughput"] / off["throughput"] - 1
+            for r, off in zip(rounds, results["off"], strict=True)
+        )
         cpu = statistics.median(r["cpu_us"] for r in rounds)
         writer = statistics.median(r["writer_us"] for r in rounds)
         logged = sum(r["logged"] for r in rounds)
         dropped = sum(r["dropped"] for r in rounds)
         written = sum(r["bytes"] for r in rounds) / 1e6
         print(
-            f"{name:14s} {throughput:10.1f} {throughput / base - 1:+8.1%} {spread:>13s} "
+            f"{name:14s} {throughput:10.1f} {throughput / base - 1:+8.1%} {paired:+8.1%} "
+            f"{spread:>13s} "
             f"{cpu:11.1f} {cpu / base_cpu - 1:+8.1%} {writer:7.1f} {logged:10.0f} {dropped:8.0f} "
             f"{written:8.1f}"
         )
