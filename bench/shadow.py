@@ -14,7 +14,9 @@ hits them alike):
 * ``policy elsewhere``: a split policy on ``other``, requests to the model (what every
   request pays once the server has any policy);
 * ``shadow 100%``: a shadow policy on the model, version 1 answering and every request copied
-  to version 2 in the background.
+  to version 2 in the background (the copies started 8 at a time, the default);
+* ``shadow, batch 1``: the same with ``batch: 1``, each copy started as soon as its request is
+  answered.
 
 A client on one keep-alive connection sends the same JSON request back to back and times each
 answer (the first 20 after a switch are not counted). The figures are p50 and p99 over every
@@ -41,7 +43,7 @@ from inferd.testing import running_server
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
 TOKEN = "bench-token"
-CONFIGS = ("no policy", "policy elsewhere", "shadow 100%")
+CONFIGS = ("no policy", "policy elsewhere", "shadow 100%", "shadow, batch 1")
 
 
 def _repository(model: str) -> Path:
@@ -72,8 +74,10 @@ def _configure(conn: http.client.HTTPConnection, model: str, config: str) -> Non
     if config == "policy elsewhere":
         split = {"variants": [{"version": 1, "weight": 1}, {"version": 2, "weight": 1}]}
         _admin(conn, "PUT", "/v2/models/other/rollout", {"kind": "split", **split})
-    elif config == "shadow 100%":
-        shadow = {"primary": {"version": 1}, "shadow": {"version": 2}}
+    elif config.startswith("shadow"):
+        shadow: dict[str, object] = {"primary": {"version": 1}, "shadow": {"version": 2}}
+        if config == "shadow, batch 1":
+            shadow["batch"] = 1
         _admin(conn, "PUT", f"/v2/models/{model}/rollout", {"kind": "shadow", **shadow})
 
 
@@ -126,7 +130,7 @@ def main() -> None:
                 times = _round(conn, path, body, args.requests)
                 samples[config] += times
                 round_p50[config].append(statistics.median(times))
-                if config == "shadow 100%":
+                if config.startswith("shadow"):
                     conn.request("GET", f"/v2/models/{args.model}/rollout")
                     report = json.loads(conn.getresponse().read())
                     mirrored += report["variants"][1].get("mirrored", {}).get("requests", 0)
@@ -143,7 +147,7 @@ def main() -> None:
         paired = statistics.median(ratios) - 1
         print(f"{config:<18}{p50:>9.3f}{p99:>9.3f}{paired:>+12.1%}  ({low:+.1%} .. {high:+.1%})")
     sent = args.rounds * (args.requests + 20)
-    print(f"shadow answers counted: {mirrored} of the {sent} requests sent with the shadow on")
+    print(f"shadow answers counted: {mirrored} of the {2 * sent} requests sent with a shadow on")
 
 
 if __name__ == "__main__":

@@ -39,10 +39,13 @@ DEFAULT_STAGES = (0.01, 0.1, 0.5, 1.0)
 _COMMON = {"kind", "seed"}
 _CANARY = (
     "primary candidate stages min_requests max_error_rate max_latency_ratio max_p99_ms "
-    "max_disagreement auto_promote sticky_key feedback compare max_in_flight"
+    "max_disagreement auto_promote sticky_key feedback compare max_in_flight batch "
+    "batch_delay_ms"
 )
 _FIELDS: dict[str, set[str]] = {
-    "shadow": _COMMON | {"primary", "shadow", "sample", "max_in_flight", "log_payloads", "compare"},
+    "shadow": _COMMON
+    | {"primary", "shadow", "sample", "max_in_flight", "log_payloads", "compare"}
+    | {"batch", "batch_delay_ms"},
     "split": _COMMON | {"variants", "sticky_key", "feedback"},
     "bandit": _COMMON | {"variants", "feedback", "min_share"},
     "canary": _COMMON | set(_CANARY.split()),
@@ -113,6 +116,8 @@ class ShadowSpec:
     sample: float = 1.0  # the share of requests mirrored
     max_in_flight: int = 16  # mirrored requests running at once; more are skipped (counted)
     log_payloads: bool = False  # the shadow's answers go to the payload log too
+    batch: int = 8  # mirrors gathered and started together (1: each at once)
+    batch_delay_ms: float = 20.0  # the longest a gathered mirror waits for its batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +164,8 @@ class Policy:
             out["log_payloads"] = self.shadow.log_payloads
         if self.kind in ("shadow", "canary"):
             out["max_in_flight"] = self.shadow.max_in_flight
+            out["batch"] = self.shadow.batch
+            out["batch_delay_ms"] = self.shadow.batch_delay_ms
             out["compare"] = self.compare.as_dict()
         if self.canary is not None:
             c = self.canary
@@ -238,6 +245,8 @@ def parse_policy(data: Any) -> Policy:
         sample=number(data, "sample", 1.0, low=0.0, high=1.0, low_open=True),
         max_in_flight=whole(data, "max_in_flight", 16, minimum=1),
         log_payloads=flag(data, "log_payloads", False),
+        batch=whole(data, "batch", 8, minimum=1),
+        batch_delay_ms=number(data, "batch_delay_ms", 20.0, low=0.0, high=60_000.0),
     )
     compare = _compare(data["compare"]) if "compare" in data else CompareSpec()
     canary = _canary(data) if kind == "canary" else None

@@ -9,6 +9,7 @@ runs on the event loop; nothing here blocks.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import uuid
@@ -28,7 +29,7 @@ from inferd.rollout.compare import Agreement, compare_many, compare_outputs
 from inferd.rollout.feedback import RoutedIds
 from inferd.rollout.latency import LatencyWindow
 from inferd.rollout.policy import Policy
-from inferd.rollout.shadow import Mirrors, mirror_request
+from inferd.rollout.shadow import Mirror, Mirrors, mirror_request
 from inferd.rollout.staging import CanaryDriver
 
 __all__ = ["LivePolicy", "VariantState"]
@@ -124,7 +125,9 @@ class LivePolicy:
         self._salt = f"{model}:{policy.seed or 0}"
         total = sum(v.weight for v in policy.variants)
         self.weights = [(v.name, v.weight / total) for v in policy.variants]
-        self.in_flight = 0
+        self.in_flight = 0  # mirrors gathered or running
+        self._gathered: list[Mirror] = []  # mirrors waiting for their batch to start
+        self._flush_timer: asyncio.TimerHandle | None = None
         self._uncompared: list[tuple[Outputs, Outputs]] = []  # a shadow's (primary, shadow)
         fb = policy.feedback
         self.ids = (
@@ -245,8 +248,24 @@ class LivePolicy:
             counted.mirror.add(agreement)
             self.canary.compared(agreement.agreed)
 
-        if self._mirrors.start(copy, observe, done):
-            self.in_flight += 1
+        self.in_flight += 1
+        self._gathered.append((copy, observe, done))
+        spec = self.policy.shadow
+        if len(self._gathered) >= spec.batch:
+            self.flush_mirrors()
+        elif self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(
+                spec.batch_delay_ms / 1000.0, self.flush_mirrors
+            )
+
+    def flush_mirrors(self) -> None:
+        """Start the mirrors gathered so far, as one batch."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        batch, self._gathered = self._gathered, []
+        if batch and not self._mirrors.start(batch):
+            self.in_flight -= len(batch)  # the server is closing: they are not run
 
     def compare_pending(self) -> None:
         """Compare the shadow's answers not compared yet (before any figure is read)."""

@@ -7,13 +7,19 @@ this module owns, after the caller's own request was answered; its outcome goes 
 on the event loop. It can neither fail nor delay the request it copies: it starts only after
 that request has its answer, its failure is only counted, and each policy bounds how many of
 its mirrors run at once (a request over the bound is skipped and counted, never queued).
+
+A policy gathers its mirrors and starts them a batch at a time (``batch`` of them, or what has
+gathered after ``batch_delay_ms``): a target with dynamic batching then runs them as one batch,
+so a copy costs the server a share of one execution and one thread hand-off instead of a whole
+one each, and the requests between two batches pay nothing. A mirror's latency counts from its
+batch's start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,13 +28,15 @@ from inferd.core.clock import Clock
 from inferd.core.inference import InferRequest
 from inferd.core.routing import TargetRunner
 
-__all__ = ["MirrorDone", "Mirrors", "mirror_request"]
+__all__ = ["Mirror", "MirrorDone", "Mirrors", "mirror_request"]
 
 _log = logging.getLogger("inferd.rollout")
 
 Outputs = Mapping[str, np.ndarray[Any, Any]]
 # (outputs or None, the error or None, latency in ns)
 MirrorDone = Callable[["Outputs | None", "BaseException | None", int], None]
+# a mirrored request, whether the observers see it, and where its outcome goes
+Mirror = tuple[InferRequest, bool, MirrorDone]
 
 
 def _stable(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -70,18 +78,25 @@ class Mirrors:
     def running(self) -> int:
         return len(self._tasks)
 
-    def start(self, request: InferRequest, observe: bool, done: MirrorDone) -> bool:
-        """Run ``request`` in the background; False when it cannot start (no runner yet, or the
-        server is closing)."""
+    def start(self, batch: Sequence[Mirror]) -> bool:
+        """Run a batch of mirrored requests in the background, all submitted at once (so a
+        target with dynamic batching runs them as one batch); False when they cannot start (no
+        runner yet, or the server is closing)."""
         runner = self._runner
         if runner is None or self._closed:
             return False
         task = asyncio.get_running_loop().create_task(
-            self._run(runner, request, observe, done), name="inferd-rollout-mirror"
+            self._run_batch(runner, batch), name="inferd-rollout-mirror"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True
+
+    async def _run_batch(self, runner: TargetRunner, batch: Sequence[Mirror]) -> None:
+        if len(batch) == 1:
+            await self._run(runner, *batch[0])
+        else:
+            await asyncio.gather(*(self._run(runner, *mirror) for mirror in batch))
 
     async def _run(
         self, runner: TargetRunner, request: InferRequest, observe: bool, done: MirrorDone

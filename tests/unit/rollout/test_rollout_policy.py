@@ -53,6 +53,7 @@ def test_a_shadow_policy_defaults_to_the_latest_version_as_primary() -> None:
     assert policy.shadow.sample == 1.0
     assert policy.shadow.max_in_flight == 16
     assert policy.shadow.log_payloads is False
+    assert (policy.shadow.batch, policy.shadow.batch_delay_ms) == (8, 20.0)
 
 
 def test_a_bandit_takes_binary_feedback_by_default() -> None:
@@ -100,9 +101,17 @@ def test_another_model_as_a_variant() -> None:
             "feedback": {"reward": "continuous", "ttl_s": 60, "max_ids": 10},
             "compare": {"outputs": ["label"], "atol": 0.01, "rtol": 0},
             "max_in_flight": 2,
+            "batch": 1,
             "seed": 7,
         },
-        {**SHADOW, "sample": 0.25, "log_payloads": True, "compare": {"outputs": ["y"]}},
+        {
+            **SHADOW,
+            "sample": 0.25,
+            "log_payloads": True,
+            "compare": {"outputs": ["y"]},
+            "batch": 32,
+            "batch_delay_ms": 0,
+        },
         {**BANDIT, "min_share": 0.1, "feedback": {"reward": "continuous"}},
         {**SPLIT, "sticky_key": "user", "feedback": {}},
     ],
@@ -217,6 +226,9 @@ WRONG: list[tuple[str, dict[str, Any], str]] = [
     ("sample above one", {**SHADOW, "sample": 1.5}, "sample: must be a number <= 1"),
     ("max in flight", {**SHADOW, "max_in_flight": 0}, "max_in_flight: must be a whole number"),
     ("log payloads", {**SHADOW, "log_payloads": "yes"}, "log_payloads: must be true or false"),
+    ("batch", {**SHADOW, "batch": 0}, "batch: must be a whole number >= 1, not 0"),
+    ("batch delay", {**SHADOW, "batch_delay_ms": -1}, "batch_delay_ms: must be a number >= 0"),
+    ("split batch", {**SPLIT, "batch": 4}, "batch: unknown field"),
     ("compare type", {**SHADOW, "compare": [1]}, "compare: must be a mapping"),
     ("compare field", {**SHADOW, "compare": {"top": 1}}, "compare.top: unknown field"),
     ("compare outputs", {**SHADOW, "compare": {"outputs": "y"}}, "compare.outputs: must be a list"),

@@ -181,7 +181,7 @@ async def test_a_canary_that_answers_differently_is_rolled_back() -> None:
     rollout.attach(runner)
     rollout.set("m", {"kind": "canary", "primary": {"version": 1}, "candidate": {"version": 2},
                       "stages": [0.5, 1.0], "min_requests": 100, "max_disagreement": 0.2,
-                      "seed": 4})  # fmt: skip
+                      "seed": 4, "batch": 1})  # fmt: skip
     live = rollout.routes["m"]
     for _ in range(200):
         call = live.route(_request())
@@ -221,7 +221,7 @@ async def test_a_shadow_counts_answers_failures_and_its_bound() -> None:
 
     rollout.attach(runner)
     rollout.set("m", {"kind": "shadow", "primary": {"version": 1}, "shadow": {"version": 3},
-                      "max_in_flight": 2})  # fmt: skip
+                      "max_in_flight": 2, "batch": 1})  # fmt: skip
     live = rollout.routes["m"]
     for fail in (False, True, False):
         call = live.route(_request(fail=fail))
@@ -237,6 +237,65 @@ async def test_a_shadow_counts_answers_failures_and_its_bound() -> None:
     assert shadow["mirrored"]["errors"] == 1
     assert shadow["mirrored"]["agreement"] == 1.0
     assert shadow["errors"] == 1
+    await rollout.close()
+
+
+async def test_a_shadow_starts_its_copies_a_batch_at_a_time() -> None:
+    rollout, _ = _rollout()
+    running: list[int] = []  # how many copies were running when each one started
+    gate = asyncio.Event()
+
+    async def runner(
+        request: InferRequest, model: str, version: int | None, observe: bool
+    ) -> Mapping[str, np.ndarray]:
+        running.append(len(running) + 1)
+        await gate.wait()
+        return _probs(2, 2)
+
+    rollout.attach(runner)
+    rollout.set("m", {"kind": "shadow", "shadow": {"version": 2}, "batch": 3,
+                      "batch_delay_ms": 10_000})  # fmt: skip
+    live = rollout.routes["m"]
+    for _ in range(2):
+        live.route(_request()).answered(_probs(1, 2))
+    await _settle()
+    assert running == []  # gathered, waiting for the third
+    live.route(_request()).answered(_probs(1, 2))
+    await _settle()
+    assert running == [1, 2, 3]  # all three submitted together
+    gate.set()
+    await _settle()
+    mirrored = rollout.show("m")["variants"][1]["mirrored"]
+    assert (mirrored["requests"], mirrored["compared"], mirrored["agreement"]) == (3, 3, 0.0)
+    await rollout.close()
+
+
+async def test_a_partial_batch_of_copies_starts_after_the_delay() -> None:
+    rollout, _ = _rollout()
+    started: list[float] = []
+
+    async def runner(
+        request: InferRequest, model: str, version: int | None, observe: bool
+    ) -> Mapping[str, np.ndarray]:
+        started.append(asyncio.get_running_loop().time())
+        return _probs(1, 2)
+
+    rollout.attach(runner)
+    rollout.set("m", {"kind": "shadow", "shadow": {"version": 2}, "batch": 8,
+                      "batch_delay_ms": 50})  # fmt: skip
+    live = rollout.routes["m"]
+    answered = asyncio.get_running_loop().time()
+    live.route(_request()).answered(_probs(1, 2))
+    await _settle()
+    assert started == []
+    for _ in range(100):
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    assert len(started) == 1
+    assert started[0] - answered >= 0.045
+    await _settle()
+    assert rollout.show("m")["variants"][1]["mirrored"]["agreement"] == 1.0
     await rollout.close()
 
 
