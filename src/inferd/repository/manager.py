@@ -50,6 +50,7 @@ from inferd.repository.records import (
 )
 from inferd.repository.rollback import Pin, refuse_in_mode_none, roll_back
 from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
+from inferd.repository.views import index_entries, ready_statistics
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.scheduling.stats import ModelStats
 
@@ -154,21 +155,7 @@ class RepositoryManager:
         """Every model of the repository with its versions' states; the scan of the
         repository's folders runs off the event loop."""
         dirs, _ = await asyncio.to_thread(self._scan)
-        names = sorted(set(dirs) | set(self._records))
-        entries: list[IndexEntry] = []
-        for name in names:
-            record = self._records.get(name)
-            if record is None or not record.status:
-                if not ready_only:
-                    entries.append(IndexEntry(name=name))
-                continue
-            for version in sorted(record.status):
-                status = record.status[version]
-                if ready_only and status.state is not ModelState.READY:
-                    continue
-                shown = None if version == MODEL_LEVEL else str(version)
-                entries.append(IndexEntry(name, shown, status.state.value, status.reason))
-        return entries
+        return index_entries(sorted(set(dirs) | set(self._records)), self._records, ready_only)
 
     # -- startup, load, unload -----------------------------------------------------------------
 
@@ -531,23 +518,7 @@ class RepositoryManager:
 
     def statistics(self, name: str, version: int | None) -> list[StatsSnapshot]:
         """Snapshots of READY versions: every model ("" name), one model, or one version."""
-        if not name:
-            return [
-                s.stats.snapshot()
-                for _, (versions, _) in sorted(self._ready.items())
-                for _, s in sorted(versions.items())
-            ]
-        entry = self._ready.get(name)
-        if entry is None:
-            raise InvalidArgumentError(f"requested model '{name}' is not available")
-        if version is None:
-            return [s.stats.snapshot() for _, s in sorted(entry[0].items())]
-        serving = entry[0].get(version)
-        if serving is None:
-            raise InvalidArgumentError(
-                f"requested model version is not available for model '{name}'"
-            )
-        return [serving.stats.snapshot()]
+        return ready_statistics(self._ready, name, version)
 
     # -- polling -------------------------------------------------------------------------------
 
