@@ -14,8 +14,9 @@ round starts one configuration later) so drift hits every configuration alike; t
 the medians of the rounds, with the spread of throughput, and ("paired") the median over rounds
 of each round's throughput against the same round's log-off throughput. Besides throughput it
 prints the server's CPU time per request (its ``process_cpu_seconds_total`` over the requests
-it answered during the run), which a machine shared with other work disturbs less, and the part
-of it spent by the log's writer thread (``inferd_payload_log_writer_cpu_seconds_total``). The goal:
+it answered during the run), which a machine shared with other work disturbs less, and the parts
+of it the log spent encoding on the event loop and writing on its writer thread
+(``inferd_payload_log_encode_cpu_seconds_total``, ``..._writer_cpu_seconds_total``). The goal:
 at 100 % sampling the throughput stays within 5 % of logging off, and nothing is dropped while
 the disk keeps up. ``--model fraud_xgboost`` measures a request that costs more than
 ``simple``'s.
@@ -45,7 +46,8 @@ CONFIGS = {
 COUNTER = re.compile(r'^(inferd_payload_log_\w+)\{model="[^"]*"(?:,reason="(\w+)")?\} (\S+)$')
 PLAIN = re.compile(
     r"^(process_cpu_seconds_total|nv_inference_request_success"
-    r"|inferd_payload_log_writer_cpu_seconds_total)\{?[^ ]*\}? (\S+)$"
+    r"|inferd_payload_log_writer_cpu_seconds_total|inferd_payload_log_encode_cpu_seconds_total)"
+    r"\{?[^ ]*\}? (\S+)$"
 )
 
 
@@ -131,6 +133,7 @@ def _run(
         "throughput": throughput,
         "cpu_us": cpu / served * 1e6,
         "writer_us": grown("inferd_payload_log_writer_cpu_seconds_total") / served * 1e6,
+        "encode_us": grown("inferd_payload_log_encode_cpu_seconds_total") / served * 1e6,
         "logged": float(logged),
         "dropped": counters.get("inferd_payload_log_dropped_total:queue_full", 0.0)
         + counters.get("inferd_payload_log_dropped_total:write_error", 0.0),
@@ -179,7 +182,8 @@ def main() -> None:
                 results[name].append(result)
                 print(
                     f"round {round_ + 1} {name:13s} {result['throughput']:9.1f} infer/s  "
-                    f"{result['cpu_us']:6.1f} CPU us/request (writer {result['writer_us']:5.1f})  "
+                    f"{result['cpu_us']:6.1f} CPU us/request (encode {result['encode_us']:5.1f}, "
+                    f"writer {result['writer_us']:5.1f})  "
                     f"logged {result['logged']:.0f}  dropped {result['dropped']:.0f}",
                     flush=True,
                 )
@@ -197,16 +201,15 @@ def main() -> None:
         "spread",
         "CPU us/req",
         "vs off",
+        "encode",
         "writer",
         "logged",
         "dropped",
         "MB",
     )
-    print(
-        "{:14s} {:>10s} {:>8s} {:>8s} {:>13s} {:>11s} {:>8s} {:>7s} {:>10s} {:>8s} {:>8s}".format(
-            *head
-        )
-    )
+    widths = (14, 10, 8, 8, 13, 11, 8, 7, 7, 10, 8, 8)
+    pairs = enumerate(zip(head, widths, strict=True))
+    print(" ".join(f"{h:{'' if i == 0 else '>'}{w}s}" for i, (h, w) in pairs))
     for name, rounds in results.items():
         throughputs = [r["throughput"] for r in rounds]
         throughput = statistics.median(throughputs)
@@ -218,14 +221,15 @@ def main() -> None:
         )
         cpu = statistics.median(r["cpu_us"] for r in rounds)
         writer = statistics.median(r["writer_us"] for r in rounds)
+        encoding = statistics.median(r["encode_us"] for r in rounds)
         logged = sum(r["logged"] for r in rounds)
         dropped = sum(r["dropped"] for r in rounds)
         written = sum(r["bytes"] for r in rounds) / 1e6
         print(
             f"{name:14s} {throughput:10.1f} {throughput / base - 1:+8.1%} {paired:+8.1%} "
             f"{spread:>13s} "
-            f"{cpu:11.1f} {cpu / base_cpu - 1:+8.1%} {writer:7.1f} {logged:10.0f} {dropped:8.0f} "
-            f"{written:8.1f}"
+            f"{cpu:11.1f} {cpu / base_cpu - 1:+8.1%} {encoding:7.1f} {writer:7.1f} "
+            f"{logged:10.0f} {dropped:8.0f} {written:8.1f}"
         )
 
 

@@ -319,6 +319,7 @@ def test_the_counters_are_exported_as_metrics(tmp_path: Path) -> None:
     assert 'inferd_payload_log_files_total{model="simple"} 0.0' in text
     assert 'inferd_payload_log_bytes_total{model="simple"} 0.0' in text
     assert "inferd_payload_log_writer_cpu_seconds_total 0.0" in text  # never started
+    assert "inferd_payload_log_encode_cpu_seconds_total 0.0" in text  # nothing encoded yet
 
 
 # -- where a model's files go --------------------------------------------------------------------

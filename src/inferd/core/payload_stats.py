@@ -29,4 +29,6 @@ class PayloadLogStats:
     models: tuple[PayloadLogModelStats, ...] = ()
     queued: int = 0  # sampled requests waiting for the writer
     queued_bytes: int = 0  # about the tensor bytes they hold
-    writer_cpu_seconds: float = 0.0  # CPU time the writer thread spent encoding and writing
+    writer_cpu_seconds: float = 0.0  # CPU time the writer thread spent writing (and encoding
+    # when the observer runs without an event loop)
+    encode_cpu_seconds: float = 0.0  # CPU time the event loop spent encoding chunks of records

@@ -61,6 +61,11 @@ class PayloadLogCollector(Collector):
         )
         yield CounterMetricFamily(
             "inferd_payload_log_writer_cpu_seconds",
-            "CPU time the payload log's writer thread spent encoding and writing records",
+            "CPU time the payload log's writer thread spent writing records",
             value=stats.writer_cpu_seconds,
+        )
+        yield CounterMetricFamily(
+            "inferd_payload_log_encode_cpu_seconds",
+            "CPU time the event loop spent encoding sampled requests for the payload log",
+            value=stats.encode_cpu_seconds,
         )

@@ -81,6 +81,7 @@ class PayloadLogger:
         self._scheduled = False  # an encoding callback is scheduled on the loop
         self._encoding = threading.Lock()  # one encoder at a time, so chunks keep their order
         self._encode_failing: set[str] = set()
+        self._encode_cpu_ns = 0  # the loop's CPU time spent in _encode_chunk
         self._writer = PayloadWriter(
             settings,
             self._handoff,
@@ -185,10 +186,12 @@ class PayloadLogger:
         self._scheduled = False
         if not self._encoding.acquire(blocking=False):
             return  # another thread is encoding (stopping): it takes these too
+        started = time.thread_time_ns()
         try:
             self._encode(CHUNK_RECORDS)
         finally:
             self._encoding.release()
+            self._encode_cpu_ns += time.thread_time_ns() - started
         if len(self._pending) >= CHUNK_RECORDS and self._loop is not None:
             self._scheduled = True
             self._loop.call_soon(self._encode_chunk)
@@ -248,5 +251,9 @@ class PayloadLogger:
     def statistics(self) -> PayloadLogStats:
         queued, queued_bytes = self._handoff.depth()
         return PayloadLogStats(
-            self._counters.snapshot(), queued, queued_bytes, self._writer.cpu_ns / 1e9
+            self._counters.snapshot(),
+            queued,
+            queued_bytes,
+            self._writer.cpu_ns / 1e9,
+            self._encode_cpu_ns / 1e9,
         )
