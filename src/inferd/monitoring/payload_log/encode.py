@@ -57,10 +57,9 @@ def encode(fmt: str, items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk]
     chunks: list[Chunk] = []
     failures: list[Failure] = []
     if fmt == "parquet":
-        from inferd.monitoring.payload_log.parquet import arrow_table, schema_key
+        from inferd.monitoring.payload_log.parquet import arrow_table, column_layout, schema_key
 
-        groups = _groups(items, lambda c: (c.model, schema_key(c)))
-        for records, nbytes in groups.values():
+        for records, nbytes in _groups(items, column_layout).values():
             model, key = records[0].model, schema_key(records[0])
             try:
                 table = arrow_table(key, records)
