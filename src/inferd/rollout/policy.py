@@ -245,7 +245,8 @@ def parse_policy(data: Any) -> Policy:
         sample=number(data, "sample", 1.0, low=0.0, high=1.0, low_open=True),
         max_in_flight=whole(data, "max_in_flight", 16, minimum=1),
         log_payloads=flag(data, "log_payloads", False),
-        batch=whole(data, "batch", 8, minimum=1),
+        # a canary judges each comparison as it comes: gathering them would delay a rollback
+        batch=whole(data, "batch", 8 if kind == "shadow" else 1, minimum=1),
         batch_delay_ms=number(data, "batch_delay_ms", 20.0, low=0.0, high=60_000.0),
     )
     compare = _compare(data["compare"]) if "compare" in data else CompareSpec()

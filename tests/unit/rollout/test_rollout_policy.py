@@ -54,6 +54,7 @@ def test_a_shadow_policy_defaults_to_the_latest_version_as_primary() -> None:
     assert policy.shadow.max_in_flight == 16
     assert policy.shadow.log_payloads is False
     assert (policy.shadow.batch, policy.shadow.batch_delay_ms) == (8, 20.0)
+    assert parse_policy({**CANARY, "max_disagreement": 0.1}).shadow.batch == 1  # judged at once
 
 
 def test_a_bandit_takes_binary_feedback_by_default() -> None:

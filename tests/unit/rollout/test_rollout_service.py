@@ -181,7 +181,7 @@ async def test_a_canary_that_answers_differently_is_rolled_back() -> None:
     rollout.attach(runner)
     rollout.set("m", {"kind": "canary", "primary": {"version": 1}, "candidate": {"version": 2},
                       "stages": [0.5, 1.0], "min_requests": 100, "max_disagreement": 0.2,
-                      "seed": 4, "batch": 1})  # fmt: skip
+                      "seed": 4})  # fmt: skip
     live = rollout.routes["m"]
     for _ in range(200):
         call = live.route(_request())
