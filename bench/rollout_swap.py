@@ -167,12 +167,18 @@ def split(load: Load, windows: list[tuple[float, float]], after: float) -> tuple
     return inside, steady
 
 
+def _repository(tmp: Path) -> tuple[Path, Path]:
+    """A repository under ``tmp`` with version 1 of ``mlp``, and the staging folder beside it."""
+    repo, staging = tmp / "models", tmp / "staging"
+    (repo / "mlp").mkdir(parents=True)
+    (repo / "mlp" / "config.pbtxt").write_text(CONFIG)
+    write_version(repo, staging, 1)
+    return repo, staging
+
+
 def run_poll(args: argparse.Namespace, warmup: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="swap-") as tmp:
-        repo, staging = Path(tmp) / "models", Path(tmp) / "staging"
-        (repo / "mlp").mkdir(parents=True)
-        (repo / "mlp" / "config.pbtxt").write_text(CONFIG)
-        write_version(repo, staging, 1)
+        repo, staging = _repository(Path(tmp))
         flags = ["--model-control-mode", "poll", "--repository-poll-secs", "0.5"]
         flags += ["--warmup-from-recent", str(warmup)]
         with running_server([repo], flags) as server:
@@ -193,10 +199,7 @@ def run_poll(args: argparse.Namespace, warmup: int) -> dict[str, object]:
 
 def run_reload(args: argparse.Namespace, warmup: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="swap-") as tmp:
-        repo, staging = Path(tmp) / "models", Path(tmp) / "staging"
-        (repo / "mlp").mkdir(parents=True)
-        (repo / "mlp" / "config.pbtxt").write_text(CONFIG)
-        write_version(repo, staging, 1)
+        repo, _ = _repository(Path(tmp))
         flags = ["--model-control-mode", "explicit", "--load-model", "mlp"]
         flags += ["--warmup-from-recent", str(warmup)]
         with (
