@@ -27,7 +27,7 @@ from inferd.monitoring.payload_log.buffer import HandOff
 from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.json_batch import json_lines
 from inferd.monitoring.payload_log.jsonl import JsonlSink
-from inferd.monitoring.payload_log.logger import CHUNK_RECORDS
+from inferd.monitoring.payload_log.logger import CHUNK_BYTES, CHUNK_RECORDS
 from inferd.monitoring.payload_log.records import Captured, capture_inputs, record_dict
 from inferd.monitoring.payload_log.writer import Sink, open_sink
 
@@ -225,6 +225,27 @@ def test_records_are_encoded_on_the_event_loop_never_inside_a_request(tmp_path: 
     assert threads == {"MainThread"}
     assert read_ids(tmp_path) == [f"r{i}" for i in range(CHUNK_RECORDS + 5)]
     assert logger.statistics().encode_cpu_seconds > 0  # the loop's share is counted
+
+
+def test_a_chunk_of_large_tensors_is_encoded_once_its_bytes_have_gathered(
+    tmp_path: Path,
+) -> None:
+    threads: set[str] = set()
+    logger = PayloadLogger(PayloadLogSettings(tmp_path, flush_secs=60))
+    big = {"y": np.zeros((1, CHUNK_BYTES // 16), dtype=np.int64)}  # half a chunk of bytes
+
+    async def serve() -> None:
+        logger.start()
+        logger.observe(spec(), 1, spied_request(0, threads), big)
+        await asyncio.sleep(0)
+        assert not threads  # half a chunk's bytes: it waits
+        logger.observe(spec(), 1, spied_request(1, threads), big)
+        await asyncio.sleep(0)
+        assert threads == {threading.current_thread().name}  # two records made a chunk
+        await asyncio.to_thread(logger.stop)
+
+    asyncio.run(serve())
+    assert read_ids(tmp_path) == ["r0", "r1"]
 
 
 def test_the_writer_asks_the_loop_for_what_waits_on_its_timer(tmp_path: Path) -> None:

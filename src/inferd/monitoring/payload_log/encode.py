@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
+from inferd.monitoring.payload_log.columns import Uniform, uniform
 from inferd.monitoring.payload_log.json_batch import json_lines
 from inferd.monitoring.payload_log.records import Captured
 
@@ -42,6 +44,11 @@ def _groups(
     items: Sequence[tuple[Captured, int]], key_of: Callable[[Captured], Hashable]
 ) -> dict[Hashable, tuple[list[Captured], int]]:
     """The records of each key, in order, and the bytes they were admitted with."""
+    if items:
+        every: list[Captured] = list(map(itemgetter(0), items))
+        keys = list(map(key_of, every))
+        if keys.count(keys[0]) == len(keys):  # the usual case: one key (counted in C)
+            return {keys[0]: (every, sum(map(itemgetter(1), items)))}
     records: dict[Hashable, list[Captured]] = {}
     held: dict[Hashable, int] = {}
     for captured, nbytes in items:
@@ -51,24 +58,48 @@ def _groups(
     return {key: (found, held[key]) for key, found in records.items()}
 
 
+_model = itemgetter(0)  # a record's model
+
+
+def _parquet(items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[Failure]]:
+    """Arrow tables: one when the records are all alike (the usual case, built a column at a
+    time), else one per model and set of tensor columns."""
+    from inferd.monitoring.payload_log.parquet import (
+        arrow_table,
+        column_layout,
+        schema_key,
+        uniform_table,
+    )
+
+    records = list(map(itemgetter(0), items))
+    alike = uniform(records)
+    groups: list[tuple[list[Captured], int, Uniform | None]]
+    if alike is not None:
+        groups = [(records, sum(map(itemgetter(1), items)), alike)]
+    else:
+        groups = [(found, held, None) for found, held in _groups(items, column_layout).values()]
+    chunks: list[Chunk] = []
+    failures: list[Failure] = []
+    for found, held, same in groups:
+        model = found[0].model
+        try:
+            key = schema_key(found[0])
+            table = uniform_table(key, same) if same is not None else arrow_table(key, found)
+        except Exception as exc:
+            failures.append(Failure(model, len(found), held, exc))
+            continue
+        chunks.append(Chunk(model, len(found), held, key=key, table=table))
+    return chunks, failures
+
+
 def encode(fmt: str, items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[Failure]]:
     """``items`` (records with their admitted bytes, in arrival order) as chunks of format
     ``fmt``, and the groups that failed."""
+    if fmt == "parquet":
+        return _parquet(items) if items else ([], [])
     chunks: list[Chunk] = []
     failures: list[Failure] = []
-    if fmt == "parquet":
-        from inferd.monitoring.payload_log.parquet import arrow_table, column_layout, schema_key
-
-        for records, nbytes in _groups(items, column_layout).values():
-            model, key = records[0].model, schema_key(records[0])
-            try:
-                table = arrow_table(key, records)
-            except Exception as exc:
-                failures.append(Failure(model, len(records), nbytes, exc))
-                continue
-            chunks.append(Chunk(model, len(records), nbytes, key=key, table=table))
-        return chunks, failures
-    for records, nbytes in _groups(items, lambda c: c.model).values():
+    for records, nbytes in _groups(items, _model).values():
         model = records[0].model
         try:
             lines = json_lines(records)

@@ -5,9 +5,11 @@ and shapes, the same redacted inputs: the usual case, a batch holding many reque
 model) share one line template. Each numeric tensor of the group is stacked into one array and
 written by one orjson call, whose text is cut into one piece per record; the timestamps are
 formatted by numpy at once. What is left per record is an orjson call for its id and
-parameters and one ``bytes %`` to fill the template. A record that does not fit (BYTES or
-BF16 tensors, a NaN or infinite value, a byte order other than the machine's) is written alone
-by :func:`~inferd.monitoring.payload_log.records.record_dict`; every line is the same bytes
+parameters and one ``bytes %`` to fill the template. A batch whose records are all alike is
+checked and stacked column-wise (:mod:`~inferd.monitoring.payload_log.columns`); any other is
+first sorted by layout. A record that does not fit (BYTES or BF16 tensors, a NaN or infinite
+value, a byte order other than the machine's) is written alone by
+:func:`~inferd.monitoring.payload_log.records.record_dict`; every line is the same bytes
 either way.
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 import orjson
 
 from inferd.core import datatypes
+from inferd.monitoring.payload_log.columns import timestamp_texts, uniform
 from inferd.monitoring.payload_log.records import Captured, record_dict
 
 __all__ = ["json_lines"]
@@ -80,17 +83,44 @@ def _template(first: Captured) -> bytes | None:
     )  # fmt: skip
 
 
-def _values(arrays: list[Array]) -> tuple[list[bytes], Array | None]:
-    """Each array's flat values as JSON text without brackets, and which are finite (None:
+def _text_rows(stacked: Array) -> tuple[list[bytes], Array | None]:
+    """Each row's values as JSON text without brackets, and which rows are finite (None:
     all, or not floats)."""
-    # one C call: every array flattened and joined (np.stack would add an axis per array)
-    stacked = np.concatenate(arrays, axis=None).reshape(len(arrays), arrays[0].size)
     finite = None
     if stacked.dtype.kind == "f":
-        rows = np.isfinite(stacked).all(axis=1)
+        rows: Array = np.isfinite(stacked).all(axis=1)  # type: ignore[assignment]
         if not rows.all():
             finite = rows
     return orjson.dumps(stacked, option=_NUMPY)[2:-2].split(b"],["), finite
+
+
+def _fill(
+    template: bytes,
+    stacked: list[Array],
+    ids: list[str],
+    times_ns: list[int],
+    parameters: list[Any],
+    lines: list[bytes | None],
+    where: Sequence[int],
+) -> None:
+    """Fill ``lines`` at ``where`` from one layout's columns (one stacked array per tensor, in
+    the template's order); rows holding a NaN or infinity are left to the general form."""
+    keep = np.ones(len(ids), dtype=bool)
+    columns: list[list[bytes]] = []
+    for values in stacked:
+        texts, finite = _text_rows(values)
+        if finite is not None:
+            keep &= finite
+        columns.append(texts)
+    stamps = timestamp_texts(times_ns)
+    rows = zip(map(orjson.dumps, ids), stamps, map(orjson.dumps, parameters), *columns, strict=True)
+    if keep.all():
+        for k, row in zip(where, rows, strict=True):
+            lines[k] = template % row
+        return
+    for k, row, kept in zip(where, rows, keep.tolist(), strict=True):
+        if kept:
+            lines[k] = template % row
 
 
 def _group_lines(records: list[Captured], lines: list[bytes | None], where: list[int]) -> None:
@@ -98,34 +128,60 @@ def _group_lines(records: list[Captured], lines: list[bytes | None], where: list
     template = _template(records[0])
     if template is None:
         return  # left to the general form
-    keep = np.ones(len(records), dtype=bool)
-    columns: list[list[bytes]] = []
-    for side in ("inputs", "outputs"):
-        for name in getattr(records[0], side):
-            values, finite = _values([getattr(r, side)[name] for r in records])
-            if finite is not None:
-                keep &= finite
-            columns.append(values)
-    stamps = np.array([r.time_ns for r in records], dtype=np.int64).view("datetime64[ns]")
-    texts = np.datetime_as_string(stamps, unit="us", timezone="UTC").astype("S").tolist()
-    ids = list(map(orjson.dumps, [r.id for r in records]))
-    parameters = list(map(orjson.dumps, [r.parameters for r in records]))
-    for k, row in enumerate(zip(ids, texts, parameters, *columns, strict=True)):
-        if keep[k]:
-            lines[where[k]] = template % row
+    stacked = [
+        np.concatenate(arrays, axis=None).reshape(len(records), arrays[0].size)
+        for side in ("inputs", "outputs")
+        for name in getattr(records[0], side)
+        for arrays in [[getattr(r, side)[name] for r in records]]
+    ]
+    _fill(
+        template,
+        stacked,
+        [r.id for r in records],
+        [r.time_ns for r in records],
+        [r.parameters for r in records],
+        lines,
+        where,
+    )
+
+
+def _uniform_lines(records: Sequence[Captured]) -> list[bytes | None] | None:
+    """The lines of a batch whose records are all alike (None in a line left to the general
+    form); None when they are not alike."""
+    alike = uniform(records)
+    if alike is None:
+        return None
+    lines: list[bytes | None] = [None] * len(records)
+    template = _template(alike.first)
+    if template is None:
+        return lines
+    stacked = [column.values for column in (*alike.inputs, *alike.outputs)]
+    with contextlib.suppress(TypeError):  # parameters that are not a plain dictionary
+        _fill(
+            template,
+            stacked,
+            alike.ids,
+            alike.times_ns,
+            alike.parameters,
+            lines,
+            range(len(records)),
+        )
+    return lines
 
 
 def json_lines(records: Sequence[Captured]) -> list[bytes]:
     """The JSONL lines of ``records`` (newlines included), in order."""
-    groups: dict[Hashable, list[int]] = {}
-    for index, captured in enumerate(records):
-        groups.setdefault(_layout(captured), []).append(index)
-    lines: list[bytes | None] = [None] * len(records)
-    for where in groups.values():
-        # parameters that are not a plain dictionary leave their group to the general form
-        with contextlib.suppress(TypeError):
-            _group_lines([records[i] for i in where], lines, where)
+    found = _uniform_lines(records) if records else None
+    if found is None:
+        groups: dict[Hashable, list[int]] = {}
+        for index, captured in enumerate(records):
+            groups.setdefault(_layout(captured), []).append(index)
+        found = [None] * len(records)
+        for where in groups.values():
+            # parameters that are not a plain dictionary leave their group to the general form
+            with contextlib.suppress(TypeError):
+                _group_lines([records[i] for i in where], found, where)
     return [
         line if line is not None else orjson.dumps(record_dict(records[i]), option=_LINE)
-        for i, line in enumerate(lines)
+        for i, line in enumerate(found)
     ]

@@ -7,9 +7,10 @@ lock) and one tuple of references (its inputs, with redacted ones left out, its 
 parameters, a timestamp) appended to a deque. A request past the bounds is dropped and
 counted.
 
-The records are encoded on the event loop too, a chunk of :data:`CHUNK_RECORDS` at a time in a
-callback of its own (never inside a request): once a chunk has gathered, or when the writer
-thread asks for what is waiting (every ``flush_secs``). Encoding there costs the loop what it
+The records are encoded on the event loop too, a chunk at a time (:data:`CHUNK_RECORDS`
+records or :data:`CHUNK_BYTES` of tensors) in a callback of its own (never inside a request):
+once a chunk has gathered, or when the writer thread asks for what is waiting (every
+``flush_secs``). Encoding there costs the loop what it
 would cost any thread, while encoding on a second Python thread also costs the loop the
 interpreter lock handed back and forth (measured: docs/observability.md). The writer thread
 only writes (:mod:`~inferd.monitoring.payload_log.writer`). Without a running event loop (an
@@ -25,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -40,12 +42,15 @@ from inferd.monitoring.payload_log.records import Captured, capture_inputs
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.monitoring.payload_log.writer import OpenSink, PayloadWriter, open_sink
 
-__all__ = ["CHUNK_RECORDS", "PayloadLogger"]
+__all__ = ["CHUNK_BYTES", "CHUNK_RECORDS", "PayloadLogger"]
 
 _log = logging.getLogger("inferd.payload_log")
 
-#: records encoded in one go (about a millisecond of the event loop's time)
-CHUNK_RECORDS = 128
+#: records encoded in one go, at most (a few milliseconds of the event loop's time: an
+#: encoding's cost is mostly per call, so larger chunks cost less per record)
+CHUNK_RECORDS = 512
+#: or fewer, once their tensors hold this many bytes
+CHUNK_BYTES = 4 << 20
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -77,6 +82,7 @@ class PayloadLogger:
         self._counters = Counters()
         self._handoff: HandOff[Chunk] = HandOff(settings.queue_requests, settings.queue_bytes)
         self._pending: deque[tuple[Captured, int]] = deque()  # admitted, not yet encoded
+        self._pending_bytes = 0  # the tensor bytes they hold
         self._loop: asyncio.AbstractEventLoop | None = None  # found by the first observation
         self._scheduled = False  # an encoding callback is scheduled on the loop
         self._encoding = threading.Lock()  # one encoder at a time, so chunks keep their order
@@ -152,10 +158,11 @@ class PayloadLogger:
         )
         pending = self._pending
         pending.append((captured, nbytes))
+        self._pending_bytes += nbytes
         loop = self._loop
         if loop is None:
             loop = self._loop = _running_loop()
-        if len(pending) >= CHUNK_RECORDS and not self._scheduled:
+        if self._chunk_ready() and not self._scheduled:
             if loop is not None:
                 self._scheduled = True
                 loop.call_soon(self._encode_chunk)
@@ -163,6 +170,9 @@ class PayloadLogger:
                 self._handoff.wake()  # no loop here: the writer thread encodes
 
     # -- encoding --------------------------------------------------------------------------
+
+    def _chunk_ready(self) -> bool:
+        return len(self._pending) >= CHUNK_RECORDS or self._pending_bytes >= CHUNK_BYTES
 
     def _collect(self) -> None:
         """The writer asks for what waits (on its thread): the loop encodes it, or, when there
@@ -188,23 +198,36 @@ class PayloadLogger:
             return  # another thread is encoding (stopping): it takes these too
         started = time.thread_time_ns()
         try:
-            self._encode(CHUNK_RECORDS)
+            self._encode()
         finally:
             self._encoding.release()
             self._encode_cpu_ns += time.thread_time_ns() - started
-        if len(self._pending) >= CHUNK_RECORDS and self._loop is not None:
+        if self._chunk_ready() and self._loop is not None:
             self._scheduled = True
             self._loop.call_soon(self._encode_chunk)
 
     def _encode_all(self) -> None:
         with self._encoding:
             while self._pending:
-                self._encode(CHUNK_RECORDS)
+                self._encode()
 
-    def _encode(self, most: int) -> None:
+    def _encode(self) -> None:
+        """Encode one chunk: the oldest records, up to :data:`CHUNK_RECORDS` of them or
+        :data:`CHUNK_BYTES` of tensors (at least one)."""
         pending = self._pending
         pop = pending.popleft
-        items = [pop() for _ in range(min(most, len(pending)))]
+        if self._pending_bytes <= CHUNK_BYTES:
+            items = [pop() for _ in range(min(CHUNK_RECORDS, len(pending)))]
+            self._pending_bytes -= sum(map(itemgetter(1), items))
+        else:
+            items = []
+            taken = 0
+            while pending and len(items) < CHUNK_RECORDS and taken < CHUNK_BYTES:
+                items.append(pop())
+                taken += items[-1][1]
+            self._pending_bytes -= taken
+        if not pending:
+            self._pending_bytes = 0  # observers on plain threads may have raced the count
         try:
             chunks, failures = encode(self.settings.format, items)
         except Exception:  # a bug: the records are lost, the server goes on

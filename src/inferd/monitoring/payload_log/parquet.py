@@ -28,6 +28,7 @@ import orjson
 
 from inferd.core import datatypes
 from inferd.errors import InferdError
+from inferd.monitoring.payload_log.columns import Column, Uniform
 from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.records import Captured
 
@@ -39,6 +40,7 @@ __all__ = [
     "column_layout",
     "require_pyarrow",
     "schema_key",
+    "uniform_table",
 ]
 
 ROW_GROUP_ROWS = 4096
@@ -117,50 +119,64 @@ def _bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
-def _list(pa: Any, counts: Any, values: Any) -> Any:
-    """A list array of ``values`` cut into lists of ``counts`` items."""
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
+def _list(pa: Any, offsets: Any, values: Any) -> Any:
+    """A list array of ``values`` cut at ``offsets`` (int64, one more than the lists)."""
     if offsets[-1] < 2**31:
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
     large = pa.LargeListArray.from_arrays(pa.array(offsets), values)
     return large.cast(pa.list_(values.type))  # refused (counted as a write error) if too big
 
 
-def _tensor_column(pa: Any, arrays: list[np.ndarray[Any, Any]], datatype: str, field: Any) -> Any:
+def _offsets(count: int, step: int) -> Any:
+    """List offsets of ``count`` lists of ``step`` items each."""
+    if not step:
+        return np.zeros(count + 1, dtype=np.int64)
+    return np.arange(0, (count + 1) * step, step, dtype=np.int64)
+
+
+def _alike_column(pa: Any, column: Column, datatype: str, field: Any) -> Any:
+    """A tensor column of records sharing one shape, from their stacked values."""
     value_type = field.type.field("data").type.value_type
+    flat = column.values.reshape(-1)
+    if datatype == "BF16":
+        flat = flat.astype(np.float32)
+    count, size, dims = len(column.values), column.values.shape[1], len(column.shape)
+    data = _list(pa, _offsets(count, size), pa.array(flat, value_type))
+    shape_values = pa.array(np.tile(np.asarray(column.shape, dtype=np.int64), count))
+    shape = _list(pa, _offsets(count, dims), shape_values)
+    return pa.StructArray.from_arrays([shape, data], fields=list(field.type))
+
+
+def _tensor_column(pa: Any, arrays: list[np.ndarray[Any, Any]], datatype: str, field: Any) -> Any:
     shapes = [a.shape for a in arrays]
+    if datatype != "BYTES" and len(set(shapes)) == 1:  # every row's lists are alike
+        stacked = np.concatenate(arrays, axis=None).reshape(len(arrays), arrays[0].size)
+        return _alike_column(pa, Column("", shapes[0], stacked), datatype, field)
+    value_type = field.type.field("data").type.value_type
+    flats = [a.reshape(-1) for a in arrays]
     if datatype == "BYTES":
-        flats = [a.reshape(-1) for a in arrays]
         values = pa.array([_bytes(v) for f in flats for v in f.tolist()], value_type)
     else:
-        if len(set(shapes)) == 1 and shapes[0]:  # one shape: joined in one C call
-            joined = np.concatenate(arrays).reshape(-1)
-        else:
-            joined = np.concatenate([a.reshape(-1) for a in arrays])
-        if datatype == "BF16":
-            joined = joined.astype(np.float32)
-        values = pa.array(joined, value_type)
+        joined = np.concatenate(flats)
+        values = pa.array(joined.astype(np.float32) if datatype == "BF16" else joined, value_type)
     count = len(arrays)
-    if len(set(shapes)) == 1:  # the usual case: every row's lists are alike
-        sizes = np.full(count, arrays[0].size, dtype=np.int64)
-        dims = np.full(count, len(shapes[0]), dtype=np.int64)
-        dim_values = np.tile(np.asarray(shapes[0], dtype=np.int64), count)
-    else:
-        sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=count)
-        dims = np.fromiter((len(s) for s in shapes), dtype=np.int64, count=count)
-        total = int(dims.sum())
-        dim_values = np.fromiter((d for s in shapes for d in s), dtype=np.int64, count=total)
-    data = _list(pa, sizes, values)
-    shape_column = _list(pa, dims, pa.array(dim_values))
+    sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=count)
+    dims = np.fromiter((len(s) for s in shapes), dtype=np.int64, count=count)
+    dim_values = np.fromiter((d for s in shapes for d in s), dtype=np.int64, count=int(dims.sum()))
+    data = _list(pa, _counts_offsets(sizes), values)
+    shape_column = _list(pa, _counts_offsets(dims), pa.array(dim_values))
     return pa.StructArray.from_arrays([shape_column, data], fields=list(field.type))
 
 
-def arrow_table(key: Key, rows: Sequence[Captured]) -> Any:
-    """``rows`` (all of the tensor columns ``key``) as one Arrow table."""
-    pa = require_pyarrow()
-    schema = _schema(key)
-    columns: list[Any] = [
+def _counts_offsets(counts: Any) -> Any:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
+def _head_columns(pa: Any, rows: Sequence[Captured]) -> list[Any]:
+    """The columns before the tensors, record by record."""
+    return [
         pa.array([r.id for r in rows], pa.string()),
         pa.array([r.model for r in rows], pa.string()),
         pa.array([r.version for r in rows], pa.int64()),
@@ -171,9 +187,42 @@ def arrow_table(key: Key, rows: Sequence[Captured]) -> Any:
         pa.array([_json_text(r.parameters) for r in rows], pa.string()),
         pa.array([list(r.redacted) for r in rows], pa.list_(pa.string())),
     ]
+
+
+def arrow_table(key: Key, rows: Sequence[Captured]) -> Any:
+    """``rows`` (all of the tensor columns ``key``) as one Arrow table."""
+    pa = require_pyarrow()
+    schema = _schema(key)
+    columns = _head_columns(pa, rows)
     for index, (side, name, datatype) in enumerate(key):
         arrays = [(r.inputs if side == "input" else r.outputs)[name] for r in rows]
         columns.append(_tensor_column(pa, arrays, datatype, schema.field(6 + index)))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def uniform_table(key: Key, alike: Uniform) -> Any:
+    """Records that are all alike (of the tensor columns ``key``) as one Arrow table, built a
+    column at a time: the same table :func:`arrow_table` builds."""
+    pa = require_pyarrow()
+    schema = _schema(key)
+    first, count = alike.first, len(alike.ids)
+    parameters = alike.parameters
+    if list(map(len, parameters)).count(0) == count:  # the usual case: none
+        texts = ["{}"] * count
+    else:
+        texts = list(map(_json_text, parameters))
+    redacted = list(first.redacted)
+    columns: list[Any] = [
+        pa.array(alike.ids, pa.string()),
+        pa.array([first.model] * count, pa.string()),
+        pa.array(np.full(count, first.version, dtype=np.int64)),
+        pa.array(np.array(alike.times_ns, dtype=np.int64) // 1000, pa.timestamp("us", tz="UTC")),
+        pa.array(texts, pa.string()),
+        _list(pa, _offsets(count, len(redacted)), pa.array(redacted * count, pa.string())),
+    ]
+    for index, column in enumerate((*alike.inputs, *alike.outputs)):
+        datatype = key[index][2]
+        columns.append(_alike_column(pa, column, datatype, schema.field(6 + index)))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
