@@ -13,10 +13,12 @@ its files. Rounds are interleaved (off, JSONL, Parquet, then JSONL, Parquet, off
 round starts one configuration later) so drift hits every configuration alike; the figures are
 the medians of the rounds, with the spread of throughput, and ("paired") the median over rounds
 of each round's throughput against the same round's log-off throughput. Besides throughput it
-prints the server's CPU time per request (its ``process_cpu_seconds_total`` over the requests
-it answered during the run), which a machine shared with other work disturbs less, and the parts
-of it the log spent encoding on the event loop and writing on its writer thread
-(``inferd_payload_log_encode_cpu_seconds_total``, ``..._writer_cpu_seconds_total``). The goal:
+prints perf_analyzer's p99 latency (the log encodes on the event loop, a chunk at a time: a
+pause every few hundred requests) and the server's CPU time per request (its
+``process_cpu_seconds_total`` over the requests it answered during the run), which a machine
+shared with other work disturbs less, and the parts of it the log spent encoding on the event
+loop and writing on its writer thread (``inferd_payload_log_encode_cpu_seconds_total``,
+``..._writer_cpu_seconds_total``). The goal:
 at 100 % sampling the throughput stays within 5 % of logging off, and nothing is dropped while
 the disk keeps up. ``--model fraud_xgboost`` measures a request that costs more than
 ``simple``'s.
@@ -53,7 +55,8 @@ PLAIN = re.compile(
 
 def _perf_analyzer(
     binary: Path, url: str, protocol: str, model: str, args: argparse.Namespace
-) -> float:
+) -> tuple[float, float]:
+    """Throughput (infer/s) and p99 latency (ms) at ``--concurrency``."""
     csv = Path(tempfile.mkdtemp(prefix="pa-")) / "out.csv"
     cmd = [
         str(binary),
@@ -79,7 +82,7 @@ def _perf_analyzer(
         raise RuntimeError(f"perf_analyzer failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     header, row = csv.read_text().splitlines()[:2]
     values = dict(zip(header.split(","), row.split(","), strict=False))
-    return float(values["Inferences/Second"])
+    return float(values["Inferences/Second"]), float(values["p99 latency"]) / 1000
 
 
 def _counters(metrics_url: str) -> dict[str, float]:
@@ -118,7 +121,7 @@ def _run(
         with running_server([repo], serve) as server:
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
             before = _counters(server.metrics_url)
-            throughput = _perf_analyzer(binary, url, args.protocol, args.model, args)
+            throughput, p99 = _perf_analyzer(binary, url, args.protocol, args.model, args)
             counters = _counters(server.metrics_url)
         # counted in the files once the server has stopped (and so written everything)
         written = sum(p.stat().st_size for p in Path(logs).rglob("*") if p.is_file())
@@ -131,6 +134,7 @@ def _run(
     served = max(grown("nv_inference_request_success"), 1.0)
     return {
         "throughput": throughput,
+        "p99_ms": p99,
         "cpu_us": cpu / served * 1e6,
         "writer_us": grown("inferd_payload_log_writer_cpu_seconds_total") / served * 1e6,
         "encode_us": grown("inferd_payload_log_encode_cpu_seconds_total") / served * 1e6,
@@ -182,6 +186,7 @@ def main() -> None:
                 results[name].append(result)
                 print(
                     f"round {round_ + 1} {name:13s} {result['throughput']:9.1f} infer/s  "
+                    f"p99 {result['p99_ms']:5.1f} ms  "
                     f"{result['cpu_us']:6.1f} CPU us/request (encode {result['encode_us']:5.1f}, "
                     f"writer {result['writer_us']:5.1f})  "
                     f"logged {result['logged']:.0f}  dropped {result['dropped']:.0f}",
@@ -199,6 +204,7 @@ def main() -> None:
         "vs off",
         "paired",
         "spread",
+        "p99 ms",
         "CPU us/req",
         "vs off",
         "encode",
@@ -207,7 +213,7 @@ def main() -> None:
         "dropped",
         "MB",
     )
-    widths = (14, 10, 8, 8, 13, 11, 8, 7, 7, 10, 8, 8)
+    widths = (14, 10, 8, 8, 13, 7, 11, 8, 7, 7, 10, 8, 8)
     pairs = enumerate(zip(head, widths, strict=True))
     print(" ".join(f"{h:{'' if i == 0 else '>'}{w}s}" for i, (h, w) in pairs))
     for name, rounds in results.items():
@@ -220,6 +226,7 @@ def main() -> None:
             for r, off in zip(rounds, results["off"], strict=True)
         )
         cpu = statistics.median(r["cpu_us"] for r in rounds)
+        p99 = statistics.median(r["p99_ms"] for r in rounds)
         writer = statistics.median(r["writer_us"] for r in rounds)
         encoding = statistics.median(r["encode_us"] for r in rounds)
         logged = sum(r["logged"] for r in rounds)
@@ -227,7 +234,7 @@ def main() -> None:
         written = sum(r["bytes"] for r in rounds) / 1e6
         print(
             f"{name:14s} {throughput:10.1f} {throughput / base - 1:+8.1%} {paired:+8.1%} "
-            f"{spread:>13s} "
+            f"{spread:>13s} {p99:7.1f} "
             f"{cpu:11.1f} {cpu / base_cpu - 1:+8.1%} {encoding:7.1f} {writer:7.1f} "
             f"{logged:10.0f} {dropped:8.0f} {written:8.1f}"
         )

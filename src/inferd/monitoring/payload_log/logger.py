@@ -53,6 +53,11 @@ CHUNK_RECORDS = 512
 CHUNK_BYTES = 4 << 20
 
 
+#: builds a :class:`Captured` from a tuple of its fields (a named tuple's own constructor adds
+#: a Python call per sampled request)
+_new_record = tuple.__new__
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -146,15 +151,18 @@ class PayloadLogger:
         if not self._handoff.admit(nbytes):
             self._counters.dropped(name, "queue_full")
             return
-        captured = Captured(
-            name,
-            version,
-            request.id,
-            self._wall_ns(),
-            inputs,
-            redacted,
-            outputs,
-            request.parameters,
+        captured = _new_record(
+            Captured,
+            (
+                name,
+                version,
+                request.id,
+                self._wall_ns(),
+                inputs,
+                redacted,
+                outputs,
+                request.parameters,
+            ),
         )
         pending = self._pending
         pending.append((captured, nbytes))
@@ -162,7 +170,9 @@ class PayloadLogger:
         loop = self._loop
         if loop is None:
             loop = self._loop = _running_loop()
-        if self._chunk_ready() and not self._scheduled:
+        if (
+            len(pending) >= CHUNK_RECORDS or self._pending_bytes >= CHUNK_BYTES
+        ) and not self._scheduled:
             if loop is not None:
                 self._scheduled = True
                 loop.call_soon(self._encode_chunk)

@@ -58,7 +58,11 @@ def capture_inputs(
     nbytes = 0
     changed = False
     for name, array in inputs.items():
-        if name in redact or (array.base is not None and _client_memory(array)):
+        base: object = array.base
+        # the usual bases, at a glance: none (owned) or the request's bytes (a codec's view)
+        if name in redact or (
+            base is not None and type(base) is not bytes and _client_memory(array)
+        ):
             changed = True
         else:
             nbytes += array.nbytes
