@@ -267,6 +267,15 @@ class LivePolicy:
         if batch and not self._mirrors.start(batch):
             self.in_flight -= len(batch)  # the server is closing: they are not run
 
+    def retire(self) -> None:
+        """The policy is replaced or removed: copies gathered and not started are dropped
+        (their figures would go to counters no one reads)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        self.in_flight -= len(self._gathered)
+        self._gathered = []
+
     def compare_pending(self) -> None:
         """Compare the shadow's answers not compared yet (before any figure is read)."""
         pairs, self._uncompared = self._uncompared, []

@@ -146,6 +146,8 @@ class Rollout:
         )
         self._count_rollbacks(name)
         self._routes[name] = live  # one assignment: the engine sees the old or the new policy
+        if current is not None:
+            current.retire()
         _log.info(
             "traffic policy of '%s' (%s, from %s): %s",
             name,
@@ -157,7 +159,9 @@ class Rollout:
 
     def _drop(self, name: str, why: str) -> None:
         self._count_rollbacks(name)
-        if self._routes.pop(name, None) is not None:
+        removed = self._routes.pop(name, None)
+        if removed is not None:
+            removed.retire()
             _log.info("traffic policy of '%s' removed: %s", name, why)
 
     # -- RolloutAdmin ---------------------------------------------------------------------------

@@ -270,6 +270,38 @@ async def test_a_shadow_starts_its_copies_a_batch_at_a_time() -> None:
     await rollout.close()
 
 
+@pytest.mark.parametrize("how", ["replaced", "cleared"])
+async def test_copies_gathered_by_a_policy_that_goes_are_never_started(how: str) -> None:
+    rollout, _ = _rollout()
+    started: list[int] = []
+
+    async def runner(
+        request: InferRequest, model: str, version: int | None, observe: bool
+    ) -> Mapping[str, np.ndarray]:
+        started.append(version or 0)
+        return _probs(1, 2)
+
+    rollout.attach(runner)
+    rollout.set("m", {"kind": "shadow", "shadow": {"version": 2}, "batch": 8,
+                      "batch_delay_ms": 30})  # fmt: skip
+    old = rollout.routes["m"]
+    for _ in range(3):
+        old.route(_request()).answered(_probs(1, 2))
+    assert old.in_flight == 3
+    if how == "replaced":
+        rollout.set("m", {"kind": "shadow", "shadow": {"version": 1}, "batch": 1})
+    else:
+        rollout.clear("m")
+    assert old.in_flight == 0
+    await asyncio.sleep(0.1)  # past the old policy's delay
+    assert started == []
+    if how == "replaced":  # the new policy mirrors as it should
+        rollout.routes["m"].route(_request()).answered(_probs(1, 2))
+        await _settle()
+        assert started == [1]
+    await rollout.close()
+
+
 async def test_a_partial_batch_of_copies_starts_after_the_delay() -> None:
     rollout, _ = _rollout()
     started: list[float] = []
