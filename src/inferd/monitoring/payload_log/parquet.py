@@ -276,7 +276,7 @@ class ParquetSink:
         if not self._pending:
             return 0, 0
         rows = self._pending
-        table = self._pa.concat_tables(self._tables).combine_chunks()
+        table = self._pa.concat_tables(self._tables)  # written as one row group, uncopied
         self._writer.write_table(table, row_group_size=rows)
         self._tables = []
         self._pending = 0
