@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from inferd.monitoring.payload_log.records import Captured
+from inferd.monitoring.payload_log.records import Captured, timestamp_text
 
 __all__ = ["Column", "Uniform", "timestamp_texts", "uniform"]
 
@@ -129,8 +129,6 @@ def timestamp_texts(times_ns: list[int]) -> list[bytes]:
     (each second the batch spans by ``datetime``: usually one or two)."""
     first, last = min(times_ns) // 1_000_000_000, max(times_ns) // 1_000_000_000
     if first < 0 or last > _LAST_SECOND or last - first >= _SPAN:
-        from inferd.monitoring.payload_log.records import timestamp_text
-
         return [timestamp_text(t).encode() for t in times_ns]
     heads = np.frombuffer(
         b"".join(

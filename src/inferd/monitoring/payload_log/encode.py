@@ -40,15 +40,20 @@ class Failure:
     error: Exception
 
 
+_record = itemgetter(0)  # of an item: the record
+_held = itemgetter(1)  # of an item: the bytes it was admitted with
+_model_of = itemgetter(0)  # of a record: its model
+
+
 def _groups(
     items: Sequence[tuple[Captured, int]], key_of: Callable[[Captured], Hashable]
 ) -> dict[Hashable, tuple[list[Captured], int]]:
     """The records of each key, in order, and the bytes they were admitted with."""
     if items:
-        every: list[Captured] = list(map(itemgetter(0), items))
+        every: list[Captured] = list(map(_record, items))
         keys = list(map(key_of, every))
         if keys.count(keys[0]) == len(keys):  # the usual case: one key (counted in C)
-            return {keys[0]: (every, sum(map(itemgetter(1), items)))}
+            return {keys[0]: (every, sum(map(_held, items)))}
     records: dict[Hashable, list[Captured]] = {}
     held: dict[Hashable, int] = {}
     for captured, nbytes in items:
@@ -56,9 +61,6 @@ def _groups(
         records.setdefault(key, []).append(captured)
         held[key] = held.get(key, 0) + nbytes
     return {key: (found, held[key]) for key, found in records.items()}
-
-
-_model = itemgetter(0)  # a record's model
 
 
 def _parquet(items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[Failure]]:
@@ -71,11 +73,11 @@ def _parquet(items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[F
         uniform_table,
     )
 
-    records = list(map(itemgetter(0), items))
+    records = list(map(_record, items))
     alike = uniform(records)
     groups: list[tuple[list[Captured], int, Uniform | None]]
     if alike is not None:
-        groups = [(records, sum(map(itemgetter(1), items)), alike)]
+        groups = [(records, sum(map(_held, items)), alike)]
     else:
         groups = [(found, held, None) for found, held in _groups(items, column_layout).values()]
     chunks: list[Chunk] = []
@@ -99,7 +101,7 @@ def encode(fmt: str, items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk]
         return _parquet(items) if items else ([], [])
     chunks: list[Chunk] = []
     failures: list[Failure] = []
-    for records, nbytes in _groups(items, _model).values():
+    for records, nbytes in _groups(items, _model_of).values():
         model = records[0].model
         try:
             lines = json_lines(records)

@@ -128,12 +128,12 @@ def _group_lines(records: list[Captured], lines: list[bytes | None], where: list
     template = _template(records[0])
     if template is None:
         return  # left to the general form
-    stacked = [
-        np.concatenate(arrays, axis=None).reshape(len(records), arrays[0].size)
-        for side in ("inputs", "outputs")
-        for name in getattr(records[0], side)
-        for arrays in [[getattr(r, side)[name] for r in records]]
-    ]
+    stacked = []
+    for side in ("inputs", "outputs"):
+        for name in getattr(records[0], side):
+            arrays = [getattr(r, side)[name] for r in records]
+            joined = np.concatenate(arrays, axis=None)
+            stacked.append(joined.reshape(len(records), arrays[0].size))
     _fill(
         template,
         stacked,

@@ -171,9 +171,7 @@ class PayloadLogger:
         loop = self._loop
         if loop is None:
             loop = self._loop = _running_loop()
-        if (
-            len(pending) >= CHUNK_RECORDS or self._pending_bytes >= CHUNK_BYTES
-        ) and not self._scheduled:
+        if not self._scheduled and self._chunk_ready():
             if loop is not None:
                 self._scheduled = True
                 loop.call_soon(self._encode_chunk)

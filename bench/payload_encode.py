@@ -1,0 +1,94 @@
+"""What the payload log's encoder costs on its own, per record: JSONL and Parquet, a chunk of
+records of ``simple``'s layout (two INT32 [1, 16] inputs, two outputs) at a time, and a logger
+driven alone on an event loop (observing, encoding, handing off), with no server around it.
+
+    .venv/bin/python bench/payload_encode.py [--records 128] [--repeats 5]
+
+The chunk figures are the best of ``--repeats`` timings (an idle core: what the code costs
+without a loaded server's cache misses); the logger figures are the event loop's CPU time per
+observed request. ``bench/payload_log.py`` measures the same code inside a loaded server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
+from inferd.core.inference import InferRequest
+from inferd.monitoring.payload_log import PayloadLogger, PayloadLogSettings
+from inferd.monitoring.payload_log.encode import encode
+from inferd.monitoring.payload_log.records import Captured
+
+CONFIG = (
+    'name: "simple" backend: "onnxruntime" max_batch_size: 8 '
+    'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, '
+    '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ] '
+    'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, '
+    '{ name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]'
+)
+
+
+def _tensors(i: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    # inputs as a gRPC request gives them: views of the request's bytes
+    a = np.frombuffer((np.arange(16, dtype=np.int32) + i).tobytes(), np.int32).reshape(1, 16)
+    b = np.frombuffer(np.ones(16, np.int32).tobytes(), np.int32).reshape(1, 16)
+    return {"INPUT0": a, "INPUT1": b}, {"OUTPUT0": a + b, "OUTPUT1": a - b}
+
+
+def _chunk_us(fmt: str, records: int, repeats: int) -> float:
+    items = []
+    for i in range(records):
+        inputs, outputs = _tensors(i)
+        captured = Captured("simple", 1, str(i), time.time_ns(), inputs, (), outputs, {})
+        items.append((captured, 256))
+    encode(fmt, items)
+    rounds = max(10, 20_000 // records)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(rounds):
+            encode(fmt, items)
+        best = min(best, (time.perf_counter() - started) / rounds / records)
+    return best * 1e6
+
+
+async def _logger_us(fmt: str, requests: int) -> tuple[float, float]:
+    spec = spec_from_proto(parse_pbtxt(CONFIG, "bench"))
+    with tempfile.TemporaryDirectory() as logs:
+        logger = PayloadLogger(PayloadLogSettings(Path(logs), format=fmt))
+        logger.start()
+        observing = 0
+        for i in range(requests):
+            inputs, outputs = _tensors(i)
+            request = InferRequest(model_name="simple", inputs=inputs, id=str(i))
+            started = time.thread_time_ns()
+            logger.observe(spec, 1, request, outputs)
+            observing += time.thread_time_ns() - started
+            if i % 32 == 0:
+                await asyncio.sleep(0)  # encoding callbacks run here, as between requests
+        await asyncio.to_thread(logger.stop)
+        encoding = logger.statistics().encode_cpu_seconds
+    return observing / requests / 1e3, encoding / requests * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=128, help="records in a chunk")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=40_000, help="observed by the logger")
+    args = parser.parse_args()
+    print(f"{'format':8s} {'encode a chunk':>16s} {'observe':>9s} {'encode':>8s}  (µs per record)")
+    for fmt in ("jsonl", "parquet"):
+        chunk = _chunk_us(fmt, args.records, args.repeats)
+        observing, encoding = asyncio.run(_logger_us(fmt, args.requests))
+        print(f"{fmt:8s} {chunk:16.2f} {observing:9.2f} {encoding:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
