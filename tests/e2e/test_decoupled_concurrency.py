@@ -27,9 +27,10 @@ input [ { name: "WANT", data_type: TYPE_INT32, dims: [ 1 ] } ]
 output [ { name: "SEEN", data_type: TYPE_INT32, dims: [ 1 ] } ]
 """
 
-# Each request waits (from a thread of the model's own) until WANT requests are in flight at
-# once, or 20 s, and answers how many it saw: with one instance, only an instance that is free
-# again once ``execute`` returns lets two requests meet.
+# Each request waits (from a thread of the model's own) until WANT requests have been in flight
+# at once, or 20 s, and answers the most it saw together: with one instance, only an instance
+# that is free again once ``execute`` returns lets two requests meet. The peak, not the live
+# count, is what a woken request reads: the other may have answered and left before it wakes.
 IN_FLIGHT_MODEL = """
 import threading
 import numpy as np
@@ -40,6 +41,7 @@ class TritonPythonModel:
     def initialize(self, args):
         self.cond = threading.Condition()
         self.active = 0
+        self.peak = 0
 
     def execute(self, requests):
         for request in requests:
@@ -50,14 +52,17 @@ class TritonPythonModel:
         want = int(pb_utils.get_input_tensor_by_name(request, "WANT").as_numpy()[0])
         with self.cond:
             self.active += 1
+            self.peak = max(self.peak, self.active)
             self.cond.notify_all()
-            self.cond.wait_for(lambda: self.active >= want, timeout=20)
-            seen = self.active
+            self.cond.wait_for(lambda: self.peak >= want, timeout=20)
+            seen = self.peak
         out = pb_utils.Tensor("SEEN", np.array([seen], dtype=np.int32))
         sender = request.get_response_sender()
         sender.send(pb_utils.InferenceResponse([out]))
         with self.cond:
             self.active -= 1
+            if self.active == 0:
+                self.peak = 0
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
