@@ -5,8 +5,13 @@ driven alone on an event loop (observing, encoding, handing off), with no server
     .venv/bin/python bench/payload_encode.py [--records 128] [--repeats 5]
 
 The chunk figures are the best of ``--repeats`` timings (an idle core: what the code costs
-without a loaded server's cache misses); the logger figures are the event loop's CPU time per
-observed request. ``bench/payload_log.py`` measures the same code inside a loaded server.
+without a loaded server's cache misses; for Parquet, the table built for the chunk alone).
+"Contended" is the wall time of the event loop's part (for Parquet: chunks left as columns,
+a table built per row group) while another Python thread keeps running: a call that lets go
+of the interpreter lock (every pyarrow call does) waits for that thread before going on, as
+the loaded server's loop waits for its other threads. The
+logger figures are the event loop's CPU time per observed request. ``bench/payload_log.py``
+measures the same code inside a loaded server.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -23,7 +29,9 @@ from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 from inferd.core.inference import InferRequest
 from inferd.monitoring.payload_log import PayloadLogger, PayloadLogSettings
 from inferd.monitoring.payload_log.encode import encode
+from inferd.monitoring.payload_log.parquet import ROW_GROUP_ROWS
 from inferd.monitoring.payload_log.records import Captured
+from inferd.monitoring.payload_log.row_groups import RowGroups
 
 CONFIG = (
     'name: "simple" backend: "onnxruntime" max_batch_size: 8 '
@@ -58,6 +66,47 @@ def _chunk_us(fmt: str, records: int, repeats: int) -> float:
     return best * 1e6
 
 
+def _loop_part(fmt: str, items: list[tuple[Captured, int]], groups: RowGroups) -> None:
+    """What the event loop does with a chunk: encode it; for Parquet, leave it as columns
+    and build a table once a row group's worth has gathered (as the logger does)."""
+    chunks, _ = encode(fmt, items, build=False)
+    if fmt == "parquet":
+        for chunk in chunks:
+            groups.add(chunk, 0)
+
+
+def _contended_us(fmt: str, records: int, repeats: int) -> float:
+    """Wall time per record of the event loop's part of the log's work while another Python
+    thread runs: a call that lets go of the interpreter lock waits for that thread before it
+    goes on."""
+    items = []
+    for i in range(records):
+        inputs, outputs = _tensors(i)
+        captured = Captured("simple", 1, str(i), time.time_ns(), inputs, (), outputs, {})
+        items.append((captured, 256))
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    other = threading.Thread(target=busy, daemon=True)
+    other.start()
+    rounds = 2 * ROW_GROUP_ROWS // records  # two row groups' worth
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            groups = RowGroups(ROW_GROUP_ROWS)
+            started = time.perf_counter()
+            for _ in range(rounds):
+                _loop_part(fmt, items, groups)
+            best = min(best, (time.perf_counter() - started) / rounds / records)
+    finally:
+        stop.set()
+        other.join()
+    return best * 1e6
+
+
 async def _logger_us(fmt: str, requests: int) -> tuple[float, float]:
     spec = spec_from_proto(parse_pbtxt(CONFIG, "bench"))
     with tempfile.TemporaryDirectory() as logs:
@@ -83,11 +132,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, default=40_000, help="observed by the logger")
     args = parser.parse_args()
-    print(f"{'format':8s} {'encode a chunk':>16s} {'observe':>9s} {'encode':>8s}  (µs per record)")
+    print(
+        f"{'format':8s} {'encode a chunk':>16s} {'contended':>11s} "
+        f"{'observe':>9s} {'encode':>8s}  (µs per record)"
+    )
     for fmt in ("jsonl", "parquet"):
         chunk = _chunk_us(fmt, args.records, args.repeats)
+        contended = _contended_us(fmt, args.records, args.repeats)
         observing, encoding = asyncio.run(_logger_us(fmt, args.requests))
-        print(f"{fmt:8s} {chunk:16.2f} {observing:9.2f} {encoding:8.2f}")
+        print(f"{fmt:8s} {chunk:16.2f} {contended:11.2f} {observing:9.2f} {encoding:8.2f}")
 
 
 if __name__ == "__main__":

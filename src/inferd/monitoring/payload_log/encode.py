@@ -28,6 +28,8 @@ class Chunk:
     lines: list[bytes] | None = None  # JSONL: one line per record, newline included
     key: Any = None  # Parquet: the tensor columns (a ``parquet.Key``)
     table: Any = None  # Parquet: one row per record
+    alike: Uniform | None = None  # Parquet, records all alike: their columns, until the
+    # table is built for a row group's worth of them (``row_groups``)
 
 
 @dataclass(slots=True)
@@ -63,9 +65,12 @@ def _groups(
     return {key: (found, held[key]) for key, found in records.items()}
 
 
-def _parquet(items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[Failure]]:
+def _parquet(
+    items: Sequence[tuple[Captured, int]], build: bool
+) -> tuple[list[Chunk], list[Failure]]:
     """Arrow tables: one when the records are all alike (the usual case, built a column at a
-    time), else one per model and set of tensor columns."""
+    time; left as columns in ``Chunk.alike`` unless ``build``), else one per model and set
+    of tensor columns."""
     from inferd.monitoring.payload_log.parquet import (
         arrow_table,
         column_layout,
@@ -86,6 +91,9 @@ def _parquet(items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[F
         model = found[0].model
         try:
             key = schema_key(found[0])
+            if same is not None and not build:
+                chunks.append(Chunk(model, len(found), held, key=key, alike=same))
+                continue
             table = uniform_table(key, same) if same is not None else arrow_table(key, found)
         except Exception as exc:
             failures.append(Failure(model, len(found), held, exc))
@@ -94,11 +102,14 @@ def _parquet(items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[F
     return chunks, failures
 
 
-def encode(fmt: str, items: Sequence[tuple[Captured, int]]) -> tuple[list[Chunk], list[Failure]]:
+def encode(
+    fmt: str, items: Sequence[tuple[Captured, int]], *, build: bool = True
+) -> tuple[list[Chunk], list[Failure]]:
     """``items`` (records with their admitted bytes, in arrival order) as chunks of format
-    ``fmt``, and the groups that failed."""
+    ``fmt``, and the groups that failed. Parquet chunks of records all alike are left as
+    columns, their table not built, unless ``build``."""
     if fmt == "parquet":
-        return _parquet(items) if items else ([], [])
+        return _parquet(items, build) if items else ([], [])
     chunks: list[Chunk] = []
     failures: list[Failure] = []
     for records, nbytes in _groups(items, _model_of).values():

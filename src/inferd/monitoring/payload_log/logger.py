@@ -37,8 +37,10 @@ from inferd.core.payload_stats import PayloadLogStats
 from inferd.errors import InferdError
 from inferd.monitoring.payload_log.buffer import HandOff
 from inferd.monitoring.payload_log.counters import Counters
-from inferd.monitoring.payload_log.encode import Chunk, encode
+from inferd.monitoring.payload_log.encode import Chunk, Failure, encode
+from inferd.monitoring.payload_log.parquet import ROW_GROUP_ROWS
 from inferd.monitoring.payload_log.records import Captured, capture_inputs
+from inferd.monitoring.payload_log.row_groups import RowGroups
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.monitoring.payload_log.writer import OpenSink, PayloadWriter, open_sink
 
@@ -89,6 +91,9 @@ class PayloadLogger:
         self._handoff: HandOff[Chunk] = HandOff(settings.queue_requests, settings.queue_bytes)
         self._pending: deque[tuple[Captured, int]] = deque()  # admitted, not yet encoded
         self._pending_bytes = 0  # the tensor bytes they hold
+        # Parquet: chunks of alike records gathered into row groups before their table is
+        # built (encoded, not yet handed to the writer)
+        self._row_groups = RowGroups(ROW_GROUP_ROWS) if settings.format == "parquet" else None
         self._loop: asyncio.AbstractEventLoop | None = None  # found by the first observation
         self._scheduled = False  # an encoding callback is scheduled on the loop
         self._encoding = threading.Lock()  # one encoder at a time, so chunks keep their order
@@ -186,7 +191,7 @@ class PayloadLogger:
     def _collect(self) -> None:
         """The writer asks for what waits (on its thread): the loop encodes it, or, when there
         is no loop, the writer does."""
-        if not self._pending:
+        if not self._pending and not self._row_groups:
             return
         loop = self._loop
         if loop is not None:
@@ -207,7 +212,10 @@ class PayloadLogger:
             return  # another thread is encoding (stopping): it takes these too
         started = time.thread_time_ns()
         try:
-            self._encode()
+            if self._pending:
+                self._encode()
+            if self._row_groups:
+                self._hand_over(*self._row_groups.due(self._wall_ns()))
         finally:
             self._encoding.release()
             self._encode_cpu_ns += time.thread_time_ns() - started
@@ -219,6 +227,8 @@ class PayloadLogger:
         with self._encoding:
             while self._pending:
                 self._encode()
+            if self._row_groups:
+                self._hand_over(*self._row_groups.drain())
 
     def _encode(self) -> None:
         """Encode one chunk: the oldest records, up to :data:`CHUNK_RECORDS` of them or
@@ -238,13 +248,23 @@ class PayloadLogger:
         if not pending:
             self._pending_bytes = 0  # observers on plain threads may have raced the count
         try:
-            chunks, failures = encode(self.settings.format, items)
+            chunks, failures = encode(self.settings.format, items, build=False)
         except Exception:  # a bug: the records are lost, the server goes on
             _log.exception("the payload log could not encode %d request(s)", len(items))
             for captured, nbytes in items:
                 self._counters.dropped(captured.model, "write_error")
                 self._handoff.release(1, nbytes)
             return
+        if self._row_groups is not None:
+            now = self._wall_ns()
+            for chunk in chunks:
+                self._hand_over(*self._row_groups.add(chunk, now))
+            self._hand_over([], failures)
+        else:
+            self._hand_over(chunks, failures)
+
+    def _hand_over(self, chunks: list[Chunk], failures: list[Failure]) -> None:
+        """Offer encoded chunks to the writer; count and log (once per model) what failed."""
         for failure in failures:
             self._counters.dropped(failure.model, "write_error", failure.records)
             self._handoff.release(failure.records, failure.held_bytes)
