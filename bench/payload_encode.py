@@ -49,12 +49,18 @@ def _tensors(i: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     return {"INPUT0": a, "INPUT1": b}, {"OUTPUT0": a + b, "OUTPUT1": a - b}
 
 
-def _chunk_us(fmt: str, records: int, repeats: int) -> float:
+def _items(records: int) -> list[tuple[Captured, int]]:
+    """A chunk of ``records`` captured requests of ``simple``'s layout, with their bytes."""
     items = []
     for i in range(records):
         inputs, outputs = _tensors(i)
         captured = Captured("simple", 1, str(i), time.time_ns(), inputs, (), outputs, {})
         items.append((captured, 256))
+    return items
+
+
+def _chunk_us(fmt: str, records: int, repeats: int) -> float:
+    items = _items(records)
     encode(fmt, items)
     rounds = max(10, 20_000 // records)
     best = float("inf")
@@ -79,11 +85,7 @@ def _contended_us(fmt: str, records: int, repeats: int) -> float:
     """Wall time per record of the event loop's part of the log's work while another Python
     thread runs: a call that lets go of the interpreter lock waits for that thread before it
     goes on."""
-    items = []
-    for i in range(records):
-        inputs, outputs = _tensors(i)
-        captured = Captured("simple", 1, str(i), time.time_ns(), inputs, (), outputs, {})
-        items.append((captured, 256))
+    items = _items(records)
     stop = threading.Event()
 
     def busy() -> None:

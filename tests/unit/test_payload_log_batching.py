@@ -75,6 +75,7 @@ def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
 
 DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", ">f4", ">i4", "O"]
 SPECIAL = [np.nan, np.inf, -np.inf]
+IDS = ["", "id-1", 'q"u,o"te', "\\", "%s%b"]
 
 
 @st.composite
@@ -107,6 +108,8 @@ def batches(draw: Any) -> list[Captured]:
     names = ["a", "b%s", 'c"']
     shared = {n: draw(layouts()) for n in [*names, "out"]}
     one_layout = draw(st.booleans())
+    bare = draw(st.booleans())  # no parameters on any record
+    one_id = draw(st.sampled_from([None, "", "r"]))  # every record the same id, or each drawn
 
     def tensor(name: str) -> Array:
         return draw(tensors(shared[name] if one_layout else draw(layouts())))
@@ -115,12 +118,12 @@ def batches(draw: Any) -> list[Captured]:
         Captured(
             "m",
             1,
-            draw(st.sampled_from(["", "id-1", 'q"u,o"te', "\\", "%s%b"])),
+            one_id if one_id is not None else draw(st.sampled_from(IDS)),
             1_700_000_000_123_456_789 + i * 1_234_567,
             {n: tensor(n) for n in names},
             ("secret",) if one_layout or draw(st.booleans()) else (),
             {"out": tensor("out")},
-            {"k": i, "flag": True, "text": '"%'},
+            {} if bare else {"k": i, "flag": True, "text": '"%'},
         )
         for i in range(draw(st.integers(1, 6)))
     ]

@@ -94,6 +94,22 @@ def _text_rows(stacked: Array) -> tuple[list[bytes], Array | None]:
     return orjson.dumps(stacked, option=_NUMPY)[2:-2].split(b"],["), finite
 
 
+def _texts(values: list[Any]) -> list[bytes]:
+    """Each value's JSON; one call when they are all the same (a client that sends no
+    request id, the usual case)."""
+    if values.count(values[0]) == len(values):
+        return [orjson.dumps(values[0])] * len(values)
+    return list(map(orjson.dumps, values))
+
+
+def _parameter_texts(parameters: list[Any]) -> list[bytes]:
+    """Each record's parameters as JSON (a mapping that is not a dictionary raises
+    TypeError); no call per record when none has any."""
+    if list(map(len, parameters)).count(0) == len(parameters):
+        return [b"{}"] * len(parameters)
+    return list(map(orjson.dumps, parameters))
+
+
 def _fill(
     template: bytes,
     stacked: list[Array],
@@ -113,7 +129,7 @@ def _fill(
             keep &= finite
         columns.append(texts)
     stamps = timestamp_texts(times_ns)
-    rows = zip(map(orjson.dumps, ids), stamps, map(orjson.dumps, parameters), *columns, strict=True)
+    rows = zip(_texts(ids), stamps, _parameter_texts(parameters), *columns, strict=True)
     if keep.all():
         for k, row in zip(where, rows, strict=True):
             lines[k] = template % row
