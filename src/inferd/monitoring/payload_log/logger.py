@@ -12,8 +12,10 @@ records or :data:`CHUNK_BYTES` of tensors) in a callback of its own (never insid
 once a chunk has gathered, or when the writer thread asks for what is waiting (every
 ``flush_secs``). Encoding there costs the loop what it
 would cost any thread, while encoding on a second Python thread also costs the loop the
-interpreter lock handed back and forth (measured: docs/observability.md). The writer thread
-only writes (:mod:`~inferd.monitoring.payload_log.writer`). Without a running event loop (an
+interpreter lock handed back and forth (measured: docs/observability.md). For Parquet, chunks
+of alike records then wait as columns until a row group's worth has gathered, and get one
+Arrow table (:mod:`~inferd.monitoring.payload_log.row_groups`). The writer thread only writes
+(:mod:`~inferd.monitoring.payload_log.writer`). Without a running event loop (an
 observer called from plain threads) the writer thread encodes.
 """
 

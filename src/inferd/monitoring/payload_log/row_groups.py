@@ -22,6 +22,7 @@ import numpy as np
 
 from inferd.monitoring.payload_log.columns import Column, Uniform
 from inferd.monitoring.payload_log.encode import Chunk, Failure
+from inferd.monitoring.payload_log.parquet import uniform_table
 
 __all__ = ["MAX_WAIT_NS", "RowGroups", "joined", "layout"]
 
@@ -106,8 +107,6 @@ class RowGroups:
         return self._send(lambda w: True)
 
     def _send(self, chosen: Any) -> tuple[list[Chunk], list[Failure]]:
-        from inferd.monitoring.payload_log.parquet import uniform_table
-
         ready: list[Chunk] = []
         failed: list[Failure] = []
         for group, waiting in list(self._waiting.items()):
