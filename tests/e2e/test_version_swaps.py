@@ -158,7 +158,8 @@ def test_a_new_version_found_by_polling_takes_over_with_no_failure(tmp_path: Pat
 
         # a broken version: the index says why, version 2 keeps serving
         _add_version(repo, staging, 3, model=b"not an onnx model")
-        index = _wait_for_index(server, lambda i: ("m", "3") in i)
+        # listed while it loads, then with the outcome: wait for the outcome
+        index = _wait_for_index(server, lambda i: i.get(("m", "3"), ("LOADING",))[0] != "LOADING")
         state, reason = index[("m", "3")]
         assert state == "UNAVAILABLE"
         assert "failed to load 'm' version 3" in reason
