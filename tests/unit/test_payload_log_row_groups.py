@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from inferd.monitoring.payload_log.columns import record_layout
 from inferd.monitoring.payload_log.encode import Chunk, encode
 from inferd.monitoring.payload_log.parquet import arrow_table, schema_key
 from inferd.monitoring.payload_log.records import Captured
-from inferd.monitoring.payload_log.row_groups import RowGroups, joined, layout
+from inferd.monitoring.payload_log.row_groups import RowGroups, joined
 
 Array = np.ndarray[Any, Any]
 
@@ -69,7 +70,7 @@ def test_layouts_wait_apart_and_drain_hands_over_everything() -> None:
     small = [record(i) for i in range(3)]
     large = [record(i, size=5) for i in range(3, 5)]
     other = [record(i, model="n") for i in range(5, 7)]
-    assert layout(chunk_of(small).alike) != layout(chunk_of(large).alike)  # type: ignore[arg-type]
+    assert record_layout(small[0]) != record_layout(large[0])
     for part in (small, large, other):
         groups.add(chunk_of(part), now_ns=0)
     ready, failed = groups.drain()

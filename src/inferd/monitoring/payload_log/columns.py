@@ -10,7 +10,7 @@ is not alike gets None, and its encoder sorts its records by layout instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import attrgetter, itemgetter
@@ -20,7 +20,7 @@ import numpy as np
 
 from inferd.monitoring.payload_log.records import Captured, timestamp_text
 
-__all__ = ["Column", "Uniform", "timestamp_texts", "uniform"]
+__all__ = ["Column", "Uniform", "record_layout", "timestamp_texts", "uniform"]
 
 Array = np.ndarray[Any, Any]
 
@@ -55,6 +55,17 @@ class Uniform:
     ids: list[str]
     times_ns: list[int]
     parameters: list[Any]
+
+
+def record_layout(captured: Captured) -> Hashable:
+    """What a record looks like apart from its values: records of one layout are alike."""
+    return (
+        captured.model,
+        captured.version,
+        captured.redacted,
+        tuple([(n, a.dtype, a.shape) for n, a in captured.inputs.items()]),
+        tuple([(n, a.dtype, a.shape) for n, a in captured.outputs.items()]),
+    )
 
 
 def _all(values: list[Any], expected: Any) -> bool:

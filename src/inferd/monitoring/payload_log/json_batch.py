@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from inferd.core import datatypes
-from inferd.monitoring.payload_log.columns import timestamp_texts, uniform
+from inferd.monitoring.payload_log.columns import record_layout, timestamp_texts, uniform
 from inferd.monitoring.payload_log.records import Captured, record_dict
 
 __all__ = ["json_lines"]
@@ -41,17 +41,6 @@ _NAMES: dict[np.dtype[Any], str] = {
         *("UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64"),
     )
 }
-
-
-def _layout(captured: Captured) -> Hashable:
-    """What a record's line looks like apart from its values."""
-    return (
-        captured.model,
-        captured.version,
-        captured.redacted,
-        tuple([(n, a.dtype, a.shape) for n, a in captured.inputs.items()]),
-        tuple([(n, a.dtype, a.shape) for n, a in captured.outputs.items()]),
-    )
 
 
 def _text(value: Any) -> bytes:
@@ -191,7 +180,7 @@ def json_lines(records: Sequence[Captured]) -> list[bytes]:
     if found is None:
         groups: dict[Hashable, list[int]] = {}
         for index, captured in enumerate(records):
-            groups.setdefault(_layout(captured), []).append(index)
+            groups.setdefault(record_layout(captured), []).append(index)
         found = [None] * len(records)
         for where in groups.values():
             # parameters that are not a plain dictionary leave their group to the general form

@@ -14,27 +14,20 @@ comes with its table already built (records not alike) first sends what of its m
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from inferd.monitoring.payload_log.columns import Column, Uniform
+from inferd.monitoring.payload_log.columns import Column, Uniform, record_layout
 from inferd.monitoring.payload_log.encode import Chunk, Failure
 from inferd.monitoring.payload_log.parquet import uniform_table
 
-__all__ = ["MAX_WAIT_NS", "RowGroups", "joined", "layout"]
+__all__ = ["MAX_WAIT_NS", "RowGroups", "joined"]
 
 #: the longest a record waits here (its file gets it no sooner than a row group's worth anyway)
 MAX_WAIT_NS = 1_000_000_000
-
-
-def layout(alike: Uniform) -> Hashable:
-    """What records all alike share: chunks of one layout join into one table."""
-    first = alike.first
-    tensors = [(c.name, c.shape, c.values.dtype) for c in (*alike.inputs, *alike.outputs)]
-    return (first.model, first.version, first.redacted, len(alike.inputs), tuple(tensors))
 
 
 def joined(parts: list[Uniform]) -> Uniform:
@@ -64,11 +57,14 @@ def joined(parts: list[Uniform]) -> Uniform:
 
 @dataclass(slots=True)
 class _Waiting:
+    """Chunks of one layout (their columns), waiting for their table."""
+
     model: str
     key: Any  # the Parquet columns (a ``parquet.Key``)
     since_ns: int  # when its first chunk came
-    chunks: list[Chunk] = field(default_factory=list)
+    parts: list[Uniform] = field(default_factory=list)
     records: int = 0
+    held_bytes: int = 0
 
 
 class RowGroups:
@@ -78,22 +74,24 @@ class RowGroups:
     def __init__(self, rows: int, max_wait_ns: int = MAX_WAIT_NS) -> None:
         self._rows = rows
         self._max_wait_ns = max_wait_ns
-        self._waiting: dict[Hashable, _Waiting] = {}
+        self._waiting: dict[Hashable, _Waiting] = {}  # by layout (which decides the key)
 
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
     def add(self, chunk: Chunk, now_ns: int) -> tuple[list[Chunk], list[Failure]]:
         """Take ``chunk`` (columns when ``chunk.alike``, else its table built)."""
-        if chunk.alike is None:
+        alike = chunk.alike
+        if alike is None:
             ready, failed = self._send(lambda w: w.model == chunk.model)
             return [*ready, chunk], failed
-        group = (layout(chunk.alike), chunk.key)
-        waiting = self._waiting.get(group)
+        layout = record_layout(alike.first)
+        waiting = self._waiting.get(layout)
         if waiting is None:
-            waiting = self._waiting[group] = _Waiting(chunk.model, chunk.key, now_ns)
-        waiting.chunks.append(chunk)
+            waiting = self._waiting[layout] = _Waiting(chunk.model, chunk.key, now_ns)
+        waiting.parts.append(alike)
         waiting.records += chunk.records
+        waiting.held_bytes += chunk.held_bytes
         if waiting.records >= self._rows:
             return self._send(lambda w: w is waiting)
         return [], []
@@ -106,19 +104,18 @@ class RowGroups:
         """Everything waiting."""
         return self._send(lambda w: True)
 
-    def _send(self, chosen: Any) -> tuple[list[Chunk], list[Failure]]:
+    def _send(self, chosen: Callable[[_Waiting], bool]) -> tuple[list[Chunk], list[Failure]]:
         ready: list[Chunk] = []
         failed: list[Failure] = []
-        for group, waiting in list(self._waiting.items()):
+        for layout, waiting in list(self._waiting.items()):
             if not chosen(waiting):
                 continue
-            del self._waiting[group]
-            held = sum(c.held_bytes for c in waiting.chunks)
-            parts = [c.alike for c in waiting.chunks if c.alike is not None]
+            del self._waiting[layout]
+            model, records, held = waiting.model, waiting.records, waiting.held_bytes
             try:
-                table = uniform_table(waiting.key, joined(parts))
+                table = uniform_table(waiting.key, joined(waiting.parts))
             except Exception as exc:  # a value no Arrow column holds, or a bug
-                failed.append(Failure(waiting.model, waiting.records, held, exc))
+                failed.append(Failure(model, records, held, exc))
                 continue
-            ready.append(Chunk(waiting.model, waiting.records, held, key=waiting.key, table=table))
+            ready.append(Chunk(model, records, held, key=waiting.key, table=table))
         return ready, failed
