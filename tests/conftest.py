@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from inferd.examples.build import build_examples
@@ -13,3 +14,17 @@ def example_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("examples") / "models"
     build_examples(out, force=True, progress=False)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _fresh_module_generators(request: pytest.FixtureRequest) -> None:
+    """A test module's random generators (``RNG = np.random.default_rng(seed)`` at module level)
+    start from their seed again for every test, so the data a test draws does not depend on which
+    tests ran before it, or whether it runs alone."""
+    module = getattr(request, "module", None)
+    if module is None:
+        return
+    for name, value in list(vars(module).items()):
+        if isinstance(value, np.random.Generator):
+            seed = value.bit_generator.seed_seq.entropy  # type: ignore[attr-defined]
+            setattr(module, name, np.random.default_rng(seed))

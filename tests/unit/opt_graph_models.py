@@ -3,6 +3,7 @@ that serves a candidate through inferd's own backend (not a test module)."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,11 @@ from inferd.tools.optimize.candidate import OPENVINO_PLATFORM, Candidate
 
 Array = np.ndarray[Any, Any]
 
-RNG = np.random.default_rng(7)
+
+def rng(*salt: object) -> np.random.Generator:
+    """A generator of its own for each use, seeded by ``salt``: the weights and data a test sees
+    do not depend on which tests ran before it in the same process."""
+    return np.random.default_rng(zlib.crc32(repr(salt).encode()))
 
 
 def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any]) -> Any:
@@ -35,7 +40,9 @@ def _model(nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[
 
 
 def _weight(name: str, *shape: int, scale: float = 0.3) -> Any:
-    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+    return numpy_helper.from_array(
+        (rng("weight", name, shape).standard_normal(shape) * scale).astype(np.float32), name
+    )
 
 
 def save(model: Any, path: Path) -> Path:
@@ -181,7 +188,7 @@ def tiny_bert(path: Path) -> Path:
 
 
 def bert_inputs(rows: int) -> dict[str, Array]:
-    ids = RNG.integers(1, 100, (rows, BERT_SEQ)).astype(np.int64)
+    ids = rng("bert_inputs", rows).integers(1, 100, (rows, BERT_SEQ)).astype(np.int64)
     mask = np.ones((rows, BERT_SEQ), np.int64)
     for row in range(rows):
         mask[row, BERT_SEQ - 1 - (row % 5) :] = 0  # padded tails of different lengths

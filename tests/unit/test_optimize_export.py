@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from opt_graph_models import RNG, serve
+from opt_graph_models import rng, serve
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
@@ -53,7 +53,7 @@ def test_output_positions_follow_the_index_suffix_or_the_order() -> None:
 def test_the_torchscript_digits_cnn_exports_with_its_served_names(
     digits_cnn: Path, tmp_path: Path
 ) -> None:
-    images = RNG.uniform(0, 16, (8, 1, 8, 8)).astype(np.float32)
+    images = rng("images").uniform(0, 16, (8, 1, 8, 8)).astype(np.float32)
     candidate = build_onnx_baseline(
         digits_cnn, tmp_path / "out", sample={"INPUT__0": images}, output_names=["OUTPUT__0"]
     )
@@ -82,8 +82,8 @@ class TwoHeads(torch.nn.Module):
 
 def _two_heads_sample(rows: int) -> dict[str, np.ndarray]:
     return {
-        "features": RNG.standard_normal((rows, 6)).astype(np.float32),
-        "offsets": RNG.standard_normal((rows, 4)).astype(np.float32),
+        "features": rng("features", rows).standard_normal((rows, 6)).astype(np.float32),
+        "offsets": rng("offsets", rows).standard_normal((rows, 4)).astype(np.float32),
     }
 
 
@@ -116,7 +116,7 @@ def test_a_torch_export_program_file_exports(tmp_path: Path) -> None:
     )
     path = tmp_path / "model.pt2"
     torch.export.save(program, str(path))
-    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    x = rng("x").standard_normal((4, 6)).astype(np.float32)
     candidate = build_onnx_baseline(
         path, tmp_path / "out", sample={"INPUT__0": x}, output_names=["OUTPUT__0"]
     )

@@ -13,11 +13,11 @@ from opt_graph_models import (
     BERT_HEADS,
     BERT_HIDDEN,
     BERT_LAYERS,
-    RNG,
     attention_block,
     bert_inputs,
     conv_net,
     mlp,
+    rng,
     save,
     serve,
     tiny_bert,
@@ -45,7 +45,7 @@ def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("level", ORT_LEVELS)
 def test_each_level_serves_and_answers_like_the_source(tmp_path: Path, level: str) -> None:
     source = save(mlp(), tmp_path / "mlp.onnx")
-    x = RNG.standard_normal((6, 32)).astype(np.float32)
+    x = rng("x").standard_normal((6, 32)).astype(np.float32)
     candidate = build_ort_optimized(source, tmp_path / "out", sample={"x": x}, level=level)
     assert candidate.name == f"graph-{level}"
     assert candidate.kind == "graph"
@@ -57,7 +57,7 @@ def test_each_level_serves_and_answers_like_the_source(tmp_path: Path, level: st
 
 def test_the_all_level_leaves_out_the_cpu_specific_layout(tmp_path: Path) -> None:
     source = save(conv_net(), tmp_path / "cnn.onnx")
-    image = RNG.uniform(0, 16, (4, 1, 8, 8)).astype(np.float32)
+    image = rng("image").uniform(0, 16, (4, 1, 8, 8)).astype(np.float32)
     candidate = build_ort_optimized(source, tmp_path / "out", sample={"image": image})
     saved = onnx.load(str(candidate.path))
     domains = {node.domain for node in saved.graph.node}

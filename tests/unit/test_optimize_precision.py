@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from opt_graph_models import RNG, conv_net, mlp, save, serve
+from opt_graph_models import conv_net, mlp, rng, save, serve
 
 from inferd.tools.optimize.candidate import OPENVINO_PLATFORM, CandidateSkipped
 from inferd.tools.optimize.cpu import CpuFeatures, detect_cpu, parse_cpuinfo
@@ -18,7 +18,7 @@ from inferd.tools.optimize.verify import onnx_session, run_onnx
 
 
 def _x(rows: int = 6) -> np.ndarray:
-    return RNG.standard_normal((rows, 32)).astype(np.float32)
+    return rng("x", rows).standard_normal((rows, 32)).astype(np.float32)
 
 
 def test_the_kernel_registry_names_the_cpu_providers_fp16_operators() -> None:
@@ -44,7 +44,7 @@ def test_fp16_is_skipped_or_built_as_the_cpu_provider_runs_matmul(tmp_path: Path
 
 def test_fp16_for_size_halves_the_weights_and_keeps_fp32_io(tmp_path: Path) -> None:
     source = save(conv_net(), tmp_path / "cnn.onnx")
-    image = RNG.uniform(0, 16, (5, 1, 8, 8)).astype(np.float32)
+    image = rng("image", 5).uniform(0, 16, (5, 1, 8, 8)).astype(np.float32)
     candidate = build_fp16(source, tmp_path / "out", sample={"image": image}, for_size=True)
     assert (candidate.name, candidate.kind) == ("fp16", "fp16")
     model = onnx.load(str(candidate.path))
@@ -101,7 +101,7 @@ def test_bf16_runs_through_openvino_with_the_precision_hint(tmp_path: Path) -> N
     if cpu.known and not cpu.bf16:
         pytest.skip(f"this CPU has no BF16: {cpu.summary()}")
     source = save(conv_net(), tmp_path / "cnn.onnx")
-    image = RNG.uniform(0, 16, (8, 1, 8, 8)).astype(np.float32)
+    image = rng("image", 8).uniform(0, 16, (8, 1, 8, 8)).astype(np.float32)
     candidate = build_bf16(source, tmp_path / "out", sample={"image": image}, cpu=cpu)
     assert candidate.platform == OPENVINO_PLATFORM
     assert dict(candidate.parameters) == {"HINT_BF16": "YES"}

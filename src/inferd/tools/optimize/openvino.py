@@ -11,6 +11,7 @@ its float layers in bfloat16 there.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from itertools import islice
 from pathlib import Path
@@ -79,12 +80,21 @@ def convert_to_ir(source: Path, path: Path) -> Any:
     weights are kept (no FP16 compression), so the IR computes what the ONNX model does.
     Returns the converted ``openvino.Model``."""
     ov = openvino_module()
+    # convert_model sets the root logger to ERROR and puts it back only when it succeeds: keep
+    # the process's logging as it was either way, or a failed conversion silences every warning
+    # logged after it
+    root = logging.getLogger()
+    level, filters, handlers = root.level, list(root.filters), list(root.handlers)
     try:
         model = ov.convert_model(str(source))
     except Exception as exc:
         raise CandidateSkipped(
             f"OpenVINO could not convert the ONNX model: {_last_line(exc)}"
         ) from exc
+    finally:
+        root.setLevel(level)
+        root.filters[:] = filters
+        root.handlers[:] = handlers
     path.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(model, str(path), compress_to_fp16=False)
     return model
