@@ -145,3 +145,45 @@ def test_requests_through_the_streaming_entries_are_logged(
     by_id = {r["id"]: r for r in records}
     assert by_id["stream-0"]["outputs"][0]["data"] == (2 * a).reshape(-1).tolist()
     assert by_id["generate"]["inputs"][1]["data"] == [1] * 16
+
+
+def test_the_byte_cap_keeps_the_logs_folder_small_and_the_newest_records(
+    example_repo: Path, tmp_path: Path
+) -> None:
+    """``--payload-log-max-bytes``: past the cap the oldest files go (counted on the metrics
+    port); the newest records and a file of the operator's in the folder stay."""
+    logs = tmp_path / "payloads"
+    (logs / "simple").mkdir(parents=True)
+    notes = logs / "simple" / "README.txt"
+    notes.write_text("the operator's")
+    cap = 4096
+    args = [
+        "--model-control-mode=explicit",
+        "--load-model=simple",
+        f"--payload-log={logs}",
+        "--payload-log-rotate-bytes=1024",
+        f"--payload-log-max-bytes={cap}",
+    ]
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    with running_server([example_repo], args) as server:
+        http = httpclient.InferenceServerClient(server.http_url)
+        for i in range(40):
+            inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for item in inputs:
+                item.set_data_from_numpy(a + i)
+            http.infer("simple", inputs, request_id=f"r{i}")
+        deadline = time.monotonic() + 20
+        while _metric(server.metrics_url, 'inferd_payload_log_requests_total{model="simple"}') < 40:
+            assert time.monotonic() < deadline, server.log_tail()
+            time.sleep(0.1)
+        deleted = 'inferd_payload_log_deleted_files_total{reason="max_bytes"}'
+        assert _metric(server.metrics_url, deleted) > 0
+        assert _metric(server.metrics_url, "inferd_payload_log_disk_bytes") <= cap + 1024 + 1024
+        http.close()
+    files = sorted((logs / "simple").glob("*.jsonl"))
+    assert sum(p.stat().st_size for p in files) <= cap
+    records = [json.loads(line) for p in files for line in p.read_text().splitlines()]
+    assert records[-1]["id"] == "r39"
+    assert [r["id"] for r in records] == [f"r{i}" for i in range(40 - len(records), 40)]
+    assert len(records) < 40
+    assert notes.read_text() == "the operator's"

@@ -39,6 +39,8 @@ def test_every_payload_log_flag_reaches_the_settings(tmp_path: Path) -> None:
         "--payload-log-rotate-secs=0",
         "--payload-log-queue-size=7",
         "--payload-log-queue-bytes=1000",
+        "--payload-log-max-bytes=8192",
+        "--payload-log-max-age=12h",
     )
     assert cfg.payload_log == PayloadLogSettings(
         directory=tmp_path,
@@ -51,6 +53,8 @@ def test_every_payload_log_flag_reaches_the_settings(tmp_path: Path) -> None:
         rotate_secs=0.0,
         queue_requests=7,
         queue_bytes=1000,
+        max_bytes=8192,
+        max_age_secs=12 * 3600.0,
     )
 
 
@@ -68,6 +72,12 @@ def test_the_trace_flags_reach_the_settings(tmp_path: Path) -> None:
     [
         (["--payload-log-format=parquet"], "--payload-log-format needs --payload-log DIR"),
         (["--payload-log-redact=x"], "--payload-log-redact needs --payload-log DIR"),
+        (["--payload-log-max-bytes=0"], "--payload-log-max-bytes needs --payload-log DIR"),
+        (["--payload-log-max-age=7d"], "--payload-log-max-age needs --payload-log DIR"),
+        (["--payload-log=/tmp/x", "--payload-log-max-bytes=-1"], "max-bytes must be >= 0"),
+        (["--payload-log=/tmp/x", "--payload-log-max-bytes=4096"], "less than one file"),
+        (["--payload-log=/tmp/x", "--payload-log-max-age=-1h"], "max-age .* must be >= 0"),
+        (["--payload-log=/tmp/x", "--payload-log-max-age=weekly"], "is not a duration"),
         (["--payload-log=/tmp/x", "--payload-log-rotate-bytes=10"], "at least 1024"),
         (["--payload-log=/tmp/x", "--payload-log-queue-size=0"], "must be >= 1"),
         (["--payload-log=/tmp/x", "--payload-log-rotate-secs=-1"], "must be >= 0"),

@@ -7,12 +7,15 @@ from pathlib import Path
 
 from inferd.errors import InferdError
 from inferd.monitoring.payload_log.settings import (
+    DEFAULT_MAX_AGE_SECS,
+    DEFAULT_MAX_BYTES,
     DEFAULT_QUEUE_BYTES,
     DEFAULT_QUEUE_REQUESTS,
     DEFAULT_ROTATE_BYTES,
     DEFAULT_ROTATE_SECS,
     FORMATS,
     PayloadLogSettings,
+    parse_duration_s,
     parse_names,
     parse_rates,
 )
@@ -29,6 +32,8 @@ _PAYLOAD_OPTIONS = (
     ("payload_log_rotate_secs", "--payload-log-rotate-secs"),
     ("payload_log_queue_size", "--payload-log-queue-size"),
     ("payload_log_queue_bytes", "--payload-log-queue-bytes"),
+    ("payload_log_max_bytes", "--payload-log-max-bytes"),
+    ("payload_log_max_age", "--payload-log-max-age"),
 )
 
 
@@ -103,6 +108,22 @@ def add_observability_flags(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="tensor bytes that may wait for the writer (default: 256 MiB)",
     )
+    log.add_argument(
+        "--payload-log-max-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="the most all of the log's files (every model's, open ones too) may hold: past "
+        "it the oldest closed files are deleted; at least --payload-log-rotate-bytes; 0: no "
+        "cap (default: 1 GiB)",
+    )
+    log.add_argument(
+        "--payload-log-max-age",
+        default=None,
+        metavar="DURATION",
+        help="delete a file this long after its last record: seconds, or a number with s, m, "
+        "h or d (12h, 7d); 0: kept until the byte cap needs the room (default: 0)",
+    )
 
     trace = parser.add_argument_group(
         "tracing (see docs/observability.md)",
@@ -166,6 +187,12 @@ def payload_log_settings(args: argparse.Namespace) -> PayloadLogSettings | None:
         ),
         queue_requests=_int(args.payload_log_queue_size, DEFAULT_QUEUE_REQUESTS),
         queue_bytes=_int(args.payload_log_queue_bytes, DEFAULT_QUEUE_BYTES),
+        max_bytes=_int(args.payload_log_max_bytes, DEFAULT_MAX_BYTES),
+        max_age_secs=(
+            DEFAULT_MAX_AGE_SECS
+            if args.payload_log_max_age is None
+            else parse_duration_s(args.payload_log_max_age, "--payload-log-max-age")
+        ),
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from inferd.core.payload_stats import DROP_REASONS, PayloadLogStats
+from inferd.core.payload_stats import DROP_REASONS, RETENTION_REASONS, PayloadLogStats
 
 __all__ = ["PayloadLogCollector"]
 
@@ -58,6 +58,33 @@ class PayloadLogCollector(Collector):
             "inferd_payload_log_queued_bytes",
             "About the tensor bytes held by requests waiting for the payload log writer",
             value=stats.queued_bytes,
+        )
+        retention = stats.retention
+        deleted_files = CounterMetricFamily(
+            "inferd_payload_log_deleted_files",
+            "Payload log files deleted: max_bytes (every file together passed the cap) or "
+            "max_age (a file passed the age limit)",
+            labels=["reason"],
+        )
+        deleted_bytes = CounterMetricFamily(
+            "inferd_payload_log_deleted_bytes",
+            "Bytes the deleted payload log files held",
+            labels=["reason"],
+        )
+        for reason in RETENTION_REASONS:
+            deleted_files.add_metric([reason], retention.deleted_files(reason))
+            deleted_bytes.add_metric([reason], retention.deleted_bytes(reason))
+        yield deleted_files
+        yield deleted_bytes
+        yield GaugeMetricFamily(
+            "inferd_payload_log_disk_bytes",
+            "Bytes the payload log's files hold now, over every model (the ones being written too)",
+            value=retention.disk_bytes,
+        )
+        yield GaugeMetricFamily(
+            "inferd_payload_log_disk_files",
+            "Payload log files on disk now, over every model",
+            value=retention.disk_files,
         )
         yield CounterMetricFamily(
             "inferd_payload_log_writer_cpu_seconds",

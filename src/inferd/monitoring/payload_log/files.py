@@ -18,10 +18,21 @@ from pathlib import Path
 
 from inferd.repository.paths import is_inside
 
-__all__ = ["confined", "file_name", "model_folder", "should_rotate"]
+__all__ = [
+    "confined",
+    "file_name",
+    "is_log_file",
+    "is_log_folder",
+    "model_folder",
+    "should_rotate",
+]
 
 _SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}")
 _UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
+_SPELLED = re.compile(r"\+[A-Za-z0-9_.\-]{1,64}-[0-9a-f]{12}")
+#: what follows ``<folder>-`` in a name :func:`file_name` makes (or, hidden and ending in
+#: ``.partial``, a Parquet file being written)
+_FILE_TAIL = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9]{6,}\.(?:jsonl|parquet)")
 
 
 def model_folder(model: str) -> str:
@@ -48,6 +59,22 @@ def file_name(folder: str, opened_ns: int, sequence: int, suffix: str) -> str:
     sequence keeps two files opened in the same microsecond apart."""
     moment = datetime.fromtimestamp(opened_ns // 1000 / 1e6, tz=timezone.utc)
     return f"{folder}-{moment.strftime('%Y%m%dT%H%M%S.%fZ')}-{sequence:06d}.{suffix}"
+
+
+def is_log_folder(name: str) -> bool:
+    """Whether ``name`` is a folder name :func:`model_folder` makes."""
+    return _SAFE.fullmatch(name) is not None or _SPELLED.fullmatch(name) is not None
+
+
+def is_log_file(folder: str, name: str) -> bool:
+    """Whether ``name``, in the folder ``folder``, is a name :func:`file_name` makes there, or
+    that of a Parquet file being written (``.<such a name>.partial``)."""
+    if name.startswith(".") and name.endswith(".partial"):
+        name = name[1 : -len(".partial")]
+        if not name.endswith(".parquet"):
+            return False
+    prefix = folder + "-"
+    return name.startswith(prefix) and _FILE_TAIL.fullmatch(name, len(prefix)) is not None
 
 
 def should_rotate(

@@ -1,12 +1,18 @@
 """A JSONL payload log file: one JSON object per line, appended as records come.
 
-Lines are complete once written, so a file can be read (or tailed) while it is open.
+Lines are complete once written, so a file can be read (or tailed) while it is open. The file
+is written unbuffered: after a failed write (a full disk) nothing waits in a buffer, and
+:meth:`JsonlSink.abort` cuts the file back to its last whole line, or removes it if it holds
+none.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import itertools
+import os
 from pathlib import Path
 
 from inferd.monitoring.payload_log.encode import Chunk
@@ -19,7 +25,8 @@ class JsonlSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = path.open("xb")  # never another file's name: refused if it exists
+        # never another file's name: refused if it exists
+        self._file = path.open("xb", buffering=0)
         self.size = 0
 
     def accepts(self, chunk: Chunk) -> bool:
@@ -36,8 +43,12 @@ class JsonlSink:
         # the lines up to and including the first that reaches ``room``
         taken = min(len(lines), bisect.bisect_left(ends, room) + 1)
         size = ends[taken - 1]
-        self._file.write(b"".join(lines[:taken]))
-        self._file.flush()
+        data = memoryview(b"".join(lines[:taken]))
+        while data:  # an unbuffered write may take part of it
+            count = self._file.write(data)
+            if not count:
+                raise OSError(errno.EIO, f"{self.path} took no bytes")
+            data = data[count:]
         self.size += size
         return taken, taken, size
 
@@ -47,5 +58,13 @@ class JsonlSink:
         return 0, 0
 
     def abort(self) -> None:
-        """Close after a failure; what was written stays."""
-        self._file.close()
+        """Close after a failure: the lines written whole stay, a line cut short is cut off,
+        and a file left with no line is removed."""
+        try:
+            if self.size:
+                os.ftruncate(self._file.fileno(), self.size)
+        finally:
+            self._file.close()
+            if not self.size:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()

@@ -310,4 +310,5 @@ class PayloadLogger:
             queued_bytes,
             self._writer.cpu_ns / 1e9,
             self._encode_cpu_ns / 1e9,
+            self._writer.retention.statistics(),
         )

@@ -12,11 +12,13 @@ into Arrow columns (a batch at a time, joined from numpy arrays); the file write
 groups of at least :data:`ROW_GROUP_ROWS` (pyarrow encodes and writes without the interpreter
 lock). The file is written as ``.<name>.parquet.partial`` (hidden: readers of the folder,
 pyarrow's datasets among them, skip it) and renamed to ``<name>.parquet`` once closed (its
-footer written), so every ``.parquet`` file is complete.
+footer written), so every ``.parquet`` file is complete. After a failed write (a full disk)
+the file is finished if it can be and holds rows; otherwise the partial file is removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -247,9 +249,15 @@ class ParquetSink:
         if path.exists():
             raise FileExistsError(path)
         self._file = self._partial.open("xb")
-        self._writer = self._pa.parquet.ParquetWriter(self._file, _schema(key))
+        try:
+            self._writer = self._pa.parquet.ParquetWriter(self._file, _schema(key))
+        except BaseException:
+            self._file.close()
+            self._partial.unlink()
+            raise
         self._tables: list[Any] = []  # rows taken, not yet written
         self._pending = 0
+        self._rows = 0  # rows in the row groups written
         self.size = 0
 
     @property
@@ -280,6 +288,7 @@ class ParquetSink:
         self._writer.write_table(table, row_group_size=rows)
         self._tables = []
         self._pending = 0
+        self._rows += rows
         return rows, self._grown()
 
     def _grown(self) -> int:
@@ -299,14 +308,29 @@ class ParquetSink:
 
     def abort(self) -> None:
         """Close after a failure, dropping the pending rows: the row groups already written
-        are kept (renamed to the final name) when the footer can still be written."""
+        are kept (renamed to the final name) when the footer can still be written and the
+        file reads back; otherwise (no rows, or no footer) the partial file is removed."""
         self._tables = []
         self._pending = 0
         try:
             self._writer.close()
-            finished = True
+            self._file.close()
+            finished = self._rows > 0 and self._readable()
         except Exception:
             finished = False
-        self._file.close()
+        with contextlib.suppress(Exception):
+            self._file.close()
         if finished:
             os.replace(self._partial, self.path)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self._partial.unlink()
+
+    def _readable(self) -> bool:
+        """Whether the finished partial file's footer reads back (a failed write may have
+        left it broken)."""
+        try:
+            self._pa.parquet.read_metadata(self._partial)
+        except Exception:
+            return False
+        return True

@@ -13,12 +13,15 @@ from inferd.core.names import check_model_name
 from inferd.errors import InferdError, InvalidArgumentError
 
 __all__ = [
+    "DEFAULT_MAX_AGE_SECS",
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_QUEUE_BYTES",
     "DEFAULT_QUEUE_REQUESTS",
     "DEFAULT_ROTATE_BYTES",
     "DEFAULT_ROTATE_SECS",
     "FORMATS",
     "PayloadLogSettings",
+    "parse_duration_s",
     "parse_names",
     "parse_rates",
 ]
@@ -29,6 +32,8 @@ DEFAULT_ROTATE_BYTES = 64 * MIB
 DEFAULT_ROTATE_SECS = 3600.0
 DEFAULT_QUEUE_REQUESTS = 10_000
 DEFAULT_QUEUE_BYTES = 256 * MIB
+DEFAULT_MAX_BYTES = 1024 * MIB
+DEFAULT_MAX_AGE_SECS = 0.0  # kept until the byte cap needs the room
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,10 @@ class PayloadLogSettings:
     closed and a new one started once it holds ``rotate_bytes`` or is ``rotate_secs`` old (0:
     only by size). At most ``queue_requests`` sampled requests holding about ``queue_bytes`` of
     tensors wait for the writer; beyond that a sampled request is dropped and counted.
+
+    Retention: the log's files (over every model) hold at most ``max_bytes`` (0: no cap), and
+    a closed file is kept at most ``max_age_secs`` after its last record (0: no age limit);
+    the oldest go first (:mod:`~inferd.monitoring.payload_log.retention`).
     """
 
     directory: Path
@@ -53,6 +62,8 @@ class PayloadLogSettings:
     rotate_secs: float = DEFAULT_ROTATE_SECS
     queue_requests: int = DEFAULT_QUEUE_REQUESTS
     queue_bytes: int = DEFAULT_QUEUE_BYTES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_age_secs: float = DEFAULT_MAX_AGE_SECS
     flush_secs: float = 0.1  # how long the writer lets sampled requests gather before writing
 
     def __post_init__(self) -> None:
@@ -77,6 +88,16 @@ class PayloadLogSettings:
             raise InvalidArgumentError("--payload-log-queue-size must be >= 1")
         if self.queue_bytes < 1:
             raise InvalidArgumentError("--payload-log-queue-bytes must be >= 1")
+        if self.max_bytes < 0:
+            raise InvalidArgumentError("--payload-log-max-bytes must be >= 0 (0: no cap)")
+        if 0 < self.max_bytes < self.rotate_bytes:
+            raise InvalidArgumentError(
+                f"--payload-log-max-bytes {self.max_bytes} is less than one file "
+                f"(--payload-log-rotate-bytes {self.rotate_bytes}): give at least that, "
+                "or 0 for no cap"
+            )
+        if not math.isfinite(self.max_age_secs) or self.max_age_secs < 0:
+            raise InvalidArgumentError("--payload-log-max-age must be >= 0 (0: no age limit)")
         if not 0 < self.flush_secs <= 60:
             raise InvalidArgumentError("the payload log's flush interval must be in (0, 60] s")
 
@@ -99,6 +120,26 @@ def _number(text: str, flag: str) -> float:
         raise InvalidArgumentError(
             f"{flag} {text!r} is not a rate: give a number from 0 to 1, or MODEL=RATE"
         ) from None
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration_s(text: str, flag: str) -> float:
+    """A duration in seconds: ``90``, ``90s``, ``30m``, ``12h`` or ``7d`` (0: none)."""
+    raw = text.strip().lower()
+    scale = _UNITS.get(raw[-1:], 0.0)
+    number = raw[:-1] if scale else raw
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{flag} {text!r} is not a duration: give seconds, or a number with s, m, h or d "
+            "(7d, 12h)"
+        ) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgumentError(f"{flag} {text!r} must be >= 0 (0: no limit)")
+    return seconds
 
 
 def parse_rates(values: Iterable[str]) -> tuple[float | None, dict[str, float]]:

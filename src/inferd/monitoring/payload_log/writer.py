@@ -8,8 +8,14 @@ time it wakes (every ``flush_secs``, or when a chunk comes) it first asks for th
 still waiting to be encoded (``collect``).
 
 A write that fails (disk full, folder removed) drops the records it held, counts them as
-``write_error`` and closes the file; the next records open a new one. Errors are logged once
-per model until a write succeeds again.
+``write_error`` and closes the file, cut back to what was written whole (a file left with no
+record is removed, so a full disk leaves no empty files behind); the next records open a new
+one. Errors are logged once per model until a write succeeds again.
+
+Each file it closes goes to the log's retention
+(:mod:`~inferd.monitoring.payload_log.retention`), which deletes the oldest files once every
+file together passes ``max_bytes`` and any file past ``max_age_secs``: checked whenever a
+file closes and every time the thread wakes.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from inferd.monitoring.payload_log.counters import Counters
 from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.files import confined, file_name, model_folder, should_rotate
 from inferd.monitoring.payload_log.jsonl import JsonlSink
+from inferd.monitoring.payload_log.retention import Retention
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 
 __all__ = ["OpenSink", "PayloadWriter", "Sink", "open_sink"]
@@ -51,6 +58,7 @@ class Sink(Protocol):
 class _Open:
     sink: Sink
     opened_ns: int
+    written_ns: int  # when it last took records
 
 
 #: ``open_sink(format, path, first chunk)``: a new file of that format at ``path``
@@ -88,6 +96,7 @@ class PayloadWriter:
         self._open: dict[str, _Open] = {}
         self._sequence = 0
         self._failing: set[str] = set()  # models whose last write failed (logged once)
+        self.retention = Retention(settings.directory, settings.max_bytes, settings.max_age_secs)
         self.cpu_ns = 0  # the thread's CPU time so far, as of its last batch
         self._thread = threading.Thread(target=self._run, name="inferd-payload-log", daemon=True)
 
@@ -106,12 +115,15 @@ class PayloadWriter:
 
     def _run(self) -> None:
         try:
+            self.retention.scan()
+            self._retain()
             while True:
                 closed = self._handoff.closed  # read first: nothing is offered once it is seen
                 chunks = self._handoff.take(self._settings.flush_secs)
                 for chunk in chunks:
                     self._write_chunk(chunk)
                 self._close_aged()
+                self._retain()
                 self.cpu_ns = time.thread_time_ns()
                 if closed and not chunks:
                     break
@@ -120,8 +132,11 @@ class PayloadWriter:
         except Exception:  # a bug here must not go unseen; the server keeps serving
             _log.exception("the payload log writer stopped")
         finally:
-            for model in list(self._open):
-                self._close(model)
+            try:
+                for model in list(self._open):
+                    self._close(model)
+            except Exception:
+                _log.exception("the payload log writer could not close its files")
             self.cpu_ns = time.thread_time_ns()
 
     def _write_chunk(self, chunk: Chunk) -> None:
@@ -139,7 +154,8 @@ class PayloadWriter:
                     self._failed(model, lost, exc)
                     return
                 self._counters.wrote(model, written, grown)
-                self._failing.discard(model)
+                if written:  # records reached the file (Parquet rows may only wait in memory)
+                    self._failing.discard(model)
                 start += taken
         finally:
             self._handoff.release(chunk.records, chunk.held_bytes)
@@ -165,8 +181,9 @@ class PayloadWriter:
             directory = confined(self._settings.directory, folder)
             directory.mkdir(exist_ok=True)
             sink = self._new_sink(directory, folder, now, chunk)
-            current = self._open[model] = _Open(sink, now)
+            current = self._open[model] = _Open(sink, now, now)
             self._counters.opened(model)
+        current.written_ns = now
         return current
 
     def _new_sink(self, directory: Path, folder: str, now: int, chunk: Chunk) -> Sink:
@@ -191,6 +208,17 @@ class PayloadWriter:
             if now - current.opened_ns >= secs * 1e9:
                 self._close(model)
 
+    def _retain(self) -> None:
+        """Apply the retention: an open file that took no record for ``max_age_secs`` is
+        closed (so that it can go), then the closed files past the age or the cap go."""
+        now = self._wall_ns()
+        max_age = self._settings.max_age_secs
+        if max_age > 0:
+            for model, current in list(self._open.items()):
+                if now - current.written_ns >= max_age * 1e9:
+                    self._close(model)
+        self.retention.enforce(now, [o.sink.size for o in self._open.values()])
+
     def _close(self, model: str) -> None:
         current = self._open.pop(model, None)
         if current is None:
@@ -202,8 +230,15 @@ class PayloadWriter:
             self._failed(model, pending, exc)
             with contextlib.suppress(Exception):
                 current.sink.abort()
-            return
-        self._counters.wrote(model, written, grown)
+        else:
+            self._counters.wrote(model, written, grown)
+            self._failing.discard(model)
+        self._retire(current)
+
+    def _retire(self, current: _Open) -> None:
+        """Hand a closed file to the retention, and apply it."""
+        self.retention.closed(current.sink.path, current.written_ns)
+        self.retention.enforce(self._wall_ns(), [o.sink.size for o in self._open.values()])
 
     def _failed(self, model: str, count: int, exc: BaseException) -> None:
         if count:
@@ -222,3 +257,4 @@ class PayloadWriter:
                 current.sink.abort()
             except Exception as close_exc:  # the file is already broken
                 _log.debug("closing a failed payload log file: %s", close_exc)
+            self._retire(current)
