@@ -111,15 +111,24 @@ def digits(args: argparse.Namespace) -> None:
     folder = WORK / "digits"
     shutil.rmtree(folder, ignore_errors=True)
     repo = folder / "repo"
-    shutil.copytree(ROOT / "examples" / "models" / "digits_cnn", repo / "digits_cnn")
-    config = repo / "digits_cnn" / "config.pbtxt"
+    # the TorchScript CNN (examples/models-torch): its candidates start from the ONNX export
+    shutil.copytree(
+        ROOT / "examples" / "models-torch" / "digits_cnn_torch", repo / "digits_cnn_torch"
+    )
+    config = repo / "digits_cnn_torch" / "config.pbtxt"
     config.write_text(config.read_text().replace("max_batch_size: 32", "max_batch_size: 64"))
     subprocess.run(
-        [sys.executable, "-m", "inferd.examples.optimize_data", "digits_cnn", folder / "data"],
+        [
+            sys.executable,
+            "-m",
+            "inferd.examples.optimize_data",
+            "digits_cnn_torch",
+            folder / "data",
+        ],
         check=True,
     )
     inferd(
-        "optimize", "digits_cnn", "--model-repository", repo,
+        "optimize", "digits_cnn_torch", "--model-repository", repo,
         "--calibration", folder / "data" / "calibration.npz",
         "--eval", folder / "data" / "eval.npz", "--accuracy-budget", "1%",
         "--batch-sizes", "1,64", "--batch-size", "64",

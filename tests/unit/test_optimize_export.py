@@ -14,7 +14,7 @@ from opt_graph_models import rng, serve
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
-from inferd.examples.torch_models import build_digits_cnn  # noqa: E402
+from inferd.examples.torch_models import build_digits_cnn_torch  # noqa: E402
 from inferd.tools.optimize.candidate import CandidateSkipped  # noqa: E402
 from inferd.tools.optimize.export import (  # noqa: E402
     build_onnx_baseline,
@@ -30,8 +30,8 @@ def _dims(value: Any) -> list[int | str]:
 
 @pytest.fixture(scope="module")
 def digits_cnn(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model_dir = tmp_path_factory.mktemp("repo") / "digits_cnn"
-    build_digits_cnn("digits_cnn", model_dir)
+    model_dir = tmp_path_factory.mktemp("repo") / "digits_cnn_torch"
+    build_digits_cnn_torch("digits_cnn_torch", model_dir)
     return model_dir / "1" / "model.pt"
 
 

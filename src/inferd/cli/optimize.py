@@ -36,7 +36,7 @@ def add_optimize_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         ),
         epilog=(
             "examples:\n"
-            "  inferd optimize digits_cnn --model-repository examples/models \\\n"
+            "  inferd optimize digits_cnn_torch --model-repository examples/models-torch \\\n"
             "      --calibration calib.npz --eval eval.npz --accuracy-budget 1%\n"
             "  inferd optimize minilm --model-repository repo --calibration sentences.npz \\\n"
             "      --eval held_out.npz --metric cosine --batch-size 8 --dry-run\n"

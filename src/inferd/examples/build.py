@@ -3,8 +3,11 @@
 The repository is laid out the way Triton expects: one folder per model holding a
 ``config.pbtxt`` and a version folder ``1/`` with the model file. The graphs are written with
 ``onnx.helper`` (the three ``simple*`` models) or trained and exported with scikit-learn and
-skl2onnx (``digits``); ``digits_cnn`` is a small TorchScript CNN trained with PyTorch, and is
-skipped with a message when PyTorch is not installed. Every model is run once through its
+skl2onnx (``digits``); ``digits_cnn`` is a small CNN trained with PyTorch and written as ONNX,
+so that every model of the repository serves with the default install. The same CNN as
+TorchScript, ``digits_cnn_torch`` (:data:`TORCH_MODEL_NAMES`), goes to a repository of its own
+(``examples/models-torch``), since it serves only where PyTorch is installed. Both are skipped
+with a message when PyTorch is not installed. Every model is run once through its
 runtime before it is moved into place; a wrong answer stops the build.
 
 Run it as ``python -m inferd.examples.build --output examples/models --force``, or call
@@ -25,6 +28,7 @@ from inferd.errors import AlreadyExistsError, UnavailableError
 from inferd.examples.common import Built, ExampleBuildError, ExampleSkipped
 from inferd.examples.digits_models import build_digits, build_python, digits_split
 from inferd.examples.ensemble_models import build_pipeline, build_postprocess
+from inferd.examples.names import EXAMPLE_COUNT, MODEL_NAMES, TORCH_MODEL_NAMES
 from inferd.examples.sequence_models import (
     build_signal_filter,
     build_simple_dyna_sequence,
@@ -34,30 +38,12 @@ from inferd.examples.sequence_models import (
 from inferd.examples.simple_models import build_simple
 from inferd.examples.streaming_models import build_streaming
 from inferd.examples.tabular_models import build_fraud_xgboost, build_wine_pipeline, fraud_split
-from inferd.examples.torch_models import build_digits_cnn
-
-MODEL_NAMES: tuple[str, ...] = (
-    "simple",
-    "simple_int8",
-    "simple_string",
-    "digits",
-    "simple_identity",
-    "digits_preprocess",
-    "digits_postprocess",
-    "digits_pipeline",
-    "digits_cnn",
-    "fraud_xgboost",
-    "wine_pipeline",
-    "simple_sequence",
-    "simple_dyna_sequence",
-    "simple_string_dyna_sequence",
-    "signal_filter",
-    "repeat_int32",
-    "bls_router",
-)
+from inferd.examples.torch_models import build_digits_cnn, build_digits_cnn_torch
 
 __all__ = [
+    "EXAMPLE_COUNT",
     "MODEL_NAMES",
+    "TORCH_MODEL_NAMES",
     "ExampleBuildError",
     "ExampleSkipped",
     "build_examples",
@@ -84,6 +70,7 @@ _BUILDERS: dict[str, Callable[[str, Path], Built]] = {
     "signal_filter": build_signal_filter,
     "repeat_int32": build_streaming,
     "bls_router": build_streaming,
+    "digits_cnn_torch": build_digits_cnn_torch,
 }
 
 
@@ -135,8 +122,16 @@ class _Progress:
             self._bar.close()
 
 
-def build_examples(output: Path, *, force: bool = False, progress: bool = True) -> list[str]:
-    """Write the example models into the repository folder ``output`` and return their names.
+def build_examples(
+    output: Path,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    names: Sequence[str] = MODEL_NAMES,
+) -> list[str]:
+    """Write the example models ``names`` (by default :data:`MODEL_NAMES`, the repository that
+    serves without PyTorch; :data:`TORCH_MODEL_NAMES` for the one that needs it) into the
+    repository folder ``output`` and return the names of those built.
 
     Models are built and checked in a scratch folder inside ``output`` and moved into place only
     when they pass, so a failed build leaves nothing half-written behind. An existing model
@@ -144,7 +139,10 @@ def build_examples(output: Path, *, force: bool = False, progress: bool = True) 
     raised before anything is written. Other folders in ``output`` are never touched.
     """
     output = Path(output)
-    clashes = [name for name in MODEL_NAMES if (output / name).exists()]
+    unknown = [name for name in names if name not in _BUILDERS]
+    if unknown:
+        raise ExampleBuildError(f"no example model is called {', '.join(unknown)}")
+    clashes = [name for name in names if (output / name).exists()]
     if clashes and not force:
         raise AlreadyExistsError(
             f"{', '.join(clashes)} already exist in {output}; pass force=True (--force) "
@@ -152,11 +150,11 @@ def build_examples(output: Path, *, force: bool = False, progress: bool = True) 
         )
     output.mkdir(parents=True, exist_ok=True)
 
-    bar = _Progress(len(MODEL_NAMES), progress)
+    bar = _Progress(len(names), progress)
     built: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix=".inferd-build-", dir=output) as scratch:
-            for name in MODEL_NAMES:
+            for name in names:
                 bar.start(name)
                 staged = Path(scratch) / name
                 try:
@@ -179,8 +177,9 @@ def build_examples(output: Path, *, force: bool = False, progress: bool = True) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m inferd.examples.build",
-        description="Build inferd's example model repository "
-        f"({', '.join(MODEL_NAMES)}) and check every model with onnxruntime.",
+        description=f"Build inferd's {EXAMPLE_COUNT} example models "
+        f"({', '.join(MODEL_NAMES)} into --output; {', '.join(TORCH_MODEL_NAMES)}, which needs "
+        "PyTorch to serve, into --torch-output) and check every model on known inputs.",
     )
     parser.add_argument(
         "--output",
@@ -189,17 +188,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="repository folder to write into (default: examples/models)",
     )
     parser.add_argument(
+        "--torch-output",
+        type=Path,
+        metavar="DIR",
+        help="also build the examples that need PyTorch to serve "
+        f"({', '.join(TORCH_MODEL_NAMES)}) into this repository folder "
+        "(examples/models-torch in a clone)",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="replace example models that already exist"
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
     args = parser.parse_args(argv)
     try:
         names = build_examples(args.output, force=args.force, progress=not args.quiet)
+        if args.torch_output is not None:
+            torch_names = build_examples(
+                args.torch_output,
+                force=args.force,
+                progress=not args.quiet,
+                names=TORCH_MODEL_NAMES,
+            )
     except (AlreadyExistsError, UnavailableError, ExampleBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if not args.quiet:
         print(f"wrote {len(names)} models to {args.output}")
+        if args.torch_output is not None:
+            print(f"wrote {len(torch_names)} models to {args.torch_output}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Calibration and evaluation data for ``inferd optimize`` on the bundled examples.
 
-    python -m inferd.examples.optimize_data digits_cnn DIR
+    python -m inferd.examples.optimize_data digits_cnn_torch DIR
     python -m inferd.examples.optimize_data minilm DIR [--held-out 500] [--limit 10000]
 
 For the digits models, ``DIR/calibration.npz`` holds the training split's images (which the model
@@ -31,7 +31,7 @@ __all__ = ["write_digits_data"]
 
 def write_digits_data(folder: Path, input_name: str, shape: tuple[int, ...]) -> tuple[Path, Path]:
     """``calibration.npz`` and ``eval.npz`` for a digits model whose input is ``input_name`` of
-    ``shape`` per image (``(64,)`` for ``digits``, ``(1, 8, 8)`` for ``digits_cnn``)."""
+    ``shape`` per image (``(64,)`` for ``digits``, ``(1, 8, 8)`` for the digits CNNs)."""
     x_train, x_test, _, y_test = digits_split()
     folder.mkdir(parents=True, exist_ok=True)
     calibration = folder / "calibration.npz"
@@ -41,7 +41,11 @@ def write_digits_data(folder: Path, input_name: str, shape: tuple[int, ...]) -> 
     return calibration, evaluation
 
 
-_MODELS = {"digits_cnn": ("INPUT__0", (1, 8, 8)), "digits": ("input", (64,))}
+_MODELS = {
+    "digits_cnn": ("INPUT__0", (1, 8, 8)),
+    "digits_cnn_torch": ("INPUT__0", (1, 8, 8)),
+    "digits": ("input", (64,)),
+}
 MINILM_SEQ_LEN = 128
 
 
