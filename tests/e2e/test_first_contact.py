@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,3 +52,42 @@ def test_the_committed_examples_serve_whole_without_torch(without_torch: dict[st
         probabilities = client.infer("digits_cnn", [inp]).as_numpy("OUTPUT__0")
         assert probabilities.shape == (32, 10)
         assert np.mean(np.argmax(probabilities, axis=1) == y_test[:32]) > 0.9
+
+
+def _inferd(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inferd.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_optimize_exits_with_its_documented_code_for_an_unloadable_model(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("rich")
+    pytest.importorskip("plotly")
+    documented = re.search(r"(\d+) model not loadable", _inferd("optimize", "--help").stdout)
+    assert documented is not None
+    model = tmp_path / "repo" / "broken"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    (model / "config.pbtxt").write_text(
+        'name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [4] }]\n'
+    )
+    rows = np.ones((8, 4), dtype=np.float32)
+    np.savez(tmp_path / "calibration.npz", x=rows)
+    np.savez(tmp_path / "eval.npz", x=rows)
+    done = _inferd(
+        "optimize", "broken", "--model-repository", tmp_path / "repo",
+        "--calibration", tmp_path / "calibration.npz", "--eval", tmp_path / "eval.npz",
+        "--results", tmp_path / "results",
+    )  # fmt: skip
+    assert done.returncode == int(documented.group(1)), done.stderr
+    assert "inferd optimize: error: model 'broken' could not be loaded" in done.stderr
+    assert "INVALID_PROTOBUF" in done.stdout + done.stderr  # the reason is in the log
+    assert sorted(p.name for p in model.iterdir()) == ["1", "config.pbtxt"]  # nothing written

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from inferd.engine import Engine
-from inferd.errors import InvalidArgumentError
+from inferd.errors import ModelLoadError
 from inferd.repository.manager import ControlMode
 from inferd.server.config import ServerConfig
 from inferd.server.server import Server, StartupError
@@ -17,7 +17,11 @@ from inferd.server.server import Server, StartupError
 
 @asynccontextmanager
 async def running_engine(repository: Path, model: str) -> AsyncIterator[Engine]:
-    """A started server that loads ``model`` (and the models it calls) from ``repository``."""
+    """A started server that loads ``model`` (and the models it calls) from ``repository``.
+
+    A model that is there but cannot be loaded raises :class:`ModelLoadError` (not an
+    ``InvalidArgumentError``: the command line was right, the model is not), which the tools
+    answer with their "not loadable" / "server not started" exit code."""
     config = ServerConfig(
         model_repositories=(repository,),
         model_control_mode=ControlMode.EXPLICIT,
@@ -32,7 +36,7 @@ async def running_engine(repository: Path, model: str) -> AsyncIterator[Engine]:
     try:
         await server.start()
     except StartupError as exc:
-        raise InvalidArgumentError(
+        raise ModelLoadError(
             f"model '{model}' could not be loaded from '{repository}' (the reason is logged above)"
         ) from exc
     try:
