@@ -84,7 +84,14 @@ class Retention:
             with _opened(self._directory) as top:
                 for folder in os.scandir(top):
                     if is_log_folder(folder.name) and folder.is_dir(follow_symlinks=False):
-                        self._scan_folder(top, folder.name)
+                        try:
+                            self._scan_folder(top, folder.name)
+                        except OSError as exc:
+                            _log.error(
+                                "payload log: cannot list %s for retention: %s",
+                                Path(self._directory, folder.name),
+                                exc,
+                            )
         except OSError as exc:
             _log.error("payload log: cannot list %s for retention: %s", self._directory, exc)
 
@@ -93,7 +100,10 @@ class Retention:
             for entry in os.scandir(fd):
                 if not is_log_file(folder, entry.name):
                     continue
-                info = entry.stat(follow_symlinks=False)
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed meanwhile
+                    continue
                 if stat.S_ISREG(info.st_mode):
                     self._add(_File(info.st_mtime_ns, folder, entry.name, info.st_size))
 
