@@ -80,8 +80,9 @@ def test_restricted_group_needs_its_metadata(client: grpcclient.InferenceServerC
     ):
         for headers in (bearer, {**bearer, "admin-key": "wrong"}):
             error = _refused(lambda c=call, h=headers: c(headers=h))  # type: ignore[misc]
-            # Triton's answer to a restricted call without its header
-            assert error.status() == "StatusCode.UNAVAILABLE"
+            # PERMISSION_DENIED, as PROTOCOL.md says (Triton answers UNAVAILABLE, which clients
+            # retry as if the server were busy); Triton's words
+            assert error.status() == "StatusCode.PERMISSION_DENIED"
             assert error.message() == "This protocol is restricted, expecting header 'Admin-Key'"
 
     both = {"admin-key": SECRET, **bearer}

@@ -82,10 +82,15 @@ def _send(server: ServerProcess, requests: int, rows: int = 10, ids: str = "") -
             client.infer("fraud_xgboost", [tensor], request_id=f"{ids}{i}" if ids else "")
 
 
+FEEDBACK_TOKEN = "assets-feedback"
+
+
 def _feedback(server: ServerProcess, request_id: str, reward: float) -> None:
     body = json.dumps({"id": request_id, "reward": reward}).encode()
     url = f"http://{server.http_url}/v2/models/fraud_xgboost/feedback"
-    with urllib.request.urlopen(urllib.request.Request(url, body, method="POST"), timeout=10):
+    headers = {"Authorization": f"Bearer {FEEDBACK_TOKEN}"}
+    request = urllib.request.Request(url, body, headers, method="POST")
+    with urllib.request.urlopen(request, timeout=10):
         pass
 
 
@@ -101,7 +106,8 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     (model / "rollout.yaml").write_text(CANARY, encoding="utf-8")
     payloads = tmp_path_factory.mktemp("payloads")
     flags = ["--monitor-drift", "--drift-window-rows", "200", "--drift-evaluate-every-rows", "100"]
-    with running_server([root], [*flags, "--payload-log", str(payloads)]) as proc:
+    env = {"INFERD_FEEDBACK_TOKEN": FEEDBACK_TOKEN}
+    with running_server([root], [*flags, "--payload-log", str(payloads)], env=env) as proc:
         _send(proc, 80, ids="r")  # fills both versions' drift windows, logs payloads
         for i in range(80):
             _feedback(proc, f"r{i}", i % 2)

@@ -2,7 +2,8 @@
 by the real tritonclient (HTTP and gRPC) and the admin API.
 
 Each test sets the policy it needs over the admin API (the server takes an admin token), except
-``addsub_file``, whose bandit policy comes from the ``rollout.yaml`` beside its config.
+``addsub_file``, whose bandit policy comes from the ``rollout.yaml`` beside its config. Feedback
+is posted with the server's feedback token.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.e2e
 
 TOKEN = "rollout-secret"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+FEEDBACK_TOKEN = "reward-secret"
+FEEDBACK = {"Authorization": f"Bearer {FEEDBACK_TOKEN}"}
 
 BANDIT_FILE = """\
 kind: bandit
@@ -48,7 +51,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (repo / "addsub_file" / "rollout.yaml").write_text(BANDIT_FILE)
     token = root / "token"
     token.write_text(TOKEN)
-    with running_server([repo], ["--admin-token-file", str(token)]) as proc:
+    feedback = root / "feedback"
+    feedback.write_text(FEEDBACK_TOKEN)
+    args = ["--admin-token-file", str(token), "--feedback-token-file", str(feedback)]
+    with running_server([repo], args) as proc:
         yield proc
 
 
@@ -74,8 +80,9 @@ def _show(server: ServerProcess, model: str) -> dict[str, Any]:
 
 
 def _post(server: ServerProcess, path: str, body: dict[str, Any], admin: bool = True) -> RawReply:
+    """POST with the admin token, or with the feedback token when ``admin`` is false."""
     return raw_request(
-        server.http_url, "POST", path, json.dumps(body).encode(), ADMIN if admin else {}
+        server.http_url, "POST", path, json.dumps(body).encode(), ADMIN if admin else FEEDBACK
     )
 
 

@@ -500,8 +500,8 @@ def test_restricted_inference_covers_streams_and_health_service(serving: Serving
     denied = "This protocol is restricted, expecting header 'Infer-Key'"
     try:
         with grpcclient.InferenceServerClient(url) as client:
-            error = expect_error(
-                "StatusCode.UNAVAILABLE", lambda: client.infer("simple", simple_inputs())
+            error = expect_error(  # as PROTOCOL.md says; not UNAVAILABLE, which clients retry
+                "StatusCode.PERMISSION_DENIED", lambda: client.infer("simple", simple_inputs())
             )
             assert error == denied
             assert client.infer("simple", simple_inputs(), headers={"infer-key": "v"})
@@ -526,7 +526,7 @@ def test_restricted_inference_covers_streams_and_health_service(serving: Serving
             stub = health_grpc.HealthStub(channel)
             with pytest.raises(grpc.RpcError) as caught:
                 stub.Check(health.HealthCheckRequest(), timeout=10)
-            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
             ok = stub.Check(health.HealthCheckRequest(), timeout=10, metadata=(("infer-key", "v"),))
             assert ok.status == health.HealthCheckResponse.SERVING
     finally:

@@ -14,11 +14,11 @@ from inferd.frontends.http.routes import Endpoint, match_route
     ("action", "endpoint"),
     [("rollback", Endpoint.REPOSITORY_ROLLBACK), ("unpin", Endpoint.REPOSITORY_UNPIN)],
 )
-def test_the_routes_are_model_repository_posts(action: str, endpoint: Endpoint) -> None:
+def test_the_routes_are_rollout_group_posts(action: str, endpoint: Endpoint) -> None:
     route = match_route(f"/v2/repository/models/my%20model/{action}")
     assert route is not None
     assert (route.endpoint, route.model, route.method) == (endpoint, "my model", "POST")
-    assert route.api is Api.MODEL_REPOSITORY  # the admin token and restrictions guard it
+    assert route.api is Api.ROLLOUT  # closed without the admin token, unless opened
     assert match_route(f"/v2/repository/models/m/{action}/extra") is None
 
 

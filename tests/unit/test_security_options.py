@@ -137,3 +137,111 @@ def test_open_management_api_is_warned_about(tmp_path: Path) -> None:
     )
     assert exposure_warnings(restricted) == []
     assert exposure_warnings(ServerConfig((tmp_path,))) == []  # no load/unload in mode none
+
+
+@pytest.mark.parametrize("mode", list(ControlMode))
+def test_every_open_admin_group_is_warned_about_in_every_mode(
+    tmp_path: Path, mode: ControlMode
+) -> None:
+    opened = ServerConfig(
+        (tmp_path,),
+        model_control_mode=mode,
+        allow_shared_memory=True,
+        open_apis=frozenset({Api.ROLLOUT, Api.FEEDBACK}),
+    )
+    http, grpc = exposure_warnings(opened)
+    assert http.startswith("the HTTP API on 0.0.0.0 is open to the network")
+    assert grpc.startswith("the gRPC API on 0.0.0.0 is open to the network")
+    for group in ("(shared-memory)", "(rollout)", "(feedback)"):
+        assert group in http
+    assert "(shared-memory)" in grpc
+    assert "(rollout)" not in grpc  # traffic policies are served over HTTP only
+    assert ("load and unload models (model-repository)" in http) is (mode is ControlMode.EXPLICIT)
+    assert "drop --open-api feedback rollout" in http
+    repository = "model-repository," if mode is ControlMode.EXPLICIT else ""
+    assert f"--http-restricted-api feedback,{repository}rollout,shared-memory:KEY=VALUE" in http
+    # the opened groups need no token even when one is set: still open, still warned about
+    (only,) = exposure_warnings(
+        ServerConfig(
+            (tmp_path,), model_control_mode=mode, admin_token="t", open_apis=opened.open_apis
+        )
+    )
+    assert "(rollout)" in only
+    assert "(feedback)" in only
+    assert "(shared-memory)" not in only
+    # closed by default, guarded by a token, or restricted: nothing to warn about
+    assert exposure_warnings(ServerConfig((tmp_path,), model_control_mode=mode)) == (
+        exposure_warnings(ServerConfig((tmp_path,), model_control_mode=ControlMode.EXPLICIT))
+        if mode is ControlMode.EXPLICIT
+        else []
+    )
+    restricted = ServerConfig(
+        (tmp_path,),
+        model_control_mode=mode,
+        open_apis=opened.open_apis,
+        http_restricted_apis=(parse_restriction("rollout,feedback,model-repository:k=v"),),
+        grpc_restricted_protocols=(parse_restriction("model-repository:k=v"),),
+    )
+    assert exposure_warnings(restricted) == []
+    loopback = ServerConfig(
+        (tmp_path,),
+        model_control_mode=mode,
+        allow_shared_memory=True,
+        open_apis=opened.open_apis,
+        http_address="127.0.0.1",
+        grpc_address="::1",
+    )
+    assert exposure_warnings(loopback) == []
+
+
+def test_the_traffic_steering_groups_are_closed_without_a_token() -> None:
+    closed = AccessPolicy()
+    for api in (Api.ROLLOUT, Api.FEEDBACK):
+        assert closed.guards(api)
+        assert closed.is_closed(api)
+        with pytest.raises(PermissionDeniedError, match=f"--open-api {api.value}"):
+            closed.check(api, {"authorization": "Bearer anything"}.get)
+    for api in (Api.MODEL_REPOSITORY, Api.SHARED_MEMORY, Api.TRACE, Api.LOGGING):
+        assert not closed.guards(api)  # Triton's groups stay open, as in Triton
+    opened = AccessPolicy(opened=frozenset({Api.ROLLOUT}))
+    opened.check(Api.ROLLOUT, {}.get)
+    assert opened.is_closed(Api.FEEDBACK)
+    restricted = AccessPolicy((parse_restriction("rollout:k=v"),))
+    restricted.check(Api.ROLLOUT, {"k": "v"}.get)  # a restriction opens it to its header
+    with pytest.raises(PermissionDeniedError, match="expecting header 'k'"):
+        restricted.check(Api.ROLLOUT, {}.get)
+    tokens = AccessPolicy(admin_token="a", feedback_token="f")
+    tokens.check(Api.FEEDBACK, {"authorization": "Bearer f"}.get)
+    tokens.check(Api.FEEDBACK, {"authorization": "Bearer a"}.get)
+    tokens.check(Api.ROLLOUT, {"authorization": "Bearer a"}.get)
+    with pytest.raises(UnauthenticatedError, match="admin token"):
+        tokens.check(Api.ROLLOUT, {"authorization": "Bearer f"}.get)
+    with pytest.raises(UnauthenticatedError, match="feedback token or admin token"):
+        tokens.check(Api.FEEDBACK, {}.get)
+    with pytest.raises(InferdError, match="only feedback and rollout are closed"):
+        AccessPolicy(opened=frozenset({Api.INFERENCE}))
+
+
+def test_feedback_token_and_open_api_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("INFERD_FEEDBACK_TOKEN", raising=False)
+    assert _config(tmp_path).feedback_token is None
+    assert _config(tmp_path).open_apis == frozenset()
+    token_file = tmp_path / "feedback"
+    token_file.write_text("fb\n")
+    assert _config(tmp_path, "--feedback-token-file", str(token_file)).feedback_token == "fb"
+    monkeypatch.setenv("INFERD_FEEDBACK_TOKEN", "from-env")
+    assert _config(tmp_path).feedback_token == "from-env"
+    assert "from-env" not in repr(_config(tmp_path))
+    monkeypatch.setenv("INFERD_FEEDBACK_TOKEN", " ")
+    with pytest.raises(InferdError, match="INFERD_FEEDBACK_TOKEN is set but empty"):
+        _config(tmp_path)
+    monkeypatch.delenv("INFERD_FEEDBACK_TOKEN")
+    both = _config(tmp_path, "--open-api", "rollout", "--open-api", "feedback")
+    assert both.open_apis == {Api.ROLLOUT, Api.FEEDBACK}
+    with pytest.raises(SystemExit):
+        _config(tmp_path, "--open-api", "inference")
+    assert "invalid choice: 'inference'" in capsys.readouterr().err
+    with pytest.raises(InferdError, match="the gRPC API has no rollout calls"):
+        _config(tmp_path, "--grpc-restricted-protocol", "rollout:k=v")

@@ -4,7 +4,9 @@ admin API.
 ``show`` reads a model's policy with its live figures; ``set`` replaces it with a YAML (or JSON)
 file, checked here first; ``clear`` removes it; ``promote`` and ``rollback`` move a canary;
 ``feedback`` posts a reward for an answered request. The admin token (``--admin-token-file`` or
-``INFERD_ADMIN_TOKEN``, as for ``inferd serve``) is sent as ``Authorization: Bearer <token>``.
+``INFERD_ADMIN_TOKEN``, as for ``inferd serve``) is sent as ``Authorization: Bearer <token>``;
+``feedback`` sends the feedback token (``--feedback-token-file`` or ``INFERD_FEEDBACK_TOKEN``)
+instead when one is given.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from inferd.cli.admin_token import ENV_VAR, read_admin_token
+from inferd.cli.admin_token import (
+    ENV_VAR,
+    FEEDBACK_ENV_VAR,
+    read_admin_token,
+    read_feedback_token,
+)
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.rollout.policy import parse_policy_text
 from inferd.tools.perf.metadata import split_url
@@ -34,8 +41,11 @@ examples:
   inferd rollout set digits canary.yaml -u localhost:8000 --admin-token-file token.txt
   inferd rollout promote digits -u localhost:8000
   inferd rollout rollback digits --reason "wrong labels" -u localhost:8000
-  inferd rollout feedback digits --id 3f2a... --reward 1 -u localhost:8000
+  inferd rollout feedback digits --id 3f2a... --reward 1 --feedback-token-file fb.txt
   inferd rollout clear digits -u localhost:8000
+
+The server refuses every change, and feedback, without a token (403) unless its operator
+opened them with --open-api; give the token as below or in INFERD_ADMIN_TOKEN.
 """
 
 
@@ -73,6 +83,13 @@ def add_rollout_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             q.add_argument("--id", required=True, dest="request_id", help="the response's id")
             q.add_argument(
                 "--reward", required=True, type=_finite, help="the reward (binary: 0..1)"
+            )
+            q.add_argument(
+                "--feedback-token-file",
+                type=Path,
+                metavar="FILE",
+                help="the server's feedback token (the file's content), sent instead of the "
+                f"admin token; the {FEEDBACK_ENV_VAR} environment variable does the same",
             )
         if name == "show":
             q.add_argument("--json", action="store_true", help="print the server's JSON answer")
@@ -151,7 +168,11 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
 
 def _call(args: argparse.Namespace) -> dict[str, Any] | None:
     method, path, body = _request(args)
-    token = read_admin_token(args.admin_token_file, os.environ)
+    token = None
+    if args.rollout_command == "feedback":
+        token = read_feedback_token(args.feedback_token_file, os.environ)
+    if token is None:
+        token = read_admin_token(args.admin_token_file, os.environ)
     host, port = split_url(args.url, 8000)
     scheme = "https" if args.url.strip().startswith("https://") else "http"
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -170,7 +191,12 @@ def _call(args: argparse.Namespace) -> dict[str, Any] | None:
         with contextlib.suppress(json.JSONDecodeError, AttributeError):
             detail = str(json.loads(detail).get("error", detail))
         hint = ""
-        if exc.code == 401:
+        if exc.code == 401 and args.rollout_command == "feedback":
+            hint = (
+                f" (give the feedback token with --feedback-token-file or {FEEDBACK_ENV_VAR}, "
+                f"or the admin token with --admin-token-file or {ENV_VAR})"
+            )
+        elif exc.code == 401:
             hint = f" (give the admin token with --admin-token-file or {ENV_VAR})"
         raise InvalidArgumentError(f"HTTP {exc.code}: {detail}{hint}") from None
     except (urllib.error.URLError, OSError) as exc:

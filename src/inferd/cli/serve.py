@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from inferd.cli.admin_token import read_admin_token
+from inferd.cli.admin_token import read_admin_token, read_feedback_token
 from inferd.cli.serve_drift import add_drift_flags, drift_settings
 from inferd.cli.serve_observability import (
     add_observability_flags,
@@ -18,7 +18,7 @@ from inferd.cli.serve_observability import (
     trace_settings,
 )
 from inferd.errors import InferdError
-from inferd.frontends.access import Api, parse_restriction
+from inferd.frontends.access import CLOSED_APIS, Api, parse_api, parse_restriction
 from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
 from inferd.scheduling.response_cache import parse_cache_config
@@ -310,8 +310,29 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=Path,
         metavar="FILE",
         help="require 'Authorization: Bearer <token>' (the file's content) on the "
-        "model-repository, shared-memory, trace and logging APIs; the environment variable "
-        "INFERD_ADMIN_TOKEN does the same",
+        "model-repository, shared-memory, trace, logging, rollout and feedback APIs; the "
+        "environment variable INFERD_ADMIN_TOKEN does the same. Without a token the rollout "
+        "API (traffic policies, version rollback and unpin) is closed",
+    )
+    sec.add_argument(
+        "--feedback-token-file",
+        type=Path,
+        metavar="FILE",
+        help="a token of its own for POST /v2/models/MODEL/feedback (rewards that steer "
+        "bandit policies), sent as 'Authorization: Bearer <token>'; the admin token is "
+        "accepted there too. The environment variable INFERD_FEEDBACK_TOKEN does the same. "
+        "Without either token the feedback API is closed",
+    )
+    sec.add_argument(
+        "--open-api",
+        action="append",
+        default=[],
+        choices=sorted(api.value for api in CLOSED_APIS),
+        metavar="GROUP",
+        help="open a closed API group to every client that reaches the HTTP port, without a "
+        "token: 'rollout' (set, clear, promote and roll back traffic policies; roll back and "
+        "unpin model versions) or 'feedback' (rewards for bandits). A --http-restricted-api "
+        "on the group still applies; repeatable. Only for trusted networks",
     )
     sec.add_argument(
         "--http-restricted-api",
@@ -413,6 +434,10 @@ def _admin_token(args: argparse.Namespace) -> str | None:
     return read_admin_token(args.admin_token_file, os.environ)
 
 
+def _feedback_token(args: argparse.Namespace) -> str | None:
+    return read_feedback_token(args.feedback_token_file, os.environ)
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -461,6 +486,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         allow_model_upload=args.allow_model_upload,
         allow_code_upload=args.allow_code_upload,
         admin_token=_admin_token(args),
+        feedback_token=_feedback_token(args),
+        open_apis=frozenset(parse_api(name, flag="--open-api") for name in args.open_api),
         allow_shared_memory=args.allow_shared_memory,
         response_cache_bytes=_cache_bytes(args),
         payload_log=payload_log_settings(args),

@@ -1,13 +1,23 @@
-"""Who may call which API: Triton's restricted-API groups and the admin bearer token.
+"""Who may call which API: Triton's restricted-API groups, the admin token and inferd's closed
+groups.
 
 A pure policy shared by both front ends. Each front end names the API group an endpoint belongs
 to and passes a lookup for request headers (HTTP) or invocation metadata (gRPC); the policy
 raises :class:`~inferd.errors.PermissionDeniedError` or
 :class:`~inferd.errors.UnauthenticatedError`, which the edges map like any other error.
 
-Restrictions use Triton's syntax, ``API[,API...]:KEY=VALUE``: a request to a listed API must
-carry the header (gRPC: metadata) ``KEY`` with the value ``VALUE``. The admin token, when set,
-is required as ``Authorization: Bearer <token>`` on the APIs that change the server's state.
+Three rules, checked in this order:
+
+* **Closed groups.** inferd's own traffic-steering groups (:data:`CLOSED_APIS`: ``rollout``,
+  ``feedback``) answer PERMISSION_DENIED to everyone unless the operator set a token that
+  guards them, restricted them (``--http-restricted-api``) or opened them (``--open-api``).
+  Triton's groups keep Triton's behaviour: open until a token or a restriction guards them.
+* **Restrictions**, in Triton's syntax ``API[,API...]:KEY=VALUE``: a request to a listed API must
+  carry the header (gRPC: metadata) ``KEY`` with the value ``VALUE``.
+* **Tokens.** The admin token, when set, is required as ``Authorization: Bearer <token>`` on the
+  APIs that change the server's state (:data:`ADMIN_APIS`). The ``feedback`` group takes the
+  feedback token or the admin token, so inference rights alone cannot steer a bandit. A group
+  the operator opened needs no token (restrictions still apply).
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from inferd.errors import InvalidArgumentError, PermissionDeniedError, Unauthent
 
 
 class Api(enum.Enum):
-    """API groups, named as in Triton's ``--http-restricted-api`` flag."""
+    """API groups, named as in Triton's ``--http-restricted-api`` flag, plus inferd's own."""
 
     HEALTH = "health"
     METADATA = "metadata"
@@ -32,12 +42,19 @@ class Api(enum.Enum):
     STATISTICS = "statistics"
     TRACE = "trace"
     LOGGING = "logging"
+    # inferd's own: traffic policies (set, clear, promote, roll back) and version rollback/unpin
+    ROLLOUT = "rollout"
+    # inferd's own: rewards for answered requests, which steer bandit policies
+    FEEDBACK = "feedback"
 
 
-# The groups that change what the server serves or how it behaves.
+# The groups that change what the server serves or how it behaves: the admin token guards them.
 ADMIN_APIS: frozenset[Api] = frozenset(
-    {Api.MODEL_REPOSITORY, Api.SHARED_MEMORY, Api.TRACE, Api.LOGGING}
+    {Api.MODEL_REPOSITORY, Api.SHARED_MEMORY, Api.TRACE, Api.LOGGING, Api.ROLLOUT, Api.FEEDBACK}
 )
+
+# inferd's traffic-steering groups: closed until a token guards them or the operator opens them.
+CLOSED_APIS: frozenset[Api] = frozenset({Api.ROLLOUT, Api.FEEDBACK})
 
 HeaderLookup = Callable[[str], "str | None"]  # lower-case name -> value, None when absent
 
@@ -61,27 +78,54 @@ def parse_restriction(text: str, *, flag: str = "--http-restricted-api") -> Rest
     usage = f"{flag} '{text}' must look like API[,API...]:KEY=VALUE"
     if not sep or not eq or not groups.strip() or not key.strip():
         raise InvalidArgumentError(usage)
-    known = {api.value: api for api in Api}
     apis: set[Api] = set()
     for name in groups.split(","):
-        api = known.get(name.strip())
-        if api is None:
-            raise InvalidArgumentError(
-                f"{flag}: unknown API '{name.strip()}'; expected one of "
-                f"{', '.join(a.value for a in Api)}"
-            )
-        apis.add(api)
+        apis.add(parse_api(name, flag=flag))
     return Restriction(frozenset(apis), key.strip().lower(), value, key.strip())
+
+
+def parse_api(name: str, *, flag: str) -> Api:
+    """The API group called ``name``; :class:`InvalidArgumentError` naming ``flag`` if none is."""
+    known = {api.value: api for api in Api}
+    api = known.get(name.strip())
+    if api is None:
+        raise InvalidArgumentError(
+            f"{flag}: unknown API '{name.strip()}'; expected one of "
+            f"{', '.join(a.value for a in Api)}"
+        )
+    return api
+
+
+def closed_message(api: Api) -> str:
+    """What a call to a closed group is told: how the operator opens it."""
+    if api is Api.FEEDBACK:
+        return (
+            "the feedback API is closed: rewards steer traffic, so this server takes them only "
+            "with a token. Start it with --feedback-token-file FILE (or INFERD_FEEDBACK_TOKEN) "
+            "or --admin-token-file FILE (or INFERD_ADMIN_TOKEN) and send 'Authorization: Bearer "
+            "<token>', or open it to every client with --open-api feedback"
+        )
+    return (
+        f"the {api.value} API is closed: it changes which version serves which request, so "
+        "this server takes it only with a token. Start it with --admin-token-file FILE (or "
+        "INFERD_ADMIN_TOKEN) and send 'Authorization: Bearer <token>', or open it to every "
+        f"client with --open-api {api.value}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class AccessPolicy:
-    """The access rules of one front end. The default policy lets every request through."""
+    """The access rules of one front end. The default policy lets every request through except
+    to the closed groups (:data:`CLOSED_APIS`)."""
 
     restrictions: tuple[Restriction, ...] = ()
     admin_token: str | None = field(default=None, repr=False)
+    feedback_token: str | None = field(default=None, repr=False)
+    opened: frozenset[Api] = frozenset()  # closed groups the operator opened (--open-api)
     admin_apis: frozenset[Api] = ADMIN_APIS
     _by_api: dict[Api, Restriction] = field(default_factory=dict, init=False, repr=False)
+    _tokens: dict[Api, tuple[bytes, ...]] = field(default_factory=dict, init=False, repr=False)
+    _closed: frozenset[Api] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         by_api: dict[Api, Restriction] = {}
@@ -95,13 +139,41 @@ class AccessPolicy:
                 by_api[api] = restriction
         if self.admin_token is not None and not self.admin_token:
             raise InvalidArgumentError("the admin token must not be empty")
+        if self.feedback_token is not None and not self.feedback_token:
+            raise InvalidArgumentError("the feedback token must not be empty")
+        wrong = sorted(api.value for api in self.opened - CLOSED_APIS)
+        if wrong:
+            raise InvalidArgumentError(
+                f"--open-api {', '.join(wrong)}: only "
+                f"{' and '.join(sorted(a.value for a in CLOSED_APIS))} are closed by default; "
+                "the other groups are open unless a token or a restriction guards them"
+            )
+        tokens: dict[Api, tuple[bytes, ...]] = {}
+        for api in Api:
+            accepted: tuple[str | None, ...] = (self.feedback_token,) if api is Api.FEEDBACK else ()
+            if api in self.admin_apis:
+                accepted += (self.admin_token,)
+            given = tuple(t.encode() for t in accepted if t is not None)
+            if given and api not in self.opened:
+                tokens[api] = given
+        closed = frozenset(
+            api for api in CLOSED_APIS - self.opened if api not in tokens and api not in by_api
+        )
         object.__setattr__(self, "_by_api", by_api)
+        object.__setattr__(self, "_tokens", tokens)
+        object.__setattr__(self, "_closed", closed)
 
     def guards(self, api: Api) -> bool:
         """Whether a request to ``api`` needs any check at all (cheap; for the hot path)."""
-        return api in self._by_api or (self.admin_token is not None and api in self.admin_apis)
+        return api in self._by_api or api in self._tokens or api in self._closed
+
+    def is_closed(self, api: Api) -> bool:
+        """Whether every request to ``api`` is refused (a closed group nobody opened)."""
+        return api in self._closed
 
     def check(self, api: Api, header: HeaderLookup) -> None:
+        if api in self._closed:
+            raise PermissionDeniedError(closed_message(api))
         restriction = self._by_api.get(api)
         if restriction is not None:
             got = header(restriction.key)
@@ -109,15 +181,22 @@ class AccessPolicy:
                 raise PermissionDeniedError(
                     f"This API is restricted, expecting header '{restriction.shown_key}'"
                 )
-        if self.admin_token is not None and api in self.admin_apis:
+        tokens = self._tokens.get(api)
+        if tokens is not None:
             auth = header("authorization") or ""
             scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self.admin_token.encode()
-            ):
+            sent = token.strip().encode()
+            # every token compared, so the time taken does not say which one came close
+            matched = [hmac.compare_digest(sent, accepted) for accepted in tokens]
+            if scheme.lower() != "bearer" or not any(matched):
+                which = (
+                    "the server's feedback token or admin token"
+                    if api is Api.FEEDBACK
+                    else "the server's admin token"
+                )
                 raise UnauthenticatedError(
                     f"the {api.value} API requires the header 'Authorization: Bearer <token>' "
-                    "with the server's admin token"
+                    f"with {which}"
                 )
 
     def unguarded(self, apis: Iterable[Api] = ADMIN_APIS) -> list[Api]:
@@ -127,9 +206,12 @@ class AccessPolicy:
 
 __all__ = [
     "ADMIN_APIS",
+    "CLOSED_APIS",
     "AccessPolicy",
     "Api",
     "HeaderLookup",
     "Restriction",
+    "closed_message",
+    "parse_api",
     "parse_restriction",
 ]

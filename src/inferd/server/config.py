@@ -7,7 +7,7 @@ from pathlib import Path
 
 from inferd.core.drift import DriftSettings
 from inferd.errors import InvalidArgumentError
-from inferd.frontends.access import AccessPolicy, Restriction
+from inferd.frontends.access import CLOSED_APIS, AccessPolicy, Api, Restriction
 from inferd.frontends.tls import TlsSettings
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.monitoring.tracing.settings import TraceSettings
@@ -54,6 +54,8 @@ class ServerConfig:
     allow_model_upload: bool = False  # `file:` parameters of load requests (explicit mode)
     allow_code_upload: bool = False  # uploads that run code (Python models, pickles)
     admin_token: str | None = field(default=None, repr=False)  # Bearer token for admin APIs
+    feedback_token: str | None = field(default=None, repr=False)  # Bearer token for feedback
+    open_apis: frozenset[Api] = frozenset()  # closed groups opened to every client (--open-api)
     allow_shared_memory: bool = False  # clients' /dev/shm regions as tensor inputs and outputs
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
     payload_log: PayloadLogSettings | None = None  # --payload-log DIR and its options
@@ -100,12 +102,24 @@ class ServerConfig:
             raise InvalidArgumentError(
                 "--allow-model-upload only applies to --model-control-mode=explicit"
             )
+        http_only = sorted(
+            api.value for r in self.grpc_restricted_protocols for api in r.apis & CLOSED_APIS
+        )
+        if http_only:
+            raise InvalidArgumentError(
+                f"--grpc-restricted-protocol: the gRPC API has no {' or '.join(http_only)} "
+                "calls (they are served over HTTP only); restrict them with --http-restricted-api"
+            )
         # built here so that a bad combination fails at start, not on the first request
         self.http_access()
         self.grpc_access()
 
     def http_access(self) -> AccessPolicy:
-        return AccessPolicy(self.http_restricted_apis, self.admin_token)
+        return AccessPolicy(
+            self.http_restricted_apis, self.admin_token, self.feedback_token, self.open_apis
+        )
 
     def grpc_access(self) -> AccessPolicy:
-        return AccessPolicy(self.grpc_restricted_protocols, self.admin_token)
+        return AccessPolicy(
+            self.grpc_restricted_protocols, self.admin_token, self.feedback_token, self.open_apis
+        )

@@ -20,14 +20,12 @@ from inferd.frontends.http.routes import Endpoint, match_route
     ("method", "path", "endpoint", "api"),
     [
         ("GET", "/v2/models/m/rollout", Endpoint.MODEL_ROLLOUT, Api.STATISTICS),
-        ("PUT", "/v2/models/m/rollout", Endpoint.MODEL_ROLLOUT_SET, Api.MODEL_REPOSITORY),
-        ("DELETE", "/v2/models/m/rollout", Endpoint.MODEL_ROLLOUT_CLEAR, Api.MODEL_REPOSITORY),
+        ("PUT", "/v2/models/m/rollout", Endpoint.MODEL_ROLLOUT_SET, Api.ROLLOUT),
+        ("DELETE", "/v2/models/m/rollout", Endpoint.MODEL_ROLLOUT_CLEAR, Api.ROLLOUT),
         ("POST", "/v2/models/m/rollout", Endpoint.MODEL_ROLLOUT, Api.STATISTICS),  # then 405
-        ("POST", "/v2/models/m/rollout/promote", Endpoint.MODEL_ROLLOUT_PROMOTE,
-         Api.MODEL_REPOSITORY),
-        ("POST", "/v2/models/m/rollout/rollback", Endpoint.MODEL_ROLLOUT_ROLLBACK,
-         Api.MODEL_REPOSITORY),
-        ("POST", "/v2/models/m/feedback", Endpoint.MODEL_FEEDBACK, Api.INFERENCE),
+        ("POST", "/v2/models/m/rollout/promote", Endpoint.MODEL_ROLLOUT_PROMOTE, Api.ROLLOUT),
+        ("POST", "/v2/models/m/rollout/rollback", Endpoint.MODEL_ROLLOUT_ROLLBACK, Api.ROLLOUT),
+        ("POST", "/v2/models/m/feedback", Endpoint.MODEL_FEEDBACK, Api.FEEDBACK),
     ],
 )  # fmt: skip
 def test_routes(method: str, path: str, endpoint: Endpoint, api: Api) -> None:
@@ -84,12 +82,18 @@ async def _call(
         return await client.request(method, path, json=body, headers=headers)
 
 
-def _app(admin: _Admin | None, token: str | None = "t") -> HttpApp:
+def _app(
+    admin: _Admin | None,
+    token: str | None = "t",
+    *,
+    feedback_token: str | None = None,
+    opened: frozenset[Api] = frozenset(),
+) -> HttpApp:
     return HttpApp(
         object(),  # type: ignore[arg-type]  # no other route is called
         max_body_bytes=4096,
         log=logging.getLogger("test"),
-        access=AccessPolicy(admin_token=token),
+        access=AccessPolicy(admin_token=token, feedback_token=feedback_token, opened=opened),
         rollout=admin,
     )
 
@@ -108,7 +112,7 @@ async def test_the_app_calls_the_admin_interface() -> None:
     assert (await _call(app, "POST", "/v2/models/m/rollout/promote", {}, "t")).status_code == 200
     back = await _call(app, "POST", "/v2/models/m/rollout/rollback", {"reason": "r"}, "t")
     assert back.status_code == 200
-    fed = await _call(app, "POST", "/v2/models/m/feedback", {"id": "a", "reward": 0.5})
+    fed = await _call(app, "POST", "/v2/models/m/feedback", {"id": "a", "reward": 0.5}, "t")
     assert fed.json() == {"variant": "v1"}
     assert [name for name, _ in admin.calls] == [
         "show", "set", "clear", "promote", "rollback", "feedback"
@@ -117,7 +121,7 @@ async def test_the_app_calls_the_admin_interface() -> None:
     assert admin.calls[-2] == ("rollback", "r")
 
 
-async def test_changes_need_the_admin_token_and_reads_do_not() -> None:
+async def test_changes_and_feedback_need_the_admin_token_and_reads_do_not() -> None:
     admin = _Admin()
     app = _app(admin)
     for method, path in (
@@ -130,9 +134,67 @@ async def test_changes_need_the_admin_token_and_reads_do_not() -> None:
         assert reply.status_code == 401, (method, path)
     assert (await _call(app, "GET", "/v2/models/m/rollout")).status_code == 200
     fed = await _call(app, "POST", "/v2/models/m/feedback", {"id": "a", "reward": 1})
-    assert fed.status_code == 200  # inference: not an admin API
+    assert fed.status_code == 401  # inference rights alone cannot steer a bandit
+    assert "feedback token or admin token" in fed.json()["error"]
     assert (await _call(app, "POST", "/v2/models/m/rollout", {}, "t")).status_code == 405
-    assert [name for name, _ in admin.calls] == ["show", "feedback"]
+    assert [name for name, _ in admin.calls] == ["show"]
+
+
+_CHANGES: tuple[tuple[str, str, Any], ...] = (
+    ("PUT", "/v2/models/m/rollout", {"kind": "split"}),
+    ("DELETE", "/v2/models/m/rollout", None),
+    ("POST", "/v2/models/m/rollout/promote", {}),
+    ("POST", "/v2/models/m/rollout/rollback", {}),
+)
+
+
+async def test_without_a_token_changes_and_feedback_are_closed() -> None:
+    admin = _Admin()
+    app = _app(admin, token=None)
+    for method, path, body in _CHANGES:
+        reply = await _call(app, method, path, body, "guess")
+        assert reply.status_code == 403, (method, path)
+        error = reply.json()["error"]
+        assert "the rollout API is closed" in error
+        assert "--admin-token-file" in error
+        assert "--open-api rollout" in error
+    fed = await _call(app, "POST", "/v2/models/m/feedback", {"id": "a", "reward": 1})
+    assert fed.status_code == 403
+    assert "--feedback-token-file" in fed.json()["error"]
+    assert "--open-api feedback" in fed.json()["error"]
+    assert (await _call(app, "GET", "/v2/models/m/rollout")).status_code == 200
+    assert [name for name, _ in admin.calls] == ["show"]
+
+
+async def test_open_api_opens_the_closed_groups_to_every_client() -> None:
+    admin = _Admin()
+    app = _app(admin, token=None, opened=frozenset({Api.ROLLOUT, Api.FEEDBACK}))
+    for method, path, body in _CHANGES:
+        reply = await _call(app, method, path, body)
+        assert reply.status_code == 200, (method, path, reply.text)
+    fed = await _call(app, "POST", "/v2/models/m/feedback", {"id": "a", "reward": 1})
+    assert fed.status_code == 200
+    only_feedback = _app(_Admin(), token="t", opened=frozenset({Api.FEEDBACK}))
+    fed = await _call(only_feedback, "POST", "/v2/models/m/feedback", {"id": "a", "reward": 1})
+    assert fed.status_code == 200  # opened: no token needed even though one is set
+    put = await _call(only_feedback, "PUT", "/v2/models/m/rollout", {"kind": "split"})
+    assert put.status_code == 401  # the rollout group still takes the admin token
+
+
+async def test_feedback_takes_its_own_token_or_the_admin_token() -> None:
+    admin = _Admin()
+    app = _app(admin, token="t", feedback_token="f")
+    body = {"id": "a", "reward": 1}
+    assert (await _call(app, "POST", "/v2/models/m/feedback", body, "f")).status_code == 200
+    assert (await _call(app, "POST", "/v2/models/m/feedback", body, "t")).status_code == 200
+    assert (await _call(app, "POST", "/v2/models/m/feedback", body, "x")).status_code == 401
+    assert (await _call(app, "POST", "/v2/models/m/feedback", body)).status_code == 401
+    put = await _call(app, "PUT", "/v2/models/m/rollout", {"kind": "split"}, "f")
+    assert put.status_code == 401  # the feedback token changes no policy
+    alone = _app(_Admin(), token=None, feedback_token="f")
+    assert (await _call(alone, "POST", "/v2/models/m/feedback", body, "f")).status_code == 200
+    assert (await _call(alone, "PUT", "/v2/models/m/rollout", {}, "f")).status_code == 403
+    assert [name for name, _ in admin.calls] == ["feedback", "feedback"]
 
 
 @pytest.mark.parametrize(
@@ -148,7 +210,7 @@ async def test_changes_need_the_admin_token_and_reads_do_not() -> None:
 )
 async def test_feedback_bodies_are_checked(body: dict[str, Any], message: str) -> None:
     admin = _Admin()
-    reply = await _call(_app(admin), "POST", "/v2/models/m/feedback", body)
+    reply = await _call(_app(admin), "POST", "/v2/models/m/feedback", body, "t")
     assert reply.status_code == 400
     assert message in reply.json()["error"]
     assert admin.calls == []

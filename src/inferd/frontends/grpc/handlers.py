@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 
 from inferd.errors import PermissionDeniedError, UnauthenticatedError
 from inferd.frontends.access import AccessPolicy, Api
-from inferd.frontends.grpc.errors import set_status
+from inferd.frontends.grpc.errors import STATUS_BY_CODE, set_status
 
 __all__ = [
     "API_BY_METHOD",
@@ -110,12 +110,13 @@ def _checker(access: AccessPolicy, api: Api) -> Callable[[Any], bool]:
 
         try:
             access.check(api, lookup)
-        except PermissionDeniedError:
-            # Triton answers a restricted call without its header UNAVAILABLE
-            set_status(context, grpc.StatusCode.UNAVAILABLE, denied)
+        except PermissionDeniedError as exc:
+            # PERMISSION_DENIED from the one table (Triton answers UNAVAILABLE, which clients
+            # retry as if the server were busy); a restriction's message keeps Triton's words
+            set_status(context, STATUS_BY_CODE[exc.code], denied if key else exc.message)
             return False
         except UnauthenticatedError as exc:
-            set_status(context, grpc.StatusCode.UNAUTHENTICATED, exc.message)
+            set_status(context, STATUS_BY_CODE[exc.code], exc.message)
             return False
         return True
 

@@ -3,8 +3,10 @@ endpoint ``/v2/models/{m}/feedback``, as pure functions from a route and a JSON 
 answer (the app reads the body and sends the reply).
 
 ``GET .../rollout`` is read-only (the statistics API group); ``PUT`` / ``DELETE .../rollout``
-and ``POST .../rollout/promote|rollback`` change what the server does (the model-repository
-group, which the admin token guards); ``POST .../feedback`` belongs with inference.
+and ``POST .../rollout/promote|rollback`` change what the server does (the ``rollout`` group,
+which the admin token guards); ``POST .../feedback`` steers bandits (the ``feedback`` group, for
+the feedback token or the admin token). Both groups are closed until a token guards them or the
+operator opens them (:mod:`inferd.frontends.access`).
 """
 
 from __future__ import annotations

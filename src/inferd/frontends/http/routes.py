@@ -1,7 +1,8 @@
 """URL routing of the v2 REST API (PROTOCOL.md §1.1), as data: path -> :class:`Route`.
 
 Each endpoint belongs to one API group of :mod:`inferd.frontends.access`, grouped as Triton
-groups them for ``--http-restricted-api`` (model readiness is a health API). A model name in a
+groups them for ``--http-restricted-api`` (model readiness is a health API); inferd's own
+endpoints that steer traffic form the ``rollout`` and ``feedback`` groups. A model name in a
 path is percent-decoded as UTF-8 and checked by :func:`inferd.core.names.check_model_name`.
 """
 
@@ -94,17 +95,17 @@ API: dict[Endpoint, Api] = {
     Endpoint.MODEL_STATS: Api.STATISTICS,
     Endpoint.MODEL_DRIFT: Api.STATISTICS,  # read-only, like the statistics
     Endpoint.MODEL_ROLLOUT: Api.STATISTICS,  # the traffic policy's figures, read-only
-    Endpoint.MODEL_ROLLOUT_SET: Api.MODEL_REPOSITORY,  # changes what the server serves
-    Endpoint.MODEL_ROLLOUT_CLEAR: Api.MODEL_REPOSITORY,
-    Endpoint.MODEL_ROLLOUT_PROMOTE: Api.MODEL_REPOSITORY,
-    Endpoint.MODEL_ROLLOUT_ROLLBACK: Api.MODEL_REPOSITORY,
-    Endpoint.MODEL_FEEDBACK: Api.INFERENCE,  # a reward for an answered request
+    Endpoint.MODEL_ROLLOUT_SET: Api.ROLLOUT,  # changes which version serves which request
+    Endpoint.MODEL_ROLLOUT_CLEAR: Api.ROLLOUT,
+    Endpoint.MODEL_ROLLOUT_PROMOTE: Api.ROLLOUT,
+    Endpoint.MODEL_ROLLOUT_ROLLBACK: Api.ROLLOUT,
+    Endpoint.MODEL_FEEDBACK: Api.FEEDBACK,  # a reward: it steers a bandit's traffic
     Endpoint.ALL_STATS: Api.STATISTICS,
     Endpoint.REPOSITORY_INDEX: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_LOAD: Api.MODEL_REPOSITORY,
     Endpoint.REPOSITORY_UNLOAD: Api.MODEL_REPOSITORY,
-    Endpoint.REPOSITORY_ROLLBACK: Api.MODEL_REPOSITORY,
-    Endpoint.REPOSITORY_UNPIN: Api.MODEL_REPOSITORY,
+    Endpoint.REPOSITORY_ROLLBACK: Api.ROLLOUT,  # inferd's own: pins the default version
+    Endpoint.REPOSITORY_UNPIN: Api.ROLLOUT,
     Endpoint.SYSTEM_SHM_STATUS: Api.SHARED_MEMORY,
     Endpoint.SYSTEM_SHM_REGISTER: Api.SHARED_MEMORY,
     Endpoint.SYSTEM_SHM_UNREGISTER: Api.SHARED_MEMORY,
