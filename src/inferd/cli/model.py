@@ -25,8 +25,10 @@ def add_model_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "model",
         help="a served model's versions: status, rollback, unpin",
         description="Act on the versions a running inferd server serves, over its HTTP "
-        "model repository API (the model-repository API group: the admin token and any "
-        "--http-restricted-api header it expects must be given).",
+        "API. 'rollback' and 'unpin' belong to the rollout API group: the server refuses them "
+        "(403) unless it has an admin token, which must then be given here "
+        "(--admin-token-file or INFERD_ADMIN_TOKEN); 'status' reads the model-repository "
+        "group's index. Give any --http-restricted-api header the server expects with -H.",
     )
     model_sub = p.add_subparsers(dest="model_command", metavar="COMMAND", required=True)
     rollback = model_sub.add_parser(
