@@ -7,7 +7,8 @@ Model files, in ``<model>/<version>/``:
     not trust by itself is checked: types from ``sklearn`` and ``numpy`` are accepted, any other
     must be listed by the operator in the ``skops_trusted_types`` parameter (comma-separated,
     e.g. ``"scipy.sparse._csr.csr_matrix,mypkg.MyTransformer"``); otherwise the model is refused
-    with the list of types to review.
+    with the list of types to review. The parameter is read from the repository's
+    ``config.pbtxt`` only: a client's load request may not set it (``backends/trust.py``).
 ``model.pkl`` / ``model.joblib``
     Unpickling runs code from the file, so these load only when the server was started with
     ``--allow-pickle-models`` (``ServerConfig.allow_pickle_models``); otherwise the load fails
@@ -40,6 +41,7 @@ from inferd.backends.tabular import (
     complete_io,
     is_complete,
 )
+from inferd.backends.trust import TRUSTING_PARAMETERS
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import ConfigError, InferdError, ModelLoadError, UnavailableError
 
@@ -50,12 +52,32 @@ PICKLE_FILES = ("model.pkl", "model.joblib")
 _PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
 #: Packages whose types a skops file may build without the operator listing them.
 TRUSTED_PACKAGES = ("sklearn", "numpy")
-ACCEPTED_PARAMETERS = ("predict_proba", "skops_trusted_types")
+(TRUSTED_TYPES_PARAMETER,) = TRUSTING_PARAMETERS["sklearn"]  # "skops_trusted_types"
+ACCEPTED_PARAMETERS = ("predict_proba", TRUSTED_TYPES_PARAMETER)
 
 
 def _trusted_list(params: dict[str, str]) -> frozenset[str]:
-    raw = params.get("skops_trusted_types", "")
+    raw = params.get(TRUSTED_TYPES_PARAMETER, "")
     return frozenset(t.strip() for t in raw.split(",") if t.strip())
+
+
+def skops_untrusted_types(content: bytes) -> list[str]:
+    """The types a skops file (its bytes) would build beyond skops' own safe set.
+
+    Reads the file's schema only; nothing in it is built. Raises :class:`UnavailableError`
+    without skops and :class:`ModelLoadError` for bytes that are not a skops file.
+    """
+    try:
+        import skops.io as sio
+    except ImportError as exc:
+        raise UnavailableError(
+            f"checking a skops file needs skops, which is not installed ({exc}); "
+            "to use it run: pip install 'inferd[sklearn]'"
+        ) from exc
+    try:
+        return sorted(sio.get_untrusted_types(data=content))
+    except Exception as exc:
+        raise ModelLoadError(f"not a readable skops file: {exc}") from exc
 
 
 def refused_types(untrusted: Sequence[str], operator_trusted: frozenset[str]) -> list[str]:

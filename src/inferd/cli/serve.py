@@ -288,8 +288,11 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         sec,
         "--allow-code-upload",
         False,
-        "also accept uploads that run code on the server: Python models (model.py) and "
-        "pickled files; needs --allow-model-upload",
+        "also accept uploads that run code on the server, judged by content and config, not "
+        "by file name: Python models, pickles, TorchScript / torch.export and other zip "
+        "archives, skops files with types beyond skops' safe set, native libraries, and "
+        "configs selecting pytorch, python or custom operator libraries; needs "
+        "--allow-model-upload",
     )
     sec.add_argument(
         "--allow-shared-memory",

@@ -7,12 +7,14 @@ batching from the model file itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import ModelConfig
 from inferd.errors import ConfigError
+from inferd.repository.paths import model_file_inside
 
 ENSEMBLE_PLATFORM = "ensemble"
 
@@ -88,13 +90,6 @@ def _fill_backend_fields(
             )
 
 
-def _model_path(version_dir: Path, filename: str) -> Path:
-    path = version_dir / filename
-    if path.is_dir() and (path / filename).exists():
-        return path / filename
-    return path
-
-
 def complete_config(
     config: ModelConfig,
     model_dir: Path,
@@ -103,16 +98,21 @@ def complete_config(
     *,
     auto_complete: bool,
     default_max_batch_size: int = 4,
+    vet: Callable[[ModelConfig], None] | None = None,
 ) -> None:
     """Complete ``config`` (a ``ModelConfig`` message) in place.
 
     The backend fields are always filled when a model file identifies them (Triton does this
     even with auto-complete disabled); the backend's own completion runs only when
-    ``auto_complete`` is true. The latest version directory is the one examined. Raises
+    ``auto_complete`` is true. The latest version directory is the one examined; its model file
+    must lie inside it (a symlink out is refused). ``vet`` sees the config once the files have
+    named its backend, before that backend is built or opens any file. Raises
     :class:`ConfigError` when no backend can be found or the backend is not available.
     """
     version_dir = model_dir / str(max(versions)) if versions else None
     _fill_backend_fields(config, version_dir, registry)
+    if vet is not None:
+        vet(config)
     if config.platform == ENSEMBLE_PLATFORM:
         return
     if not config.backend and not config.platform:
@@ -128,5 +128,13 @@ def complete_config(
     if not config.default_model_filename and backend.default_model_filename:
         config.default_model_filename = backend.default_model_filename
     if auto_complete and version_dir is not None:
-        model_path = _model_path(version_dir, config.default_model_filename)
+        model_path = (
+            model_file_inside(
+                version_dir,
+                config.default_model_filename,
+                f"model '{config.name or model_dir.name}': default_model_filename",
+            )
+            if config.default_model_filename
+            else version_dir
+        )
         backend.auto_complete(config, model_path, default_max_batch_size=default_max_batch_size)

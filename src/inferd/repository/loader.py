@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from inferd.repository.features import check_supported
 from inferd.repository.layout import list_versions
 from inferd.repository.manager_types import Scheduler, ServingModel
 from inferd.repository.normalize import normalize_and_validate
-from inferd.repository.paths import check_config_paths, resolve_inside
+from inferd.repository.paths import check_config_paths, model_file_inside, resolve_inside
 from inferd.repository.warmup import warm_up, warm_up_with_requests
 from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
@@ -127,8 +127,12 @@ def prepare(
     options: LoadOptions,
     *,
     override_json: str | None = None,
+    vet: Callable[[ModelConfig], None] | None = None,
 ) -> PreparedModel:
-    """Read, auto-complete, normalise and validate the config; choose the versions to serve."""
+    """Read, auto-complete, normalise and validate the config; choose the versions to serve.
+
+    ``vet`` sees the config once its backend is known, before the backend opens any file (the
+    repository refuses an uploaded model that runs code there)."""
     available = list_versions(model_dir)
     if not available:
         raise ModelLoadError(f"failed to load '{name}', no version is available")
@@ -147,6 +151,7 @@ def prepare(
             registry,
             auto_complete=options.auto_complete,
             default_max_batch_size=options.default_max_batch_size,
+            vet=vet,
         )
         check_config_paths(proto)
         normalize_and_validate(proto, model_dir)
@@ -218,6 +223,13 @@ def load_version(
     name = spec.name
     try:
         backend = registry.for_spec(spec)
+        filename = spec.default_model_filename or backend.default_model_filename
+        if filename:  # confined as label and warm-up files are: a symlink out is refused
+            model_file_inside(
+                prepared.model_dir / str(version),
+                filename,
+                f"model '{name}': default_model_filename",
+            )
         ctx = LoadContext(
             spec=execution_spec(spec),  # a sequence model's runtime also gets controls, state
             version=version,

@@ -49,7 +49,13 @@ from inferd.repository.records import (
     VersionStatus,
 )
 from inferd.repository.rollback import Pin, refuse_in_mode_none, roll_back
-from inferd.repository.uploads import UploadArea, check_no_code, check_upload_allowed, upload_parts
+from inferd.repository.trust import check_client_config
+from inferd.repository.uploads import (
+    UploadArea,
+    check_upload_allowed,
+    no_code_vet,
+    upload_parts,
+)
 from inferd.repository.views import index_entries, ready_statistics
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.scheduling.stats import ModelStats
@@ -201,6 +207,8 @@ class RepositoryManager:
             raise UnavailableError(
                 "explicit model load / unload is not allowed if polling is enabled"
             )
+        if config_json is not None:
+            check_client_config(name, config_json)
         if files:
             await self._load_upload(name, config_json, files)
         else:
@@ -222,7 +230,8 @@ class RepositoryManager:
             config = parse_json_config(config_json, f"override for '{name}'")
         except InferdError as exc:
             raise InvalidArgumentError(f"failed to load '{name}', {exc}") from None
-        check_upload_allowed(
+        await asyncio.to_thread(  # reads the files' bytes: off the loop
+            check_upload_allowed,
             name,
             parts,
             config,
@@ -269,6 +278,9 @@ class RepositoryManager:
         async with record.lock, self._load_gate:
             if unless_pinned and record.pin is not None:
                 return  # pinned by a rollback while this poll's reload waited for the lock
+            vet = None
+            if upload and not self._allow_code_upload:
+                vet = no_code_vet(name, self._registry.backend_name_for_platform)
             try:
                 prepared = await asyncio.to_thread(
                     prepare,
@@ -277,10 +289,10 @@ class RepositoryManager:
                     self._registry,
                     self._options,
                     override_json=override_json,
+                    vet=vet,
                 )
-                if upload and not self._allow_code_upload:
-                    # defence in depth: the effective config, after auto-complete
-                    check_no_code(name, prepared.config, lambda _platform: None)
+                if vet is not None:  # defence in depth: the effective config, after completion
+                    vet(prepared.config)
             except InferdError as exc:
                 self._fail_all(record, str(exc))
                 raise

@@ -62,6 +62,16 @@ def resolve_inside(base: Path, rel: str, what: str) -> Path:
     return path
 
 
+def model_file_inside(version_dir: Path, filename: str, what: str) -> Path:
+    """The model file ``filename`` of a version (inside its folder of the same name when that is
+    a folder, as ONNX allows), checked with :func:`resolve_inside` to stay in ``version_dir``."""
+    path = resolve_inside(version_dir, filename, what)
+    inner = path / filename
+    if path.is_dir() and inner.exists():
+        return resolve_inside(path, filename, what)
+    return path
+
+
 def check_config_paths(config: ModelConfig) -> None:
     """Refuse a configuration whose file names could leave the model directory.
 
@@ -103,6 +113,7 @@ __all__ = [
     "MODEL_DIRECTORY_VARIABLE",
     "check_config_paths",
     "is_inside",
+    "model_file_inside",
     "relative_parts",
     "resolve_inside",
 ]

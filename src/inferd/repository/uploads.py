@@ -1,9 +1,10 @@
 """Model files uploaded with a load request (``file:<path>`` parameters).
 
 Uploads are off unless the operator enables them, and uploads that would run code need a second
-opt-in. Every file is written below a directory this module created for that upload, inside one
-root per manager; clean-up removes only directories it created, never anything derived from a
-request.
+opt-in; what counts as code (judged by the bytes and the effective configuration, not by file
+names alone) is decided in ``repository/trust.py``. Every file is written below a directory this
+module created for that upload, inside one root per manager; clean-up removes only directories
+it created, never anything derived from a request.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from inferd.codecs.model_config import ModelConfig
 from inferd.core.names import check_model_name
@@ -25,33 +25,19 @@ from inferd.errors import (
     PermissionDeniedError,
 )
 from inferd.repository.paths import MAX_PATH_PART_BYTES, is_inside, relative_parts
+from inferd.repository.trust import (
+    CODE_SUFFIXES,
+    BackendForPlatform,
+    config_runs_code,
+    file_runs_code,
+)
 
 _log = logging.getLogger("inferd.repository")
 
+Vet = Callable[[ModelConfig], None]
+
 MODEL_UPLOAD_FLAG = "--allow-model-upload"
 CODE_UPLOAD_FLAG = "--allow-code-upload"
-# files whose loading runs code: Python sources and bytecode, pickles, native libraries, and
-# PyTorch archives (torch.export and TorchScript files carry pickled data; some loaders unpickle
-# it without restriction)
-CODE_SUFFIXES = frozenset(
-    {
-        ".py",
-        ".pyc",
-        ".pyw",
-        ".pkl",
-        ".pickle",
-        ".joblib",
-        ".so",
-        ".dylib",
-        ".dll",
-        ".pt",
-        ".pt2",
-        ".pth",
-    }
-)
-PYTHON_BACKEND = "python"
-# config parameters only Python models read; their presence means the model runs Python
-PYTHON_PARAMETERS = frozenset({"EXECUTION_ENV_PATH"})
 
 
 def upload_parts(name: str, files: Mapping[str, bytes]) -> dict[tuple[str, ...], bytes]:
@@ -83,7 +69,7 @@ def check_upload_allowed(
     name: str,
     files: Mapping[tuple[str, ...], bytes],
     config: ModelConfig,
-    backend_for_platform: Any,
+    backend_for_platform: BackendForPlatform,
     *,
     allow_model_upload: bool,
     allow_code_upload: bool,
@@ -100,28 +86,39 @@ def check_upload_allowed(
         )
     if allow_code_upload:
         return
-    for parts in files:
-        suffix = os.path.splitext(parts[-1])[1].lower()
-        if suffix in CODE_SUFFIXES:
+    for parts, content in files.items():
+        path = "/".join(parts)
+        what = file_runs_code(path, content)
+        if what is not None:
             raise PermissionDeniedError(
-                f"failed to load '{name}': uploaded file '{'/'.join(parts)}' would run code "
+                f"failed to load '{name}': uploaded file '{path}' is {what} and would run code "
                 f"on the server; start the server with {CODE_UPLOAD_FLAG} (as well as "
                 f"{MODEL_UPLOAD_FLAG}) to allow it"
             )
     check_no_code(name, config, backend_for_platform)
 
 
-def check_no_code(name: str, config: ModelConfig, backend_for_platform: Any) -> None:
-    """Refuse an uploaded model whose configuration selects Python code."""
-    backend = config.backend or (backend_for_platform(config.platform) if config.platform else None)
-    python_params = sorted(PYTHON_PARAMETERS.intersection(config.parameters))
-    if backend == PYTHON_BACKEND or python_params:
-        what = f"parameter {python_params[0]}" if python_params else "the python backend"
+def check_no_code(name: str, config: ModelConfig, backend_for_platform: BackendForPlatform) -> None:
+    """Refuse an uploaded model whose configuration makes it run code (its backend, platform,
+    custom operators or parameters)."""
+    what = config_runs_code(config, backend_for_platform)
+    if what is not None:
         raise PermissionDeniedError(
             f"failed to load '{name}': an uploaded model using {what} runs code on the "
             f"server; start the server with {CODE_UPLOAD_FLAG} (as well as "
             f"{MODEL_UPLOAD_FLAG}) to allow it"
         )
+
+
+def no_code_vet(name: str, backend_for_platform: BackendForPlatform) -> Vet:
+    """:func:`check_no_code` for ``prepare``'s ``vet``: an uploaded model's config is judged
+    again once auto-complete knows its backend (it may pick one from the files) and once
+    complete."""
+
+    def vet(config: ModelConfig) -> None:
+        check_no_code(name, config, backend_for_platform)
+
+    return vet
 
 
 class UploadArea:
@@ -206,5 +203,6 @@ __all__ = [
     "UploadArea",
     "check_no_code",
     "check_upload_allowed",
+    "no_code_vet",
     "upload_parts",
 ]
