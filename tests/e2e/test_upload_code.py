@@ -207,6 +207,7 @@ def test_skops_file_with_types_beyond_the_safe_set_is_code(
         message = _refusal(
             client, "probe_plain", "StatusCode.PERMISSION_DENIED", config=config, files=upload
         )
+        assert "'1/model.skops'" in message
 
 
 def test_plain_skops_upload_needs_only_model_uploads(uploads: ServerProcess, files: Files) -> None:
