@@ -91,3 +91,49 @@ def test_optimize_exits_with_its_documented_code_for_an_unloadable_model(
     assert "inferd optimize: error: model 'broken' could not be loaded" in done.stderr
     assert "INVALID_PROTOBUF" in done.stdout + done.stderr  # the reason is in the log
     assert sorted(p.name for p in model.iterdir()) == ["1", "config.pbtxt"]  # nothing written
+
+
+_TRITON_MODEL_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+_TYPED_MODEL_PY = """
+from inferd.backends.python.api import Model
+
+
+class Echo(Model):
+    def predict(self, inputs):
+        return {"OUT": inputs["IN"]}
+"""
+
+
+@pytest.mark.parametrize("source", [_TRITON_MODEL_PY, _TYPED_MODEL_PY], ids=["triton", "typed"])
+def test_a_model_py_without_config_is_refused_naming_what_to_add(
+    source: str, tmp_path: Path
+) -> None:
+    (tmp_path / "repo" / "echo" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "echo" / "1" / "model.py").write_text(source)
+    (tmp_path / "repo" / "simple").symlink_to(COMMITTED / "simple", target_is_directory=True)
+    with running_server([tmp_path / "repo"], ["--exit-on-error=false"]) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["simple"]["state"] == "READY"
+        assert index["echo"]["state"] == "UNAVAILABLE"
+        reason = index["echo"]["reason"]
+    assert "declares no inputs or outputs" in reason
+    assert f"{tmp_path / 'repo' / 'echo'} has no config.pbtxt" in reason
+    assert f'Add {tmp_path / "repo" / "echo" / "config.pbtxt"} with backend: "python"' in reason
+    assert "input [" in reason
+    assert "output [" in reason
+    assert "auto_complete_config" in reason
+

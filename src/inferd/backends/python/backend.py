@@ -240,6 +240,8 @@ class PythonBackend:
             raise ModelLoadError(
                 f"failed to load '{spec.name}' version {ctx.version}: unable to find '{model_file}'"
             )
+        if not spec.inputs and not spec.outputs:
+            raise ConfigError(_no_tensors_message(spec.name, ctx.model_dir, model_file))
         model = PythonModel(ctx, parse_settings(spec), model_file, self._zygotes)
         try:
             model.launch_all()
@@ -247,3 +249,23 @@ class PythonBackend:
             model.close()
             raise
         return model
+
+
+def _no_tensors_message(name: str, model_dir: Path, model_file: Path) -> str:
+    """Why a Python model that declares no tensor is refused, and what to add."""
+    config = model_dir / "config.pbtxt"
+    found = (
+        f"{config} lists no input or output"
+        if config.is_file()
+        else f"{model_dir} has no config.pbtxt"
+    )
+    return (
+        f"Python model '{name}' declares no inputs or outputs: {found}, and a model.py does "
+        f'not say what it takes and returns. Add {config} with backend: "python", '
+        "max_batch_size and its input [ { name, data_type, dims } ] and "
+        "output [ { name, data_type, dims } ] entries (the same file serves a model.py written "
+        "with Triton's TritonPythonModel or with inferd's typed API, "
+        "inferd.backends.python.api.Model), or give TritonPythonModel a static "
+        f"auto_complete_config(auto_complete_model_config) that calls add_input and add_output "
+        f"(see docs/backends.md); {model_file} was not started"
+    )
