@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -137,3 +138,25 @@ def test_a_model_py_without_config_is_refused_naming_what_to_add(
     assert "output [" in reason
     assert "auto_complete_config" in reason
 
+
+def test_a_batch_above_max_batch_size_is_refused_saying_how_to_raise_it(
+    example_repo: Path,
+) -> None:
+    rows = [[1] * 16] * 9  # simple's max_batch_size is 8
+    body = {
+        "inputs": [
+            {"name": name, "shape": [9, 16], "datatype": "INT32", "data": rows}
+            for name in ("INPUT0", "INPUT1")
+        ]
+    }
+    with running_server([example_repo], ["--model-control-mode", "explicit",
+                                         "--load-model", "simple"]) as server:  # fmt: skip
+        answer = httpx.post(
+            f"http://{server.http_url}/v2/models/simple/infer", json=body, timeout=30
+        )
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error.startswith("inference request batch-size must be <= 8 for 'simple', got 9")
+    assert "send at most 8 rows per request" in error
+    assert "raise max_batch_size in the model's config.pbtxt" in error
+    assert "in the 'config' of a load request" in error

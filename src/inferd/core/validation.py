@@ -86,7 +86,9 @@ def validate_request(request: InferRequest, spec: ModelSpec) -> int:
     if spec.max_batch_size > 0 and not (1 <= batch <= spec.max_batch_size) and inputs:
         raise InvalidArgumentError(
             f"inference request batch-size must be <= {spec.max_batch_size} for "
-            f"'{spec.name}', got {batch}"
+            f"'{spec.name}', got {batch}: send at most {spec.max_batch_size} rows per request, "
+            "or raise max_batch_size in the model's config.pbtxt (or in the 'config' of a load "
+            "request, in explicit model control mode) and load the model again"
             if batch > 0
             else f"inference request to model '{spec.name}' has batch size 0"
         )
