@@ -365,19 +365,49 @@ def _admitted(url: str) -> http.client.HTTPConnection:
     raise AssertionError("the server kept refusing connections")
 
 
+def _busy_infer(url: str) -> tuple[socket.socket, bytes]:
+    """A connection busy with an inference request whose body has not been sent yet (the
+    server has read its head: it asked for the body); the body to send is returned."""
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+                for n in ("INPUT0", "INPUT1")
+            ]
+        }
+    ).encode()
+    sock = _connect(url)
+    sock.sendall(
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    interim = b""
+    while not interim.endswith(b"\r\n\r\n"):
+        interim += sock.recv(1)
+    assert interim.startswith(b"HTTP/1.1 100 ")
+    return sock, body
+
+
 def test_connection_beyond_the_limit_gets_503(limited: ServerProcess) -> None:
-    request = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
-    held = [_admitted(limited.http_url)]
+    """Beyond busy slots only health probes are answered (idle slots make room instead:
+    test_probes_under_connection_pressure.py)."""
+    held = [_admitted(limited.http_url), _admitted(limited.http_url)]
+    busy = []
     try:
-        held.append(_admitted(limited.http_url))
+        busy = [_busy_infer(limited.http_url) for _ in range(2)]  # the held ones made room
         with _connect(limited.http_url) as sock:
-            sock.sendall(request)
+            sock.sendall(b"GET /v2/models/simple HTTP/1.1\r\nHost: x\r\n\r\n")
             status, error = _status_and_error(_read_to_eof(sock))
         assert status == 503
         assert "limit of 2 open HTTP connections" in error
-        for conn in held:  # still served
-            conn.request("GET", "/v2/health/live")
-            assert conn.getresponse().read() == b'{"live":true}'
+        assert "only health probes" in error
+        assert raw_request(limited.http_url, "GET", "/v2/health/ready").status == 200
+        for sock, body in busy:  # still served
+            sock.sendall(body)
+            reply = _read_to_eof(sock)
+            assert reply.startswith(b"HTTP/1.1 200 "), reply
     finally:
         for conn in held:
             conn.close()
+        for sock, _ in busy:
+            sock.close()

@@ -263,7 +263,11 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=int,
         default=1024,
         metavar="N",
-        help="open HTTP connections at most; more are answered 503 (default: 1024)",
+        help=(
+            "open HTTP connections at most (default: 1024); at the limit a new connection "
+            "replaces the longest-idle one, and when none is idle it is answered only if it "
+            "is a health probe (others get 503), so probes are never starved"
+        ),
     )
     _bool_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-port", type=int, default=8001, metavar="PORT")

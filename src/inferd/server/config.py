@@ -38,7 +38,7 @@ class ServerConfig:
     http_header_timeout_s: float = 10.0  # a client must send its request head within this
     http_body_timeout_s: float = 30.0  # a request body may pause at most this long
     http_idle_timeout_s: float = 75.0  # keep-alive connections idle longer are closed
-    http_max_connections: int = 1024  # beyond it new connections get 503
+    http_max_connections: int = 1024  # at it: idle ones make room; else probes only, or 503
     http_restricted_apis: tuple[Restriction, ...] = ()
     http_tls: TlsSettings | None = None
     allow_grpc: bool = True

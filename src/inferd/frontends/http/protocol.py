@@ -13,11 +13,15 @@ in plain text). This subclass adds, per connection:
   the server itself has paused reading (flow control).
 * the **idle timeout** between keep-alive requests, exact to the fraction of a second
   (uvicorn's own keep-alive timer, fed the configured value).
-* a **connection limit**: a connection that would exceed it is answered at once with ``503``
-  and a JSON error naming the limit (then, except over TLS, the server half-closes). Its input
-  is drained, so that closing does not reset the connection before the client has read the
-  reply, and it is closed when the client closes its side or the header timeout ends,
-  whichever comes first. Refused connections are not counted as open.
+* a **connection limit**, which never starves health probes: at the limit a new connection
+  takes the slot of the longest-idle connection, or else a *probe slot* that answers only a
+  health probe (the policy and its reasons are in :mod:`inferd.frontends.http.slots`; nothing
+  of it runs below the limit). A connection refused — every probe slot answering, or a request
+  other than a probe on a probe slot — is answered ``503`` with a JSON error naming the limit
+  (then, except over TLS, the server half-closes). Its input is drained, so that closing does
+  not reset the connection before the client has read the reply, and it is closed when the
+  client closes its side or the header timeout ends, whichever comes first. Refused
+  connections and probe slots are not counted as open.
 * **one write per response**: uvicorn writes a response's head and its body separately; each
   request's cycle writes through :class:`_OneWrite`, which sends the head with the first body
   bytes.
@@ -28,13 +32,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import socket
 from asyncio import TimerHandle
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from inferd.frontends.http.slots import (
+    PROBE_HEAD_TIMEOUT_S,
+    PROBE_SLOTS,
+    Admission,
+    EvictionQueue,
+    IdleKey,
+    admit,
+    is_health_probe,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +59,18 @@ class ConnectionLimits:
     idle_timeout_s: float
     max_connections: int | None = None  # None: unbounded
     body_timeout_s: float = 30.0
+    probe_slots: int = PROBE_SLOTS  # connections over the limit that may get a health answer
+    probe_head_timeout_s: float = PROBE_HEAD_TIMEOUT_S  # a probe slot's request head, at most
 
     def __post_init__(self) -> None:
         if self.header_timeout_s <= 0 or self.idle_timeout_s <= 0 or self.body_timeout_s <= 0:
             raise ValueError("the HTTP header, body and idle timeouts must be positive")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError("the HTTP connection limit must be at least 1")
+        if self.probe_slots < 0 or self.probe_head_timeout_s <= 0:
+            raise ValueError(
+                "the HTTP probe slots must not be negative and their head timeout must be positive"
+            )
 
 
 def _error_response(status: int, reason: str, message: str) -> bytes:
@@ -70,13 +92,28 @@ def _set_nodelay(transport: asyncio.BaseTransport) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+class _ServerSlots:
+    """One server's connections at its limit: its probe slots, its longest-idle connections."""
+
+    __slots__ = ("admitted", "idle", "probes")
+
+    def __init__(self) -> None:
+        self.admitted = itertools.count(1)
+        self.probes: set[EdgeHttpProtocol] = set()
+        self.idle: EvictionQueue[EdgeHttpProtocol] = EvictionQueue(EdgeHttpProtocol.idle_since)
+
+
 class EdgeHttpProtocol(HttpToolsProtocol):
     """Set :attr:`limits` through :func:`protocol_class`; uvicorn builds one per connection."""
 
     limits = ConnectionLimits(header_timeout_s=10.0, idle_timeout_s=75.0)
+    slots: _ServerSlots  # per server, set by protocol_class
 
     _header_timer: TimerHandle | None = None
     _refused = False
+    _probe_slot = False  # admitted over the limit: answers one health probe, nothing else
+    _opened = 0.0  # loop time the connection was admitted
+    _serial = 0  # the order connections were admitted in, per server
     _begun = False  # a request head has started arriving and is not complete yet
     _in_body = False  # a request head is complete and its body is not
     _body_timer: TimerHandle | None = None
@@ -86,14 +123,68 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         limits = self.limits
         self.timeout_keep_alive = limits.idle_timeout_s  # type: ignore[assignment]
         limit = limits.max_connections
-        if limit is not None and len(self.connections) >= limit:
-            self._refuse(transport, limit)
+        if (
+            limit is not None
+            and len(self.connections) - len(self.slots.probes) >= limit
+            and not self._admit_at_limit(transport, limit)
+        ):
             return
         super().connection_made(transport)
         _set_nodelay(transport)
+        self._opened = self.loop.time()
+        self._serial = next(self.slots.admitted)
+        if self._probe_slot:
+            self.slots.probes.add(self)
         self._arm_header_timer()
 
     # -- connection limit ---------------------------------------------------------------------
+
+    def idle_since(self) -> IdleKey | None:
+        """The loop time since which this admitted connection has been idle — between
+        keep-alive requests, or silent since it opened — and the order it was admitted in (a
+        tie-break), or ``None`` while it is not idle."""
+        if self._probe_slot or self._refused:
+            return None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return None
+        keep_alive = self.timeout_keep_alive_task
+        if keep_alive is not None:
+            return keep_alive.when() - self.timeout_keep_alive, self._serial
+        if self.cycle is None and not self._begun:
+            return self._opened, self._serial
+        return None
+
+    def _waiting_probe(self) -> bool:
+        return self.cycle is None and not self._refused and not self.transport.is_closing()
+
+    def _admit_at_limit(self, transport: asyncio.Transport, limit: int) -> bool:
+        """Make room for a connection arriving at the limit (:mod:`.slots`); False: refused."""
+        slots = self.slots
+        open_connections = cast("set[EdgeHttpProtocol]", self.connections)
+        victim = slots.idle.pop_longest_idle(open_connections, self.loop.time())
+        waiting = [] if victim is not None else [p for p in slots.probes if p._waiting_probe()]
+        decision = admit(
+            len(self.connections) - len(slots.probes),
+            limit,
+            idle=victim is not None,
+            probes=len(slots.probes),
+            probes_waiting=len(waiting),
+            probe_slots=self.limits.probe_slots,
+        )
+        if decision is Admission.EVICT_IDLE and victim is not None:
+            victim.transport.close()
+        elif decision is Admission.EVICT_PROBE:
+            oldest = min(waiting, key=lambda p: p._serial)
+            slots.probes.discard(oldest)
+            oldest.transport.close()
+            self._probe_slot = True
+        elif decision is Admission.PROBE:
+            self._probe_slot = True
+        elif decision is Admission.REFUSE:
+            self._refuse(transport, limit)
+            return False
+        return True
 
     def _refuse(self, transport: asyncio.Transport, limit: int) -> None:
         self._refused = True
@@ -102,6 +193,11 @@ class EdgeHttpProtocol(HttpToolsProtocol):
             f"the server has reached its limit of {limit} open HTTP connections "
             "(--http-max-connections); retry later"
         )
+        if self._probe_slot:
+            message = (
+                f"the server has reached its limit of {limit} open HTTP connections "
+                "(--http-max-connections) and answers only health probes over it; retry later"
+            )
         transport.write(_error_response(503, "Service Unavailable", message))
         if transport.can_write_eof():  # not over TLS
             transport.write_eof()  # the reply is complete; the client's input is still drained
@@ -126,6 +222,8 @@ class EdgeHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         self._cancel_body_timer()
+        if self._probe_slot:
+            self.slots.probes.discard(self)
         if self._refused:
             return
         super().connection_lost(exc)
@@ -138,11 +236,13 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 
     # -- header timeout -----------------------------------------------------------------------
 
+    def _head_timeout_s(self) -> float:
+        timeout = self.limits.header_timeout_s
+        return min(timeout, self.limits.probe_head_timeout_s) if self._probe_slot else timeout
+
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
-            self._header_timer = self.loop.call_later(
-                self.limits.header_timeout_s, self._header_timeout
-            )
+            self._header_timer = self.loop.call_later(self._head_timeout_s(), self._header_timeout)
 
     def _cancel_header_timer(self) -> None:
         timer = self._header_timer
@@ -158,9 +258,11 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self._begun and (cycle is None or cycle.response_complete):
             message = (
-                "the request head was not received within "
-                f"{self.limits.header_timeout_s:g} s (--http-header-timeout-secs)"
+                f"the request head was not received within {self._head_timeout_s():g} s "
+                "(--http-header-timeout-secs)"
             )
+            if self._probe_slot:
+                message += "; the server is at --http-max-connections, and waits less"
             transport.write(_error_response(408, "Request Timeout", message))
         transport.close()
 
@@ -194,12 +296,16 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         transport.close()
 
     def on_body(self, body: bytes) -> None:
+        if self._refused:
+            return  # a probe slot's refused request: drained
         self._body_progress = True
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._in_body = False
         self._cancel_body_timer()
+        if self._refused:
+            return
         super().on_message_complete()
 
     def on_message_begin(self) -> None:
@@ -210,10 +316,30 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._begun = False
         self._in_body = True
         self._cancel_header_timer()
+        if self._probe_slot and not self._probe_request():
+            return
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None:
+            if self._probe_slot:
+                cycle.keep_alive = False  # one probe per probe slot
             cycle.transport = _OneWrite(self.transport, cycle)  # type: ignore[assignment]
+
+    def _probe_request(self) -> bool:
+        """On a probe slot: is this request a health probe? If not, it is refused."""
+        if self._refused:
+            return False  # a request pipelined after the refused one: already answered
+        try:
+            path = httptools.parse_url(self.url).path or b""
+            probe = is_health_probe(self.parser.get_method().decode("ascii"), path.decode("ascii"))
+        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+            probe = False
+        if not probe:
+            self.slots.probes.discard(self)
+            self.connections.discard(self)
+            self._in_body = False
+            self._refuse(self.transport, self.limits.max_connections or 0)
+        return probe
 
 
 class _OneWrite:
@@ -266,10 +392,16 @@ class _OneWrite:
 
 _JOIN_LIMIT = 256 * 1024  # bodies up to this size are joined to their head
 
+EdgeHttpProtocol.slots = (
+    _ServerSlots()
+)  # the base class's own; protocol_class gives each server one
+
 
 def protocol_class(limits: ConnectionLimits) -> type[EdgeHttpProtocol]:
     """A protocol class for one server, carrying that server's limits."""
-    return type("EdgeHttpProtocol", (EdgeHttpProtocol,), {"limits": limits})
+    return type(
+        "EdgeHttpProtocol", (EdgeHttpProtocol,), {"limits": limits, "slots": _ServerSlots()}
+    )
 
 
 __all__ = ["ConnectionLimits", "EdgeHttpProtocol", "protocol_class"]

@@ -3,7 +3,8 @@
 The caller owns the loop (uvloop in ``inferd serve``) and the signal handlers: this module never
 calls ``uvicorn.Server.serve``, which would install its own. The listening socket is bound here,
 so port 0 works and the bound port is known before the first request. Header and idle
-timeouts and the connection limit are enforced by the connection protocol (``protocol.py``);
+timeouts and the connection limit, which never starves health probes, are enforced by the
+connection protocol (``protocol.py``, ``slots.py``);
 TLS, when configured, wraps every connection (``tls.py``).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import uvicorn
 
 from inferd.frontends.http.protocol import ConnectionLimits, protocol_class
+from inferd.frontends.http.slots import PROBE_HEAD_TIMEOUT_S, PROBE_SLOTS
 from inferd.frontends.http.tls import server_ssl_context
 from inferd.frontends.tls import TlsSettings
 
@@ -84,16 +86,25 @@ async def start_http_server(
     header_timeout_s: float = 10.0,
     body_timeout_s: float = 30.0,
     max_connections: int | None = None,
+    probe_slots: int = PROBE_SLOTS,
+    probe_head_timeout_s: float = PROBE_HEAD_TIMEOUT_S,
     tls: TlsSettings | None = None,
     timeout_graceful_shutdown_s: int = 5,
     backlog: int = 2048,
 ) -> tuple[HttpServer, int]:
     """Serve ``app`` on ``host:port`` (0 = an ephemeral port); return the handle and the port.
 
-    ``max_connections`` bounds the open connections (None: unbounded); ``tls`` serves HTTPS.
+    ``max_connections`` bounds the open connections (None: unbounded); at the limit, up to
+    ``probe_slots`` more may each get one health answer, their request head due within
+    ``probe_head_timeout_s`` (:mod:`inferd.frontends.http.slots`); ``tls`` serves HTTPS.
     """
     limits = ConnectionLimits(
-        header_timeout_s, timeout_keep_alive_s, max_connections, body_timeout_s=body_timeout_s
+        header_timeout_s,
+        timeout_keep_alive_s,
+        max_connections,
+        body_timeout_s=body_timeout_s,
+        probe_slots=probe_slots,
+        probe_head_timeout_s=probe_head_timeout_s,
     )
     context = server_ssl_context(tls) if tls is not None else None
     sock = _bind(host, port, backlog)
