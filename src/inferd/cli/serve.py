@@ -143,6 +143,17 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "models, a process with its own shared memory (default: 64)",
     )
     repo.add_argument(
+        "--model-max-threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the most runtime threads one model version may ask for through a thread "
+        "parameter (intra_op_thread_count, INFERENCE_NUM_THREADS, any *thread* parameter, "
+        "NUM_STREAMS) times its instances: a load request's config above it is refused (400) "
+        "before anything is built; the repository's own config.pbtxt above it is honoured "
+        "with a warning (default 0: 4 per core this process may use)",
+    )
+    repo.add_argument(
         "--warmup-from-recent",
         type=int,
         default=8,
@@ -462,6 +473,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         model_max_instances=args.model_max_instances,
+        model_max_threads=args.model_max_threads,
         warmup_from_recent=args.warmup_from_recent,
         inline_execution_max_us=args.inline_execution_max_us,
         allow_http=args.allow_http,

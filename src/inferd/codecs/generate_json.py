@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from inferd.codecs.json_tensor import json_tensor
+from inferd.codecs.limits import check_id
 from inferd.codecs.request_rules import duplicate_input
 from inferd.core.datatypes import DataType, from_name
 from inferd.core.inference import InferRequest, InferResponse, ParamValue
@@ -86,7 +87,7 @@ def decode_generate_request(
     if request_id is not None:
         if not isinstance(request_id, str):
             raise InvalidArgumentError("'id' of a generate request must be a JSON string")
-        request.id = request_id
+        request.id = check_id(request_id, "'id' of the generate request")
     for key, value in body.items():
         if key == PARAMETERS_KEY and key not in by_name:
             if not isinstance(value, dict):
@@ -124,6 +125,8 @@ def _parameter(key: str, value: Any, model: str, where: str) -> ParamValue:
             f"parameter '{key}' of {where} is reserved (the 'triton_' prefix) and cannot be set "
             "on a generate request"
         )
+    if key == "sequence_id" and isinstance(value, str):
+        check_id(value, f"parameter 'sequence_id' of {where}")
     if isinstance(value, (bool, int, float, str)):
         return value
     raise InvalidArgumentError(

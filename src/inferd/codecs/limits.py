@@ -1,6 +1,7 @@
-"""Bounds every codec applies to a tensor's shape, whatever the wire (HTTP JSON, binary, gRPC).
+"""Bounds every codec applies to what a client names, whatever the wire (HTTP JSON, binary,
+gRPC): a tensor's shape, a request id, a sequence id.
 
-One function, one message: a shape that HTTP refuses is refused the same way over gRPC.
+One function, one message: a shape or an id that HTTP refuses is refused the same way over gRPC.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ MAX_DIMS = 32  # numpy's own limit is 64; no served model has more than a handfu
 # Bound on the product of the non-zero dims of a shape; stops absurd shapes such as
 # [0, 2**62] (zero elements, but numpy cannot even describe it) before numpy sees them.
 MAX_ELEMENTS = 1 << 40
+# Bound on a request id or a string sequence (correlation) id, in UTF-8 bytes. Ids are echoed in
+# answers and kept by features that remember requests (rollout feedback, ended sequences), so
+# each kept id costs at most this much. tritonclient and perf_analyzer send integers as text,
+# UUIDs (36) or trace ids (32); 256 leaves room for a prefix and a UUID.
+MAX_ID_BYTES = 256
 
 
 def check_shape(dims: Sequence[object], what: str) -> tuple[int, ...]:
@@ -41,4 +47,17 @@ def check_shape(dims: Sequence[object], what: str) -> tuple[int, ...]:
     return tuple(dims)  # type: ignore[arg-type]
 
 
-__all__ = ["MAX_DIMS", "MAX_ELEMENTS", "check_shape"]
+def check_id(value: str, what: str) -> str:
+    """Return ``value``, an id a client chose, if it has at most :data:`MAX_ID_BYTES` bytes in
+    UTF-8; ``what`` names it in the refusal, e.g. ``"inference request 'id'"``."""
+    if len(value) * 4 <= MAX_ID_BYTES:  # a character takes at most 4 bytes: nothing to count
+        return value
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_ID_BYTES:
+        raise InvalidArgumentError(
+            f"{what} is {size} bytes long; at most {MAX_ID_BYTES} bytes are allowed"
+        )
+    return value
+
+
+__all__ = ["MAX_DIMS", "MAX_ELEMENTS", "MAX_ID_BYTES", "check_id", "check_shape"]

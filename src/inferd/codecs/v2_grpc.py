@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from inferd.codecs.limits import check_shape
+from inferd.codecs.limits import check_id, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
 from inferd.codecs.shared_memory import (
@@ -100,6 +100,8 @@ def decode_parameters(params: Mapping[str, Any]) -> dict[str, ParamValue]:
                     "invalid value type for 'sequence_id' parameter, expected "
                     "int64_param or string_param"
                 )
+            if isinstance(value, str):
+                check_id(value, "parameter 'sequence_id'")
         elif key in ("sequence_start", "sequence_end", ENABLE_EMPTY_FINAL_RESPONSE):
             if kind != "bool_param":
                 raise InvalidArgumentError(
@@ -276,7 +278,7 @@ def decode_infer_request(
         model_name=model,
         inputs=inputs,
         model_version=msg.model_version,
-        id=msg.id,
+        id=check_id(msg.id, "inference request 'id'"),
         outputs=_decode_outputs(msg.outputs, shm),
         parameters=decode_parameters(msg.parameters),
     )

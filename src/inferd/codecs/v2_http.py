@@ -37,7 +37,7 @@ import numpy as np
 import orjson
 
 from inferd.codecs.json_tensor import json_tensor
-from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS, check_shape
+from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS, check_id, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
 from inferd.codecs.shared_memory import (
@@ -118,6 +118,7 @@ def decode_infer_request(
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
         raise InvalidArgumentError("inference request 'id' must be a string")
+    check_id(request_id, "inference request 'id'")
     parameters, binary_default = _request_parameters(header.get("parameters"))
 
     raw_inputs = header.get("inputs")
@@ -216,10 +217,13 @@ def _request_parameters(raw: Any) -> tuple[dict[str, ParamValue], bool]:
                 raise InvalidArgumentError("parameter 'binary_data_output' must be a boolean")
             binary_default = value
             continue
-        if key == "sequence_id" and not (_is_uint(value) or isinstance(value, str)):
-            raise InvalidArgumentError(
-                "parameter 'sequence_id' must be an unsigned integer or a string"
-            )
+        if key == "sequence_id":
+            if isinstance(value, str):
+                check_id(value, "parameter 'sequence_id'")
+            elif not _is_uint(value):
+                raise InvalidArgumentError(
+                    "parameter 'sequence_id' must be an unsigned integer or a string"
+                )
         if key in _UINT_PARAMS and not _is_uint(value):
             raise InvalidArgumentError(f"parameter '{key}' must be an unsigned integer")
         if key in _BOOL_PARAMS and not isinstance(value, bool):

@@ -27,6 +27,7 @@ from inferd.errors import (
     UnsupportedError,
 )
 from inferd.repository.autocomplete import complete_config
+from inferd.repository.ceilings import check_ceilings
 from inferd.repository.config import read_model_config
 from inferd.repository.features import check_supported
 from inferd.repository.layout import list_versions
@@ -54,6 +55,9 @@ class LoadOptions:
     default_max_batch_size: int = 4
     # instances one model version may ask for (each may be a thread, a process, an arena)
     max_instances: int = 64
+    # runtime threads (each *thread* parameter x the instances) one model version may ask for;
+    # 0: 4 x the cores this process may use (repository/ceilings.py)
+    max_threads: int = 0
     # a batch expected to run within this many microseconds runs on the event loop thread
     # (runtimes that allow it; 0: always on the instance threads)
     inline_max_us: int = 100
@@ -159,7 +163,12 @@ def prepare(
         if cache_warning:
             _log.warning("%s", cache_warning)
         check_supported(proto)
-        _check_instance_count(proto, options.max_instances)
+        check_ceilings(  # before anything is built: a refused load starts no thread
+            proto,
+            max_instances=options.max_instances,
+            max_threads=options.max_threads,
+            from_request=override_json is not None,
+        )
         spec = spec_from_proto(proto)
         check_initial_states(spec.sequence_batching, model_dir)
         if spec.is_ensemble or spec.ensemble_steps:
@@ -174,15 +183,6 @@ def prepare(
             f"directory in {model_dir}"
         )
     return PreparedModel(spec=spec, model_dir=model_dir, versions=versions, config=proto)
-
-
-def _check_instance_count(config: ModelConfig, limit: int) -> None:
-    asked = sum(int(group.count) for group in config.instance_group)
-    if asked > limit:
-        raise ConfigError(
-            f"the configuration asks for {asked} instances, more than the {limit} this server "
-            "allows per model (--model-max-instances)"
-        )
 
 
 def read_labels(spec: ModelSpec, model_dir: Path) -> dict[str, list[str]]:

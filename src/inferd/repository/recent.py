@@ -2,10 +2,11 @@
 
 :class:`RecentRequests` is an :class:`~inferd.core.observe.InferenceObserver`: the engine hands
 it every answered request on the event loop, and it appends a reference to a bounded ring per
-model (no copy, no lock; a request whose inputs are larger than ``max_request_bytes`` is not
-kept). When a new version or configuration of the model loads, the manager takes the ring's
-requests (:meth:`RecentRequests.sample`) and the loader runs them on the new instances before
-they serve (``repository/warmup.py``), unless the config has its own ``model_warmup``.
+model (no copy, no lock; a request whose inputs and string parameters are larger than
+``max_request_bytes`` is not kept). When a new version or configuration of the model loads,
+the manager takes the ring's requests (:meth:`RecentRequests.sample`) and the loader runs them
+on the new instances before they serve (``repository/warmup.py``), unless the config has its
+own ``model_warmup``.
 
 Sequence models and ensembles are not kept: a request of a sequence makes sense only in its
 sequence, and an ensemble has no instances of its own (its steps keep their own requests).
@@ -55,7 +56,10 @@ class RecentRequests:
     ) -> None:
         if spec.sequence_batching is not None or spec.is_ensemble:
             return
-        size = 0
+        size = len(request.id)  # the codecs bound ids; string parameters only by the body size
+        for value in request.parameters.values():
+            if isinstance(value, str):
+                size += len(value)
         for array in request.inputs.values():
             size += array.nbytes
         if size > self._max_bytes:

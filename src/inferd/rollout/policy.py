@@ -91,6 +91,11 @@ class Variant:
         return out
 
 
+#: ceilings of a feedback policy's memory of request ids: how many, and for how long
+MAX_FEEDBACK_IDS = 1_000_000
+MAX_FEEDBACK_TTL_S = 7 * 24 * 3600.0
+
+
 @dataclass(frozen=True, slots=True)
 class FeedbackSpec:
     reward: str = "binary"  # "binary" (rewards in [0, 1]) or "continuous"
@@ -351,8 +356,18 @@ def _feedback(raw: Any, where: str) -> FeedbackSpec:
     reward = raw.get("reward", "binary")
     if reward not in REWARDS:
         raise fail(f"{where}.reward", f"must be binary or continuous, not {reward!r}")
-    ttl = number(raw, "ttl_s", 3600.0, low=0.0, low_open=True, where=f"{where}.ttl_s")
+    ttl = number(
+        raw,
+        "ttl_s",
+        3600.0,
+        low=0.0,
+        low_open=True,
+        high=MAX_FEEDBACK_TTL_S,
+        where=f"{where}.ttl_s",
+    )
     max_ids = whole(raw, "max_ids", 100_000, minimum=1, where=f"{where}.max_ids")
+    if max_ids > MAX_FEEDBACK_IDS:  # each id kept costs up to ~0.5 KB (ids are <= 256 bytes)
+        raise fail(f"{where}.max_ids", f"must be at most {MAX_FEEDBACK_IDS}, not {max_ids}")
     return FeedbackSpec(reward, ttl, max_ids)
 
 

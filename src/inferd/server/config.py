@@ -28,6 +28,7 @@ class ServerConfig:
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
     model_max_instances: int = 64  # instances one model version may ask for
+    model_max_threads: int = 0  # runtime threads one model may ask for (0: 4 per core)
     warmup_from_recent: int = 8  # recent requests per model that warm up its next version
     inline_execution_max_us: int = 100  # batches this short run on the event loop (0: never)
     allow_http: bool = True
@@ -77,6 +78,10 @@ class ServerConfig:
                 raise InvalidArgumentError(f"--{port_name.replace('_', '-')} {port} is not a port")
         if self.model_max_instances < 1:
             raise InvalidArgumentError("--model-max-instances must be >= 1")
+        if self.model_max_threads < 0:
+            raise InvalidArgumentError(
+                "--model-max-threads must be >= 0 (0: 4 per core this process may use)"
+            )
         if self.warmup_from_recent < 0:
             raise InvalidArgumentError("--warmup-from-recent must be >= 0 (0 turns it off)")
         if self.inline_execution_max_us < 0:

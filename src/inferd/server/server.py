@@ -85,6 +85,7 @@ class Server:
                 config_name=cfg.model_config_name,
                 default_max_batch_size=cfg.default_max_batch_size,
                 max_instances=cfg.model_max_instances,
+                max_threads=cfg.model_max_threads,
                 inline_max_us=cfg.inline_execution_max_us,
                 response_cache=self.response_cache is not None,
             ),
