@@ -18,6 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc._utils import _get_inference_request
 
+from inferd.cli.main import build_parser
+from inferd.cli.serve import config_from_args
 from inferd.codecs import v2_grpc, v2_http
 from inferd.codecs.raw_tensor import serialize_bytes_elements
 from inferd.core.inference import InferResponse
@@ -27,9 +29,17 @@ from inferd.errors import (
     NotFoundError,
     UnsupportedError,
 )
+from inferd.frontends import shared_memory as registry_module
 from inferd.frontends.http.routes import Endpoint
 from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
-from inferd.frontends.shared_memory import SHM_DIR, RegionStatus, SharedMemoryRegistry
+from inferd.frontends.shared_memory import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_REGIONS,
+    SHM_DIR,
+    RegionStatus,
+    SharedMemoryRegistry,
+)
+from inferd.server.config import ServerConfig
 
 SIZE = 3 * mmap.ALLOCATIONGRANULARITY
 
@@ -126,22 +136,31 @@ def test_register_bounds(
         registry.register("r", "/region", offset, byte_size)
 
 
-# -- windows ------------------------------------------------------------------------------------
+# -- reading and writing windows ----------------------------------------------------------------
+
+
+def _mapped(path: Path) -> bool:
+    """Whether this process maps ``path`` (the registry never should: a client that truncates
+    a mapped object turns the next access into SIGBUS)."""
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 def test_windows_are_relative_to_the_registered_offset(
     registry: SharedMemoryRegistry, folder: Path
 ) -> None:
-    offset = mmap.ALLOCATIONGRANULARITY + 10  # not page-aligned: mapped from the page below
+    offset = mmap.ALLOCATIONGRANULARITY + 10  # not page-aligned
     registry.register("r", "/region", offset, 200)
-    view = registry.window("r", 5, 3, writable=False)
-    assert view.readonly
-    assert bytes(view) == bytes((offset + 5 + i) % 256 for i in range(3))
-    out = registry.window("r", 0, 4, writable=True)
-    out[:] = b"\xff\xfe\xfd\xfc"
+    data = registry.read("r", 5, 3)
+    assert bytes(data) == bytes((offset + 5 + i) % 256 for i in range(3))
+    registry.writer("r", 0, 4)(memoryview(b"\xff\xfe\xfd\xfc"))
     with (folder / "region").open("rb") as f:  # written through to the object itself
         f.seek(offset)
         assert f.read(4) == b"\xff\xfe\xfd\xfc"
+    assert not _mapped(folder / "region")
 
 
 @pytest.mark.parametrize(
@@ -157,30 +176,103 @@ def test_window_bounds(
 ) -> None:
     registry.register("r", "/region", 0, 100)
     with pytest.raises(InvalidArgumentError, match=message):
-        registry.window(region, offset, byte_size, writable=False)
+        registry.read(region, offset, byte_size)
+    with pytest.raises(InvalidArgumentError, match=message):
+        registry.writer(region, offset, byte_size)
 
 
 def test_an_object_shrunk_after_registering_is_refused(
     registry: SharedMemoryRegistry, folder: Path
 ) -> None:
     registry.register("r", "/region", 0, SIZE)
-    os.truncate(folder / "region", 100)  # reading past it would be SIGBUS
-    assert bytes(registry.window("r", 0, 100, writable=False))[:2] == b"\x00\x01"
-    with pytest.raises(InvalidArgumentError, match="was shrunk to 100 bytes"):
-        registry.window("r", 0, 4096, writable=False)
+    write = registry.writer("r", 4000, 200)  # checked now, written later
+    os.truncate(folder / "region", 100)  # a mapping read past it would be SIGBUS
+    assert bytes(registry.read("r", 0, 100))[:2] == b"\x00\x01"
+    with pytest.raises(InvalidArgumentError, match=r"'r' .* was shrunk to 100 bytes.* needs 4096"):
+        registry.read("r", 0, 4096)
+    with pytest.raises(InvalidArgumentError, match=r"'r' .* was shrunk to 100 bytes.* needs 4200"):
+        write(memoryview(bytes(200)))
+    assert (folder / "region").stat().st_size == 100  # never grown behind the client's back
+    os.truncate(folder / "region", SIZE)  # whole again (zeros past 100): usable again
+    assert bytes(registry.read("r", 98, 4)) == b"\x62\x63\x00\x00"
+    write(memoryview(b"\x07" * 200))
+    assert (folder / "region").read_bytes()[4000:4200] == b"\x07" * 200
 
 
-def test_unregister_leaves_in_flight_views_valid(registry: SharedMemoryRegistry) -> None:
+def test_reads_and_writes_in_several_calls_move_every_byte(
+    registry: SharedMemoryRegistry, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Linux moves at most 2 GiB per call; with a small chunk, every transfer takes several
+    monkeypatch.setattr(registry_module, "_CHUNK", 1000)
+    registry.register("r", "/region", 10, SIZE - 10)
+    assert bytes(registry.read("r", 0, SIZE - 10)) == (folder / "region").read_bytes()[10:]
+    payload = bytes(range(6, 256)) * 20  # 5000 bytes
+    registry.writer("r", 100, len(payload))(memoryview(payload))
+    assert (folder / "region").read_bytes()[110 : 110 + len(payload)] == payload
+
+
+def test_unregister_closes_the_descriptor_and_refuses_later_writes(
+    registry: SharedMemoryRegistry,
+) -> None:
+    before = _open_descriptors()
     registry.register("r", "/region", 0, 64)
-    view = registry.window("r", 0, 8, writable=False)
-    array = np.frombuffer(view, dtype=np.uint8)
-    registry.unregister()  # the mapping outlives the registration while a request reads it
-    assert array.tolist() == list(range(8))
+    assert _open_descriptors() == before + 1
+    array = np.frombuffer(registry.read("r", 0, 8), dtype=np.uint8)
+    write = registry.writer("r", 0, 8)
+    registry.unregister()
+    assert _open_descriptors() == before
+    assert array.tolist() == list(range(8))  # a copy: it outlives the registration
     with pytest.raises(InvalidArgumentError, match="Unable to find"):
-        registry.window("r", 0, 8, writable=False)
+        registry.read("r", 0, 8)
+    with pytest.raises(InvalidArgumentError, match="'r' was unregistered while the request"):
+        write(memoryview(bytes(8)))
     registry.register("r", "/region", 0, 64)  # the name is free again
+    with pytest.raises(InvalidArgumentError, match="was unregistered"):
+        write(memoryview(bytes(8)))  # the old window does not write into the new region
     registry.close()
     assert registry.status() == []
+    assert _open_descriptors() == before
+
+
+def test_unregister_while_reading_closes_the_descriptor_after_the_read(
+    registry: SharedMemoryRegistry,
+) -> None:
+    registry.register("r", "/region", 0, 64)
+    before = _open_descriptors()
+    found = registry._regions["r"]  # a read in progress on it
+    registry._enter(found)
+    registry.unregister("r")
+    assert _open_descriptors() == before  # still open: a request is reading it
+    registry._leave(found)
+    assert _open_descriptors() == before - 1
+
+
+def test_registrations_are_bounded(folder: Path) -> None:
+    registry = SharedMemoryRegistry(directory=folder, max_regions=2, max_bytes=1000)
+    before = _open_descriptors()
+    try:
+        registry.register("a", "/region", 0, 400)
+        registry.register("b", "/region", 400, 400)
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"'c': this server already has 2 .*--shared-memory-max-regions 2",
+        ):
+            registry.register("c", "/region", 0, 8)
+        registry.unregister("b")
+        with pytest.raises(
+            InvalidArgumentError,
+            match=r"'c': its 601 bytes would bring .* to 1001 bytes, beyond "
+            r"--shared-memory-max-bytes 1000",
+        ):
+            registry.register("c", "/region", 0, 601)
+        registry.register("c", "/region", 0, 600)  # exactly at the bound
+        assert [r.name for r in registry.status()] == ["a", "c"]
+        assert _open_descriptors() == before + 2  # refusals kept nothing open
+        registry.unregister()
+        registry.register("d", "/region", 0, 1000)  # everything freed
+    finally:
+        registry.close()
+    assert _open_descriptors() == before
 
 
 def test_a_real_posix_object_in_dev_shm() -> None:
@@ -190,8 +282,9 @@ def test_a_real_posix_object_in_dev_shm() -> None:
     registry = SharedMemoryRegistry()
     try:
         registry.register("r", f"/{name}", 0, 64)
-        values = np.frombuffer(registry.window("r", 16, 16, writable=False), np.float32)
+        values = np.frombuffer(registry.read("r", 16, 16), np.float32)
         assert values.tolist() == [4.0, 5.0, 6.0, 7.0]
+        assert not _mapped(path)
         registry.unregister("r")
         assert path.exists()  # never unlinked by the server
     finally:
@@ -208,7 +301,8 @@ def test_disabled_refuses_everything(folder: Path) -> None:
         lambda: registry.register("r", "/region", 0, 64),
         lambda: registry.unregister(),
         lambda: registry.status(),
-        lambda: registry.window("r", 0, 4, writable=False),
+        lambda: registry.read("r", 0, 4),
+        lambda: registry.writer("r", 0, 4),
         lambda: registry.cuda_status(),
         lambda: registry.cuda_unregister(),
     ]
@@ -256,7 +350,7 @@ def _http(inputs: list[dict[str, object]], outputs: list[dict[str, object]] | No
     return orjson.dumps(body)
 
 
-def test_http_input_is_a_read_only_view_of_the_region(
+def test_http_input_is_a_copy_the_request_owns(
     registry: SharedMemoryRegistry, folder: Path
 ) -> None:
     registry.register("r", "/region", 0, 1024)
@@ -274,11 +368,12 @@ def test_http_input_is_a_read_only_view_of_the_region(
     )
     x = v2_http.decode_infer_request("m", "", body, None, registry).inputs["X"]
     assert x.tolist() == [[8, 9, 10, 11], [12, 13, 14, 15]]
-    assert not x.flags.writeable
-    with (folder / "region").open("r+b") as f:  # no copy: the client's later writes show
-        f.seek(8)
+    with (folder / "region").open("r+b") as f:  # copied once: the client's later writes and
+        f.seek(8)  # truncation do not reach the request
         f.write(b"\x63")
-    assert x[0, 0] == 0x63
+    os.truncate(folder / "region", 0)
+    assert x[0, 0] == 8
+    assert not _mapped(folder / "region")
 
 
 @pytest.mark.parametrize(
@@ -427,3 +522,41 @@ def test_grpc_shared_memory_errors(registry: SharedMemoryRegistry) -> None:
     msg.inputs[0].contents.fp32_contents.extend([1, 2, 3, 4])
     with pytest.raises(InvalidArgumentError, match="unexpected 'content'"):
         v2_grpc.decode_infer_request(msg, registry)
+
+
+# -- the serve flags ----------------------------------------------------------------------------
+
+
+def _serve_config(*flags: str) -> ServerConfig:
+    args = build_parser().parse_args(["serve", "--model-repository", "models", *flags])
+    return config_from_args(args)
+
+
+def test_the_bounds_reach_the_configuration() -> None:
+    default = _serve_config("--allow-shared-memory=true")
+    assert default.shared_memory_max_regions == DEFAULT_MAX_REGIONS
+    assert default.shared_memory_max_bytes == DEFAULT_MAX_BYTES
+    cfg = _serve_config(
+        "--allow-shared-memory=true",
+        "--shared-memory-max-regions=8",
+        "--shared-memory-max-bytes=65536",
+    )
+    assert (cfg.shared_memory_max_regions, cfg.shared_memory_max_bytes) == (8, 65536)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--shared-memory-max-regions=0"], "--shared-memory-max-regions must be >= 1"),
+        (["--shared-memory-max-bytes=-1"], "--shared-memory-max-bytes must be >= 1"),
+    ],
+)
+def test_bounds_below_one_are_refused(flags: list[str], message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        _serve_config("--allow-shared-memory=true", *flags)
+
+
+@pytest.mark.parametrize("flag", ["--shared-memory-max-regions=8", "--shared-memory-max-bytes=8"])
+def test_bounds_without_the_extension_are_refused(flag: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="only apply with --allow-shared-memory=true"):
+        _serve_config(flag)

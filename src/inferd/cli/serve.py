@@ -19,6 +19,7 @@ from inferd.cli.serve_observability import (
 )
 from inferd.errors import InferdError
 from inferd.frontends.access import CLOSED_APIS, Api, parse_api, parse_restriction
+from inferd.frontends.shared_memory import DEFAULT_MAX_BYTES, DEFAULT_MAX_REGIONS
 from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
 from inferd.scheduling.response_cache import parse_cache_config
@@ -324,6 +325,25 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "client is trusted and on this machine (default: false)",
     )
     sec.add_argument(
+        "--shared-memory-max-regions",
+        type=int,
+        default=DEFAULT_MAX_REGIONS,
+        metavar="N",
+        help="shared-memory regions registered at once at most; each keeps one open file, so "
+        "keep it well below the open-file limit (ulimit -n; the server warns at start when "
+        "the limit is under N + 1024). Enough for perf_analyzer's many regions; further "
+        f"registrations are refused naming this flag (default: {DEFAULT_MAX_REGIONS})",
+    )
+    sec.add_argument(
+        "--shared-memory-max-bytes",
+        type=int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="BYTES",
+        help="bytes registered in all regions together at most (a request that reads a region "
+        "copies its input out, so this also bounds one request's copy); further registrations "
+        f"are refused naming this flag (default: {DEFAULT_MAX_BYTES}, 4 GiB)",
+    )
+    sec.add_argument(
         "--admin-token-file",
         type=Path,
         metavar="FILE",
@@ -508,6 +528,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         feedback_token=_feedback_token(args),
         open_apis=frozenset(parse_api(name, flag="--open-api") for name in args.open_api),
         allow_shared_memory=args.allow_shared_memory,
+        shared_memory_max_regions=args.shared_memory_max_regions,
+        shared_memory_max_bytes=args.shared_memory_max_bytes,
         response_cache_bytes=_cache_bytes(args),
         payload_log=payload_log_settings(args),
         tracing=trace_settings(args),

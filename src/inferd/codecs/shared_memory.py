@@ -3,17 +3,17 @@
 A request names a region, an offset inside it and a byte size per tensor (the parameters
 ``shared_memory_region``, ``shared_memory_offset``, ``shared_memory_byte_size``). The codecs stay
 pure: they never open or map memory. They are handed a :class:`SharedMemoryResolver` (the
-server's registry of regions) that checks the bounds and returns a window of the region as a
-``memoryview``. Inputs are read straight from that window (``np.frombuffer``, read-only, no
-copy); outputs are copied into it once, when the response is encoded.
+server's registry of regions) that checks the bounds and copies bytes in and out of a region.
+An input is copied once, into a fresh buffer the request owns (``np.frombuffer`` over it, no
+further copy); an output is copied once, into the region, when the response is encoded.
 
 The rules shared by HTTP and gRPC live here, so both refuse the same mistakes in the same words.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from math import prod
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,9 +44,15 @@ KEYS = (REGION, OFFSET, BYTE_SIZE)
 class SharedMemoryResolver(Protocol):
     """What the codecs need from the server's shared-memory registry."""
 
-    def window(self, region: str, offset: int, byte_size: int, *, writable: bool) -> memoryview:
-        """``byte_size`` bytes at ``offset`` of registered region ``region``; raises
-        :class:`~inferd.errors.InferdError` for an unknown region or a window out of bounds."""
+    def read(self, region: str, offset: int, byte_size: int) -> memoryview:
+        """A copy of ``byte_size`` bytes at ``offset`` of registered region ``region``, in a
+        fresh buffer; raises :class:`~inferd.errors.InferdError` for an unknown region, a window
+        out of bounds or a region that can no longer be read."""
+        ...
+
+    def writer(self, region: str, offset: int, byte_size: int) -> Callable[[memoryview], None]:
+        """Check the window now; return what writes bytes at its start later (raising
+        :class:`~inferd.errors.InferdError` when the region can no longer take them)."""
         ...
 
 
@@ -100,47 +106,42 @@ def input_tensor(
     shape: tuple[int, ...],
     what: str,
 ) -> np.ndarray[Any, Any]:
-    """The input held in the region: a read-only view of it (BYTES elements are copied out).
-    Its byte size must be exactly what ``shape`` of ``dtype`` takes."""
-    view = _resolver(resolver, what).window(
-        params.region, params.offset, params.byte_size, writable=False
-    )
-    return tensor_from_buffer(view, dtype, shape, f"{what} in shared memory '{params.region}'")
+    """The input held in the region, copied once into an array the request owns. Its byte
+    size must be exactly what ``shape`` of ``dtype`` takes."""
+    data = _resolver(resolver, what).read(params.region, params.offset, params.byte_size)
+    return tensor_from_buffer(data, dtype, shape, f"{what} in shared memory '{params.region}'")
 
 
 def output_buffer(
     resolver: SharedMemoryResolver | None, params: ShmParams, what: str
 ) -> OutputBuffer:
-    """The writable window a requested output goes to, checked when the request is decoded."""
-    view = _resolver(resolver, what).window(
-        params.region, params.offset, params.byte_size, writable=True
-    )
-    return OutputBuffer(params.region, view)
+    """The window a requested output goes to, checked when the request is decoded."""
+    write = _resolver(resolver, what).writer(params.region, params.offset, params.byte_size)
+    return OutputBuffer(params.region, params.byte_size, write)
 
 
 def write_output(target: OutputBuffer, name: str, array: np.ndarray[Any, Any]) -> DataType:
     """Copy output ``name`` into its window (little-endian, row-major; BYTES serialised as on
-    the wire); return its datatype. Refused when the window is too small to hold it."""
+    the wire) with one write; return its datatype. Refused when the window is too small to
+    hold it."""
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     dtype = datatypes.from_dtype(array.dtype)
-    view = target.view
     if dtype.is_bytes:
         blob = serialize_bytes_elements(array.reshape(-1).tolist())
         _check_fits(target, name, len(blob))
-        view[: len(blob)] = blob
+        if blob:
+            target.write(memoryview(blob))
         return dtype
     _check_fits(target, name, array.nbytes)
-    count = prod(array.shape)
-    if count:
-        destination = np.frombuffer(view, dtype=array.dtype, count=count).reshape(array.shape)
-        np.copyto(destination, array)
+    if array.size:  # row-major bytes: no copy when the array is contiguous already
+        target.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
     return dtype
 
 
 def _check_fits(target: OutputBuffer, name: str, needed: int) -> None:
-    if needed > len(target.view):
+    if needed > target.byte_size:
         raise InvalidArgumentError(
             f"shared memory size specified with the request for output '{name}' "
-            f"({len(target.view)} bytes) should be at least {needed} bytes to hold the results"
+            f"({target.byte_size} bytes) should be at least {needed} bytes to hold the results"
         )

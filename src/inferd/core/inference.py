@@ -22,11 +22,13 @@ ParamValue = bool | int | float | str
 
 @dataclass(frozen=True, slots=True)
 class OutputBuffer:
-    """Memory a requested output is written into instead of being sent back: a writable window
-    (``view``, exactly the requested byte size) of the shared-memory region ``region``."""
+    """Where a requested output goes instead of being sent back: ``byte_size`` bytes of the
+    shared-memory region ``region``. ``write`` puts bytes at the start of that window (it raises
+    an :class:`~inferd.errors.InferdError` when the region can no longer take them)."""
 
     region: str
-    view: memoryview
+    byte_size: int
+    write: Callable[[memoryview], None]
 
 
 @dataclass(slots=True)

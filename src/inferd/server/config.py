@@ -8,6 +8,7 @@ from pathlib import Path
 from inferd.core.drift import DriftSettings
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import CLOSED_APIS, AccessPolicy, Api, Restriction
+from inferd.frontends.shared_memory import DEFAULT_MAX_BYTES, DEFAULT_MAX_REGIONS
 from inferd.frontends.tls import TlsSettings
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.monitoring.tracing.settings import TraceSettings
@@ -58,6 +59,8 @@ class ServerConfig:
     feedback_token: str | None = field(default=None, repr=False)  # Bearer token for feedback
     open_apis: frozenset[Api] = frozenset()  # closed groups opened to every client (--open-api)
     allow_shared_memory: bool = False  # clients' /dev/shm regions as tensor inputs and outputs
+    shared_memory_max_regions: int = DEFAULT_MAX_REGIONS  # each keeps a file descriptor
+    shared_memory_max_bytes: int = DEFAULT_MAX_BYTES  # all regions registered together
     response_cache_bytes: int | None = None  # --cache-config local,size=BYTES; None: no cache
     payload_log: PayloadLogSettings | None = None  # --payload-log DIR and its options
     tracing: TraceSettings | None = None  # --trace-config level=TIMESTAMPS...; None: off
@@ -99,6 +102,18 @@ class ServerConfig:
             )
         if self.response_cache_bytes is not None and self.response_cache_bytes <= 0:
             raise InvalidArgumentError("--cache-config local,size must be > 0")
+        if self.shared_memory_max_regions < 1:
+            raise InvalidArgumentError("--shared-memory-max-regions must be >= 1")
+        if self.shared_memory_max_bytes < 1:
+            raise InvalidArgumentError("--shared-memory-max-bytes must be >= 1")
+        if not self.allow_shared_memory and (
+            self.shared_memory_max_regions != DEFAULT_MAX_REGIONS
+            or self.shared_memory_max_bytes != DEFAULT_MAX_BYTES
+        ):
+            raise InvalidArgumentError(
+                "--shared-memory-max-regions and --shared-memory-max-bytes only apply with "
+                "--allow-shared-memory=true"
+            )
         if self.http_max_connections < 1:
             raise InvalidArgumentError("--http-max-connections must be >= 1")
         if self.allow_code_upload and not self.allow_model_upload:

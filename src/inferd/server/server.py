@@ -19,7 +19,11 @@ from inferd.core.observe import InferenceObserver
 from inferd.core.tracing import RequestTracer
 from inferd.engine import EXTENSIONS, Engine
 from inferd.errors import InferdError, UnavailableError
-from inferd.frontends.shared_memory import SHARED_MEMORY_EXTENSIONS, SharedMemoryRegistry
+from inferd.frontends.shared_memory import (
+    SHARED_MEMORY_EXTENSIONS,
+    SharedMemoryRegistry,
+    descriptor_shortfall,
+)
 from inferd.monitoring.drift.monitor import DriftMonitor
 from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
@@ -101,8 +105,14 @@ class Server:
             enabled=cfg.allow_shared_memory,
             # the Python backend's segments, and those of Triton's python backend
             reserved_prefixes=(PYTHON_SHM_PREFIX, "triton_python_backend_shm_region_"),
+            max_regions=cfg.shared_memory_max_regions,
+            max_bytes=cfg.shared_memory_max_bytes,
             log=logging.getLogger("inferd.shared_memory"),
         )
+        if cfg.allow_shared_memory:
+            shortfall = descriptor_shortfall(cfg.shared_memory_max_regions)
+            if shortfall is not None:
+                logging.getLogger("inferd.shared_memory").warning("%s", shortfall)
         observers = list(self.observers)
         if recent is not None:
             observers.append(recent)  # recent requests warm up a model's next version
