@@ -131,8 +131,9 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="draw a progress bar (default: when stderr is a terminal); with --ray, Ray Data's "
-        "own progress bars",
+        help="show progress on stderr (default: when stderr is a terminal): a bar on a terminal, "
+        "a plain line at every tenth of the rows or 30 s into a pipe or a log; with --ray, "
+        "Ray Data's own progress bars",
     )
     p.add_argument(
         "--ray",

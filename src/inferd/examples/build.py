@@ -87,14 +87,13 @@ def _human(size: int) -> str:
 
 
 class _Progress:
-    """A tqdm bar when tqdm is installed and output is wanted; plain lines otherwise."""
+    """A tqdm bar on a terminal (when tqdm is installed); elsewhere (a pipe, a log) only the line
+    of each model once it is built, never a bar redrawn at every step."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self._enabled = enabled
-        self._total = total
-        self._done = 0
         self._bar: Any = None
-        if enabled:
+        if enabled and sys.stderr.isatty():
             try:
                 from tqdm import tqdm
             except ImportError:
@@ -105,11 +104,8 @@ class _Progress:
     def start(self, name: str) -> None:
         if self._bar is not None:
             self._bar.set_postfix_str(name)
-        elif self._enabled:
-            print(f"[{self._done + 1}/{self._total}] building {name} ...", flush=True)
 
     def finish(self, line: str) -> None:
-        self._done += 1
         if self._bar is not None:
             self._bar.write(line)
             self._bar.update(1)
