@@ -2,7 +2,7 @@
 by ``inferd serve`` from two repositories (the model's own config, and the chosen one), measured
 in alternating rounds with perf_analyzer over HTTP, so both see the same machine.
 
-    bash ../shared/tools/get-perf-analyzer.sh          # once: installs perf_analyzer
+    bash scripts/get-perf-analyzer.sh          # once: installs perf_analyzer
     flock /tmp/bench.lock .venv/bin/python bench/analyze_confirm.py \\
         MODEL DEFAULT_REPO CHOSEN_REPO \\
         [--concurrency 16] [--rounds 3] [--interval-ms 2000] [--input-npz FILE]
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--input-npz", type=Path)
     args = parser.parse_args()
     if not PERF_ANALYZER.exists():
-        sys.exit(f"{PERF_ANALYZER} not found: bash ../shared/tools/get-perf-analyzer.sh")
+        sys.exit(f"{PERF_ANALYZER} not found: bash scripts/get-perf-analyzer.sh")
 
     figures: dict[str, list[tuple[float, float]]] = {"default": [], "chosen": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,7 +32,7 @@ def missing_generators() -> dict[str, str]:
     missing = {}
     if not os.access(PERF_ANALYZER, os.X_OK):
         missing["perf_analyzer"] = (
-            f"no executable {PERF_ANALYZER}: run ../shared/tools/get-perf-analyzer.sh "
+            f"no executable {PERF_ANALYZER}: run bash scripts/get-perf-analyzer.sh "
             "or set PERF_ANALYZER"
         )
     if shutil.which("wrk") is None:

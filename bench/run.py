@@ -37,7 +37,7 @@ tables go to bench/.work/run/) and exits non-zero if a cell failed. Its figures 
 benchmark runs, not how fast.
 
 Load generators: perf_analyzer ($PERF_ANALYZER or $INFERD_PERF_ANALYZER, else
-~/.cache/perf_analyzer/perf_analyzer, where ../shared/tools/get-perf-analyzer.sh puts it) and
+~/.cache/perf_analyzer/perf_analyzer, where scripts/get-perf-analyzer.sh puts it) and
 wrk (`apt-get install wrk`).
 """
 
