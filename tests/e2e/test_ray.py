@@ -95,7 +95,10 @@ def _proxy_url() -> str:
         try:
             if "ProxyActor" not in " ".join(proc.cmdline()):
                 continue
-            sockets = proc.net_connections(kind="tcp")
+            # Ray puts its own newer psutil on sys.path, but a psutil imported earlier in the
+            # run (nncf and kserve need one) is the one this module sees: name the call both have
+            connections = getattr(proc, "net_connections", None) or proc.connections
+            sockets = connections(kind="tcp")
         except psutil.Error:
             continue
         for sock in sockets:

@@ -30,7 +30,7 @@ from sklearn.preprocessing import FunctionTransformer
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, running_server
-from tests.helpers.models import ADD_SUB_CONFIG, add_sub_model, write_add_sub
+from tests.helpers.models import ADD_SUB_CONFIG, ADD_SUB_CONFIG_JSON, add_sub_model, write_add_sub
 
 pytestmark = pytest.mark.e2e
 
@@ -57,18 +57,7 @@ TORCH_CONFIG = {
     "output": [{"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [2]}],
 }
 
-ONNX_CONFIG = json.dumps(
-    {
-        "backend": "onnxruntime",
-        "max_batch_size": 8,
-        "input": [
-            {"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("INPUT0", "INPUT1")
-        ],
-        "output": [
-            {"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")
-        ],
-    }
-)
+ONNX_CONFIG = ADD_SUB_CONFIG_JSON
 
 
 class Touch:

@@ -19,22 +19,11 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, running_server
 from tests.e2e.conftest import raw_request
-from tests.helpers.models import add_sub_model, write_add_sub
+from tests.helpers.models import ADD_SUB_CONFIG_JSON, add_sub_model, write_add_sub
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = json.dumps(
-    {
-        "backend": "onnxruntime",
-        "max_batch_size": 8,
-        "input": [
-            {"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("INPUT0", "INPUT1")
-        ],
-        "output": [
-            {"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")
-        ],
-    }
-)
+CONFIG = ADD_SUB_CONFIG_JSON
 
 
 @pytest.fixture(scope="module")

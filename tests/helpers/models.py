@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,20 @@ output [
   { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
 ]
 """
+
+#: the same model as a load request's JSON ``config`` (what an upload sends with its files)
+ADD_SUB_CONFIG_JSON = json.dumps(
+    {
+        "backend": "onnxruntime",
+        "max_batch_size": 8,
+        "input": [
+            {"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("INPUT0", "INPUT1")
+        ],
+        "output": [
+            {"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")
+        ],
+    }
+)
 
 
 def add_sub_model(offset: int = 0) -> bytes:
