@@ -108,9 +108,10 @@ def repository(layout: str, onnx: Path) -> Path:
     repo = WORK / f"repo-{layout}"
     model = repo / "minilm"
     (model / "1").mkdir(parents=True, exist_ok=True)
-    link = model / "1" / "model.onnx"
-    if not link.exists():
-        link.symlink_to(onnx)
+    sys.path.insert(0, str(BENCH))
+    import models
+
+    models.place_model_file(onnx, model / "1" / "model.onnx")
     (model / "config.pbtxt").write_text(
         'name: "minilm"\nbackend: "onnxruntime"\nmax_batch_size: 64\n'
         'input [ { name: "input_ids" data_type: TYPE_INT64 dims: [ 128 ] },\n'

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,15 +128,23 @@ def config_text(model: str, batching: bool) -> str:
     return text
 
 
+def place_model_file(source: Path, target: Path) -> None:
+    """Put ``source`` at ``target`` as a hard link (a copy across file systems): the server
+    refuses a model file that is a symbolic link leading out of its version folder."""
+    if target.exists() or target.is_symlink():
+        target.unlink()
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 def write_repositories(model: str, onnx_path: Path) -> None:
     for variant in ("off", "on", "defaults"):
         target = repo_dir(model, variant) / model
         version = target / "1"
         version.mkdir(parents=True, exist_ok=True)
-        link = version / "model.onnx"
-        if link.exists() or link.is_symlink():
-            link.unlink()
-        link.symlink_to(onnx_path)
+        place_model_file(onnx_path, version / "model.onnx")
         config = target / "config.pbtxt"
         if variant == "defaults":
             config.unlink(missing_ok=True)

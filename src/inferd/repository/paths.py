@@ -58,7 +58,13 @@ def resolve_inside(base: Path, rel: str, what: str) -> Path:
     """``base / rel`` after checking ``rel`` and that the resolved path stays under ``base``."""
     path = base.joinpath(*relative_parts(rel, what))
     if not is_inside(path, base):
-        raise ConfigError(f"{what} {rel!r} resolves outside {base}")
+        hint = ""
+        if path.is_symlink():
+            hint = (
+                "; it is a symbolic link leading out of the folder: copy or hard-link the file "
+                "into it instead"
+            )
+        raise ConfigError(f"{what} {rel!r} resolves outside {base}{hint}")
     return path
 
 
