@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferd.examples.build import MODEL_NAMES
 from inferd.testing import ServerProcess, running_server
-from tests.helpers.models import add_sub_model
+from tests.helpers.models import ADD_SUB_CONFIG, add_sub_model, write_add_sub
 
 pytestmark = pytest.mark.e2e
 
@@ -147,3 +147,48 @@ def test_grpc_model_control(server: ServerProcess) -> None:
         assert not client.is_model_ready("digits")
         client.load_model("simple")
         assert client.is_model_ready("simple")
+
+
+def test_unloading_an_unknown_model_is_a_no_op(server: ServerProcess) -> None:
+    """Triton answers success to an unload of a model it does not know (nothing to unload)."""
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        client.unload_model("no_such_model")
+        assert "no_such_model" not in _index_http(client)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.unload_model("no_such_model")
+        client.unload_model("no_such_model", unload_dependents=True)
+        assert client.is_model_ready("simple")
+
+
+def test_specific_version_without_a_folder_is_skipped(tmp_path: Path) -> None:
+    """``specific [1, 3]`` with folder 1 missing serves version 3 and logs the missing one, as
+    Triton does; a policy none of whose versions has a folder still fails the model."""
+    policy = "version_policy { specific { versions: [1, 3] } }\n"
+    config = ADD_SUB_CONFIG + policy
+    write_add_sub(tmp_path, "partial", (2, 3), config=config)
+    write_add_sub(tmp_path, "none_left", (2,), config=config)
+    with running_server([tmp_path], ["--exit-on-error=false"]) as proc:
+        with grpcclient.InferenceServerClient(proc.grpc_url) as client:
+            assert client.is_model_ready("partial", "3")
+            assert not client.is_model_ready("partial", "1")
+            assert not client.is_model_ready("partial", "2")
+            assert client.get_model_metadata("partial").versions == ["3"]
+            index = {(e.name, e.version): e for e in client.get_model_repository_index().models}
+            assert not client.is_model_ready("none_left")
+            reason = next(e.reason for (n, _), e in index.items() if n == "none_left")
+            assert "at least one version must be available under the version policy" in reason
+        log = proc.log_path.read_text()
+    assert (
+        "version 1 is specified for model 'partial', but the version directory is not present"
+    ) in log
+
+
+def test_a_repository_named_twice_is_served_once(example_repo: Path) -> None:
+    """Triton keeps its repositories in a set: the same folder given twice is one repository."""
+    args = ["--model-control-mode", "explicit", "--load-model", "simple"]
+    with (
+        running_server([example_repo, example_repo], args) as proc,
+        httpclient.InferenceServerClient(proc.http_url) as client,
+    ):
+        assert client.is_model_ready("simple")
+        assert _infer(client, httpclient).tolist() == [list(range(0, 32, 2))]

@@ -132,14 +132,13 @@ async def test_repository_scans_run_off_the_event_loop(
     try:
         await engine.load_model("simple")
         await engine.unload_model("simple")
-        with pytest.raises(Exception, match="no model named 'other'"):
-            await engine.unload_model("other")
+        await engine.unload_model("other")  # Triton's meaning: unknown model, no-op
         before = len(scanned_on)
         assert [e.name for e in await engine.repository_index()] == ["simple"]
         assert len(scanned_on) == before + 1
     finally:
         await manager.close()
-    assert len(scanned_on) >= 4
+    assert len(scanned_on) >= 3
     assert loop_thread not in scanned_on
 
 

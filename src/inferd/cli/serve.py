@@ -85,7 +85,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         required=True,
         type=Path,
         metavar="DIR",
-        help="a model repository folder; repeat the flag to serve several",
+        help="a model repository folder; repeat the flag to serve several (a folder named "
+        "twice is served once)",
     )
     repo.add_argument(
         "--model-control-mode",
@@ -481,7 +482,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.strict_model_config is not None:
         auto_complete = auto_complete and not args.strict_model_config
     return ServerConfig(
-        model_repositories=tuple(args.model_repository),
+        # one folder named twice is served once, as Triton keeps its repositories in a set
+        model_repositories=tuple(dict.fromkeys(args.model_repository)),
         model_control_mode=ControlMode(args.model_control_mode),
         repository_poll_secs=args.repository_poll_secs,
         load_models=tuple(args.load_model),

@@ -176,11 +176,20 @@ def prepare(
     except InferdError as exc:
         raise load_failure(name, exc) from exc
     versions = select_versions(proto, available)
-    missing = [v for v in versions if v not in available]
-    if missing:  # the configuration is wrong, whether the repository's or a load request's
+    # Triton's meaning: a specific version without a folder is logged and skipped; the model
+    # fails only when no version is left to serve
+    for v in versions:
+        if v not in available:
+            _log.error(
+                "version %d is specified for model '%s', but the version directory is not present",
+                v,
+                name,
+            )
+    versions = [v for v in versions if v in available]
+    if not versions:
         raise InvalidArgumentError(
-            f"failed to load '{name}', version(s) {missing} named by the version policy have no "
-            f"directory in {model_dir}"
+            f"failed to load '{name}', at least one version must be available under the version "
+            f"policy of model '{name}'"
         )
     return PreparedModel(spec=spec, model_dir=model_dir, versions=versions, config=proto)
 

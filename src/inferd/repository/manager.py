@@ -446,9 +446,8 @@ class RepositoryManager:
     async def _unload(self, name: str) -> None:
         record = self._records.get(name)
         if record is None:
-            dirs, _ = await asyncio.to_thread(self._scan)
-            if name not in dirs:
-                raise NotFoundError(f"failed to unload '{name}', no model named '{name}' is known")
+            # Triton's meaning: unloading a model that is not loaded (or not known) is a no-op
+            _log.info("unload of '%s': it is not loaded", name)
             return
         async with record.lock:
             retired = list(record.loaded.values())
