@@ -109,15 +109,39 @@ def test_requests_outside_a_sequence_are_refused(
     assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
-def test_ended_and_twice_started_sequences_are_refused(http: Any, grpc: Any) -> None:
+def test_ended_sequences_are_refused_and_a_second_start_restarts(http: Any, grpc: Any) -> None:
     assert _http_infer(http, sequence_id=4100, sequence_start=True).as_numpy("OUTPUT")[0][0] == 2
-    with pytest.raises(InferenceServerException, match="has already started and not ended"):
-        _grpc_infer(grpc, sequence_id=4100, sequence_start=True)
+    # Triton: a START on an open sequence ends it early and starts a new one (START is 1 again)
+    assert _grpc_infer(grpc, sequence_id=4100, sequence_start=True).as_numpy("OUTPUT")[0][0] == 2
+    assert _grpc_infer(grpc, sequence_id=4100).as_numpy("OUTPUT")[0][0] == 1
     _grpc_infer(grpc, sequence_id=4100, sequence_end=True)
     with pytest.raises(InferenceServerException, match="continues a sequence that has already"):
         _http_infer(http, sequence_id=4100)
     # the id may start a new sequence once the old one has ended
     assert _http_infer(http, sequence_id=4100, sequence_start=True, sequence_end=True)
+
+
+def _sum(client: Any, value: int, **kw: Any) -> int:
+    data = np.full((1, 1), value, dtype=np.int32)
+    result = _http_infer(client, "simple_string_dyna_sequence", data=data, **kw)
+    return int(result.as_numpy("OUTPUT")[0][0])
+
+
+def test_a_start_on_an_open_sequence_starts_again_from_fresh_state(
+    http: Any, server: ServerProcess
+) -> None:
+    """The old sequence's implicit state (a running sum) is dropped; the new one starts at 0."""
+    assert _sum(http, 5, sequence_id="4200", sequence_start=True) == 5
+    assert _sum(http, 3, sequence_id="4200") == 8
+    assert _sum(http, 10, sequence_id="4200", sequence_start=True) == 10
+    assert (
+        "sequence 4200 for model 'simple_string_dyna_sequence' has a conflict. The previous "
+        "sequence did not end before this sequence start" in server.log_path.read_text()
+    )
+    assert _sum(http, 1, sequence_id="4200") == 11
+    assert _sum(http, 1, sequence_id="4200", sequence_end=True) == 12 + 4200
+    with pytest.raises(InferenceServerException, match="continues a sequence that has already"):
+        _sum(http, 1, sequence_id="4200")
 
 
 def test_batch_size_and_corrid_type_are_checked(http: Any, grpc: Any) -> None:

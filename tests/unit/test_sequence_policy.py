@@ -153,7 +153,6 @@ def test_refusals_name_the_problem() -> None:
     slots = SequenceSlots(_policy())
     assert slots.admit(1, Item(1, 0, start=False, end=False)) is Refusal.NOT_STARTED
     assert slots.admit(1, Item(2, 0, start=True, end=False)) is None
-    assert slots.admit(1, Item(3, 0, start=True, end=False)) is Refusal.ALREADY_STARTED
     assert slots.admit(1, Item(4, 0, start=False, end=True)) is None
     assert slots.admit(1, Item(5, 0, start=False, end=False)) is Refusal.ENDED
     # two slots and a backlog of one: the fourth sequence is refused
@@ -161,6 +160,65 @@ def test_refusals_name_the_problem() -> None:
     assert slots.admit(3, Item(7, 0, start=True, end=False)) is None
     assert slots.backlogged == 1
     assert slots.admit(4, Item(8, 0, start=True, end=False)) is Refusal.BACKLOG_FULL
+
+
+def test_a_start_on_an_open_sequence_ends_it_and_starts_a_new_one_in_its_slot() -> None:
+    """Triton: the previous sequence is terminated early; its queued requests still run, in
+    order, then the new START, in the same slot."""
+    slots = SequenceSlots(_policy(slots_per_instance=1, max_batch_size=1))
+    first = Item(1, 0, start=True, end=False)
+    assert slots.admit(7, first) is None
+    assert [b.items for b in slots.plan(0, frozenset({0})).batches] == [((7, 0, first),)]
+    queued = Item(2, 1, start=False, end=False)
+    restart = Item(3, 2, start=True, end=False)
+    assert slots.admit(7, queued) is None
+    assert slots.is_open(7)
+    assert slots.admit(7, restart) is None  # not refused
+    assert (slots.restarted, slots.started, slots.ended) == (1, 2, 1)
+    # a second sequence waits: the restarted id keeps its slot
+    assert slots.admit(8, Item(4, 3, start=True, end=False)) is None
+    assert slots.backlogged == 1
+    ran = []
+    for item in (first, queued, restart):
+        if item is not first:
+            (batch,) = slots.plan(5, frozenset({0})).batches
+            ran.append(batch.items[0][2])
+        slots.complete(7, item, 5)
+    assert ran == [queued, restart]
+    assert slots.slot_of(7) == (0, 0)
+    # the new sequence is open: it continues, and ends normally
+    end = Item(5, 6, start=False, end=True)
+    assert slots.admit(7, end) is None
+    (batch,) = slots.plan(6, frozenset({0})).batches
+    assert batch.items == ((7, 0, end),)
+    slots.complete(7, end, 7)
+    assert not slots.is_live(7)
+    assert slots.slot_of(8) == (0, 0)
+    assert (slots.restarted, slots.ended) == (1, 2)
+
+
+def test_a_start_on_a_backlogged_open_sequence_follows_its_requests() -> None:
+    slots = SequenceSlots(_policy(slots_per_instance=1, max_batch_size=1, max_backlog_sequences=4))
+    holder = Item(1, 0, start=True, end=False)
+    assert slots.admit("a", holder) is None
+    waiting = Item(2, 1, start=True, end=False)
+    restart = Item(3, 2, start=True, end=True)
+    assert slots.admit("b", waiting) is None
+    assert slots.admit("b", restart) is None
+    assert (slots.backlogged, slots.restarted) == (1, 1)
+    (batch,) = slots.plan(3, frozenset({0})).batches
+    assert batch.items == (("a", 0, holder),)
+    slots.complete("a", holder, 4)
+    assert slots.admit("a", Item(4, 5, start=False, end=True)) is None
+    (batch,) = slots.plan(5, frozenset({0})).batches
+    slots.complete("a", batch.items[0][2], 6)
+    ran = []
+    for _ in range(2):
+        (batch,) = slots.plan(7, frozenset({0})).batches
+        ran.append(batch.items[0][2])
+        slots.complete("b", batch.items[0][2], 8)
+    assert ran == [waiting, restart]
+    assert (slots.active, slots.queued) == (0, 0)
 
 
 def test_an_idle_sequence_is_released_and_its_slot_reused() -> None:

@@ -153,12 +153,20 @@ class SequenceBatcher:
         key, start, end = sequence_flags(request, self._name)
         self._controls.check_id(key)
         item = Item(next(self._ids), self._clock.monotonic_ns(), start, end)
+        conflict = start and self.slots.is_open(key)
         refusal = self.slots.admit(key, item)
         if refusal is not None:
             self.stats.record_rejection(
                 "queue_full" if refusal is Refusal.BACKLOG_FULL else "invalid_parameters"
             )
             raise self._refusal_error(refusal, key)
+        if conflict:  # Triton's warning, word for word
+            _log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end "
+                "before this sequence start. Previous sequence will be terminated early.",
+                key,
+                self._name,
+            )
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[item.id] = _Pending(request, waiter, key)
         self._in_flight += 1
@@ -188,11 +196,6 @@ class SequenceBatcher:
                 f"than {self._seq.max_sequence_idle_us} microseconds "
                 "(max_sequence_idle_microseconds); its state is gone, start it again with the "
                 "START flag"
-            )
-        if refusal is Refusal.ALREADY_STARTED:
-            return InvalidArgumentError(
-                f"{which} has the START flag, but sequence {key} has already started and not "
-                "ended; end it with the END flag, or use another sequence id"
             )
         policy = self.slots.policy
         return OverloadedError(

@@ -12,6 +12,11 @@ A sequence is identified by its correlation id. The policy decides:
 * when a sequence's slot is freed: after its END request has run, or when it has been idle
   longer than ``max_sequence_idle``; a freed slot goes to the oldest backlogged sequence.
 
+A START for an id whose sequence is still open ends that sequence early and starts a new one,
+as Triton does: the old sequence's queued requests still run, in order, and the new START
+follows them in the same slot (so it starts from fresh state, and the old sequence's state is
+dropped when the START runs). :attr:`SequenceSlots.restarted` counts these conflicts.
+
 Strategies (Triton's): ``direct`` batches the ready slots of an instance (one slot per batch
 row, ``max_batch_size`` slots per instance) as soon as the instance is free, or waits up to
 ``max_queue_delay`` for ``minimum_slot_utilization`` of them to be ready; its batch covers the
@@ -44,7 +49,6 @@ class Refusal(enum.Enum):
     NOT_STARTED = "not_started"  # no START and the id is not a live sequence
     ENDED = "ended"  # the id's sequence has ended (its END request was received)
     RELEASED = "released"  # the id's sequence was released after being idle too long
-    ALREADY_STARTED = "already_started"  # START for an id whose sequence is still live
     BACKLOG_FULL = "backlog_full"  # every slot is taken and the backlog is full
 
 
@@ -135,6 +139,7 @@ class SequenceSlots:
         self.started = 0
         self.ended = 0
         self.released_idle = 0
+        self.restarted = 0  # STARTs that ended a sequence still open (Triton: a conflict)
 
     # -- views -----------------------------------------------------------------------------
 
@@ -157,15 +162,17 @@ class SequenceSlots:
     def is_live(self, key: SequenceKey) -> bool:
         return key in self._live
 
+    def is_open(self, key: SequenceKey) -> bool:
+        """A sequence of ``key`` has started and its END has not been received."""
+        seq = self._live.get(key)
+        return seq is not None and not seq.end_received
+
     # -- arrivals --------------------------------------------------------------------------
 
     def admit(self, key: SequenceKey, item: Item) -> Refusal | None:
         """Queue ``item`` for sequence ``key``; None when accepted, else why not."""
         seq = self._live.get(key)
-        if item.start:
-            if seq is not None and not seq.end_received:
-                return Refusal.ALREADY_STARTED
-        elif seq is None or seq.end_received:
+        if not item.start and (seq is None or seq.end_received):
             if key in self._released:
                 return Refusal.RELEASED
             if key in self._ended or seq is not None:
@@ -186,8 +193,11 @@ class SequenceSlots:
                 self._backlog[self._backlog_serial] = seq
                 self._backlog_serial += 1
         elif item.start:
-            # the id's previous sequence has ended but not finished running: the new one
-            # follows it in the same slot
+            # the id's previous sequence has ended but not finished running, or is still open
+            # and ends here (Triton: terminated early): the new one follows it in the same slot
+            if not seq.end_received:
+                self.restarted += 1
+                self.ended += 1
             seq.end_received = False
             self._ended.pop(key, None)
             self.started += 1
