@@ -15,10 +15,11 @@ from inferd.core.calls import ModelCaller
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import ConfigError, InferdError
 from inferd.repository.config import read_model_config
-from inferd.repository.loader import LoadedVersion, PreparedModel
+from inferd.repository.loader import LoadedVersion, PreparedModel, read_labels
 from inferd.repository.manager_types import ServingModel
 from inferd.scheduling.ensemble import EnsembleScheduler
 from inferd.scheduling.ensemble_graph import build_graph, check_step_models
+from inferd.scheduling.ensemble_shapes import plan_reshapes
 from inferd.scheduling.stats import ModelStats
 
 __all__ = [
@@ -59,10 +60,12 @@ def load_ensemble_version(
     name = spec.name
     graph = build_graph(spec)
     models: dict[str, ModelSpec] = {}
+    serving: list[ServingModel] = []
     try:
         for step in graph.steps:
             try:
-                models[step.model_name] = get(step.model_name, step.model_version).spec
+                serving.append(get(step.model_name, step.model_version))
+                models[step.model_name] = serving[-1].spec
             except InferdError:
                 if step.model_version is None:
                     raise ConfigError(
@@ -76,15 +79,33 @@ def load_ensemble_version(
         check_step_models(graph, spec, models)
     except InferdError as exc:
         raise type(exc)(f"failed to load '{name}', {exc}") from exc
+    step_specs = [s.spec for s in serving]
     scheduler = EnsembleScheduler(
         graph,
         call,
         stats,
-        step_specs=[models[step.model_name] for step in graph.steps],
+        step_specs=step_specs,
         batching=spec.max_batch_size > 0,
+        reshapes=plan_reshapes(graph, spec, step_specs),
     )
-    serving = ServingModel(spec=spec, version=version, scheduler=scheduler, stats=stats)
-    return LoadedVersion(serving=serving, loaded=None, pool=None, scheduler=scheduler)
+    labels = _labels(prepared, serving)
+    model = ServingModel(
+        spec=spec, version=version, scheduler=scheduler, stats=stats, labels=labels
+    )
+    return LoadedVersion(serving=model, loaded=None, pool=None, scheduler=scheduler)
+
+
+def _labels(prepared: PreparedModel, steps: list[ServingModel]) -> dict[str, list[str]]:
+    """The class labels of the ensemble's outputs, as Triton completes them: an output's own
+    ``label_filename`` first, else the labels of the step model output that writes it."""
+    labels = read_labels(prepared.spec, prepared.model_dir)
+    wanted = {t.name for t in prepared.spec.outputs} - set(labels)
+    for step, model in zip(prepared.spec.ensemble_steps, steps, strict=True):
+        for model_output, tensor in step.output_map.items():
+            found = model.labels.get(model_output)
+            if tensor in wanted and found:
+                labels[tensor] = found
+    return labels
 
 
 class EnsembleDependencies:

@@ -26,6 +26,7 @@ from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import InferdError, InternalError, RequestCancelledError
 from inferd.scheduling.ensemble_graph import EnsembleGraph, describe_step
+from inferd.scheduling.ensemble_shapes import Reshape, ReshapePlan, reshape
 from inferd.scheduling.stats import ModelStats
 
 __all__ = ["EnsembleScheduler", "step_error"]
@@ -109,6 +110,7 @@ class EnsembleScheduler:
         step_specs: Sequence[ModelSpec] | None = None,
         *,
         batching: bool = False,
+        reshapes: ReshapePlan | None = None,
     ) -> None:
         self._graph = graph
         self._call = call
@@ -124,6 +126,11 @@ class EnsembleScheduler:
             if step_specs is not None and batching
             else (None,) * len(graph.steps)
         )
+        # where a tensor crosses between a batching and a non-batching side (ensemble_shapes)
+        self._reshape_in: tuple[tuple[Reshape, ...], ...] = (
+            reshapes.steps if reshapes is not None else ((),) * len(graph.steps)
+        )
+        self._reshape_out = {r.name: r for r in reshapes.outputs} if reshapes is not None else {}
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None
         stats.pending_source = lambda: 0  # an ensemble queues nothing of its own
@@ -145,6 +152,8 @@ class EnsembleScheduler:
             else:
                 await self._run_graph(request, rows, tensors, times)
             outputs = {name: tensors[name] for name in self._graph.outputs}
+            for name, how in self._reshape_out.items():
+                outputs[name] = reshape(outputs[name], how)
         except asyncio.CancelledError:
             self.stats.record_failure(clock.monotonic_ns() - start_ns, "CANCELED")
             raise
@@ -175,6 +184,8 @@ class EnsembleScheduler:
         step = self._graph.steps[index]
         version = self._versions[index]
         inputs = {name: tensors[tensor] for name, tensor in self._inputs[index]}
+        for how in self._reshape_in[index]:
+            inputs[how.name] = reshape(inputs[how.name], how)
         checked: ModelSpec | None = None
         plan = self._plans[index]
         if plan is not None:
