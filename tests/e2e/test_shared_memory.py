@@ -260,12 +260,17 @@ def test_the_extension_is_off_unless_enabled(example_repo: Path) -> None:
             assert "cuda_shared_memory" not in list(grpc.get_server_metadata().extensions)
             for call in (
                 http.unregister_system_shared_memory,
-                http.get_system_shared_memory_status,
                 grpc.unregister_system_shared_memory,
-                grpc.get_cuda_shared_memory_status,
                 lambda: grpc.register_system_shared_memory("r", "/k", 8),
             ):
                 assert "--allow-shared-memory=true" in _error(call)
+            # as Triton: the status queries answer, for a server with no region
+            assert http.get_system_shared_memory_status() == []
+            assert http.get_cuda_shared_memory_status() == []
+            assert len(grpc.get_system_shared_memory_status().regions) == 0
+            assert len(grpc.get_cuda_shared_memory_status().regions) == 0
+            missing = _error(lambda: http.get_system_shared_memory_status("r"))
+            assert "Unable to find system shared memory region: 'r'" in missing
             for body in (
                 b'{"key": "/k"}',  # a body missing a field
                 b'{"key": ',  # not JSON

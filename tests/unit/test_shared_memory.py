@@ -295,23 +295,44 @@ def test_a_real_posix_object_in_dev_shm() -> None:
 # -- disabled, and CUDA on a machine without GPUs --------------------------------------------
 
 
-def test_disabled_refuses_everything(folder: Path) -> None:
+def test_disabled_refuses_everything_but_status(folder: Path) -> None:
     registry = SharedMemoryRegistry(enabled=False, directory=folder)
     calls = [
         lambda: registry.register("r", "/region", 0, 64),
         lambda: registry.unregister(),
-        lambda: registry.status(),
         lambda: registry.read("r", 0, 4),
         lambda: registry.writer("r", 0, 4),
-        lambda: registry.cuda_status(),
         lambda: registry.cuda_unregister(),
     ]
     for call in calls:
         with pytest.raises(UnsupportedError, match="--allow-shared-memory=true"):
             call()
+    # as Triton: the status of a server with no region
+    assert registry.status() == []
+    assert registry.cuda_status() == []
+    with pytest.raises(NotFoundError, match="Unable to find system shared memory region: 'r'"):
+        registry.status("r")
 
 
-@pytest.mark.parametrize("endpoint", SHARED_MEMORY_ENDPOINTS)
+@pytest.mark.parametrize("region", ["", "r"])
+def test_disabled_http_status_answers_as_with_no_region(folder: Path, region: str) -> None:
+    registry = SharedMemoryRegistry(enabled=False, directory=folder)
+    for endpoint in (Endpoint.SYSTEM_SHM_STATUS, Endpoint.CUDA_SHM_STATUS):
+        if region:
+            with pytest.raises(NotFoundError, match=f"shared memory region: '{region}'"):
+                shared_memory_answer(registry, endpoint, region, {})
+        else:
+            assert shared_memory_answer(registry, endpoint, region, {}) == []
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        e
+        for e in SHARED_MEMORY_ENDPOINTS
+        if e not in (Endpoint.SYSTEM_SHM_STATUS, Endpoint.CUDA_SHM_STATUS)
+    ],
+)
 @pytest.mark.parametrize("body", [{}, {"key": "/region"}, {"key": 1, "byte_size": -1}])
 @pytest.mark.parametrize("region", ["", "r"])
 def test_disabled_http_endpoints_answer_unsupported_whatever_the_body(

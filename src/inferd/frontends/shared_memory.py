@@ -142,7 +142,8 @@ class SharedMemoryRegistry:
 
     def check_enabled(self) -> None:
         """Raise :class:`UnsupportedError` naming the flag that turns the extension on, unless
-        it is on (every operation below checks it first)."""
+        it is on (every operation below checks it first, except the status queries: as in
+        Triton, those answer for a server with no region while the extension is off)."""
         if not self._enabled:
             raise UnsupportedError(
                 "shared memory is disabled on this server (start it with "
@@ -280,8 +281,8 @@ class SharedMemoryRegistry:
         return to_close
 
     def status(self, name: str = "") -> list[RegionStatus]:
-        """Every region, or only ``name`` (unknown: :class:`NotFoundError`)."""
-        self.check_enabled()
+        """Every region, or only ``name`` (unknown: :class:`NotFoundError`). While the
+        extension is off there is no region: ``[]``, as Triton answers."""
         with self._lock:
             if not name:
                 return [region.status for region in self._regions.values()]
@@ -431,8 +432,8 @@ class SharedMemoryRegistry:
         self.check_enabled()
 
     def cuda_status(self, name: str = "") -> list[RegionStatus]:
-        """Empty; a name is unknown (or a system region, which the message says)."""
-        self.check_enabled()
+        """Empty; a name is unknown (or a system region, which the message says). Answered
+        while the extension is off too, as Triton does."""
         if not name:
             return []
         with self._lock:

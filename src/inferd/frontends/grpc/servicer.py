@@ -255,7 +255,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     @sees_undecodable
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            _shm_request(self._shm, request)
+            _shm_request(self._shm, request, status=True)
             response = service_pb2.SystemSharedMemoryStatusResponse()
             for region in self._shm.status(request.name):
                 entry = response.regions[region.name]
@@ -282,7 +282,7 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
     @sees_undecodable
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            _shm_request(self._shm, request)
+            _shm_request(self._shm, request, status=True)
             self._shm.cuda_status(request.name)  # empty, or an error naming the region
             return service_pb2.CudaSharedMemoryStatusResponse()
 
@@ -339,10 +339,12 @@ def _repository_parameters(request: Any) -> dict[str, object]:
     return values
 
 
-def _shm_request(registry: SharedMemoryRegistry, request: Any) -> None:
-    """While the extension is off, every shared-memory RPC answers UNIMPLEMENTED naming the
-    flag, even one whose message does not parse; otherwise a message that does not parse is
-    the client's error."""
-    registry.check_enabled()
+def _shm_request(registry: SharedMemoryRegistry, request: Any, *, status: bool = False) -> None:
+    """While the extension is off, every shared-memory RPC but the status queries (which answer
+    as for a server with no region, as Triton does) answers UNIMPLEMENTED naming the flag, even
+    one whose message does not parse; otherwise a message that does not parse is the client's
+    error."""
+    if not status:
+        registry.check_enabled()
     if type(request) is Undecodable:
         raise InvalidArgumentError(request.message)

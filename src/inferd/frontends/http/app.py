@@ -393,10 +393,11 @@ class HttpApp:
 
     async def _shared_memory(self, route: Route, scope: Scope, receive: Receive) -> Reply:
         # while the extension is off, that is the answer, whatever the body holds or how large
-        # or malformed it is (as Triton answers before reading the body)
-        self._shm.check_enabled()
+        # or malformed it is (as Triton answers before reading the body); the status queries
+        # (GET) answer as for a server with no region, as Triton's do
         body: dict[str, Any] = {}
         if route.method == "POST":
+            self._shm.check_enabled()
             body = await self._read_json_body(scope, receive, "shared memory request")
         answer = shared_memory_answer(self._shm, route.endpoint, route.region, body)
         return Reply(200) if answer is None else Reply.json(answer)

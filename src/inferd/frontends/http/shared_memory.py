@@ -26,9 +26,11 @@ def shared_memory_answer(
 ) -> Any:
     """Carry out one shared-memory request; return the JSON answer (``None``: an empty 200).
     ``region`` is the region named in the URL ("" for none); ``body`` the POSTed JSON object.
-    While the extension is off, every endpoint answers UNSUPPORTED naming the flag, whatever
-    the body holds."""
-    registry.check_enabled()
+    While the extension is off, the status endpoints answer as for a server with no region
+    (``[]``, as Triton does) and the others UNSUPPORTED naming the flag, whatever the body
+    holds."""
+    if endpoint not in (Endpoint.SYSTEM_SHM_STATUS, Endpoint.CUDA_SHM_STATUS):
+        registry.check_enabled()
     if endpoint is Endpoint.SYSTEM_SHM_STATUS:
         return [
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
