@@ -83,7 +83,9 @@ def test_restricted_group_needs_its_metadata(client: grpcclient.InferenceServerC
             # PERMISSION_DENIED, as PROTOCOL.md says (Triton answers UNAVAILABLE, which clients
             # retry as if the server were busy); Triton's words
             assert error.status() == "StatusCode.PERMISSION_DENIED"
-            assert error.message() == "This protocol is restricted, expecting header 'Admin-Key'"
+            assert error.message() == (
+                "This protocol is restricted, expecting header 'triton-grpc-protocol-Admin-Key'"
+            )
 
     both = {"admin-key": SECRET, **bearer}
     client.load_model("spare", headers=both)
@@ -91,6 +93,24 @@ def test_restricted_group_needs_its_metadata(client: grpcclient.InferenceServerC
     index = client.get_model_repository_index(headers=both, as_json=True)
     assert {"name": "spare", "version": "1", "state": "READY"} in index["models"]
     client.unload_model("spare", headers=both)
+    assert not client.is_model_ready("spare")
+
+
+def test_restricted_group_takes_tritons_metadata_key(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    """Triton reads a restriction's KEY from the metadata ``triton-grpc-protocol-KEY``; the bare
+    KEY (inferd's earlier form) is still read too."""
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    triton_form = {"triton-grpc-protocol-admin-key": SECRET, **bearer}
+    client.load_model("spare", headers=triton_form)
+    assert client.is_model_ready("spare")
+    index = client.get_model_repository_index(headers=triton_form, as_json=True)
+    assert {"name": "spare", "version": "1", "state": "READY"} in index["models"]
+    wrong = {"triton-grpc-protocol-admin-key": "wrong", **bearer}
+    error = _refused(lambda: client.unload_model("spare", headers=wrong))
+    assert error.status() == "StatusCode.PERMISSION_DENIED"
+    client.unload_model("spare", headers=triton_form)
     assert not client.is_model_ready("spare")
 
 

@@ -385,7 +385,9 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="append",
         default=[],
         metavar="API[,API]:KEY=VALUE",
-        help="gRPC calls to these API groups must carry the metadata KEY: VALUE; repeatable",
+        help="gRPC calls to these API groups must carry the metadata "
+        "triton-grpc-protocol-KEY: VALUE (Triton's form; the bare KEY is accepted too); "
+        "repeatable",
     )
     for proto in ("http", "grpc"):
         upper = proto.upper() if proto == "http" else "gRPC"

@@ -88,25 +88,39 @@ def _deserializer(cls: Any) -> Callable[[bytes], Any]:
     return deserialize
 
 
+# Triton's gRPC front end expects a restriction's KEY as the metadata key with this prefix
+RESTRICTED_PREFIX = "triton-grpc-protocol-"
+
+
 def restricted_message(key: str) -> str:
     """What a call to a restricted group without its metadata is told (Triton's words)."""
-    return f"This protocol is restricted, expecting header '{key}'"
+    return f"This protocol is restricted, expecting header '{RESTRICTED_PREFIX}{key}'"
 
 
 def _checker(access: AccessPolicy, api: Api) -> Callable[[Any], bool]:
     """A check of one call's metadata against the policy for ``api``: true if the call may
-    proceed, else false with the call's status set."""
-    key = next((r.shown_key for r in access.restrictions if api in r.apis), "")
+    proceed, else false with the call's status set. A restriction's ``KEY`` is read from the
+    metadata ``triton-grpc-protocol-KEY`` (Triton's, what ``tritonclient`` users send) or,
+    as inferd's earlier releases read it, ``KEY`` itself."""
+    restriction = next((r for r in access.restrictions if api in r.apis), None)
+    key = "" if restriction is None else restriction.shown_key
     denied = restricted_message(key)
 
     def check(context: Any) -> bool:
         metadata = context.invocation_metadata() or ()
 
-        def lookup(name: str) -> str | None:
+        def find(name: str) -> str | None:
             for item_key, value in metadata:
                 if item_key == name and isinstance(value, str):
                     return value
             return None
+
+        def lookup(name: str) -> str | None:
+            if restriction is not None and name == restriction.key:
+                prefixed = find(RESTRICTED_PREFIX + name)
+                if prefixed is not None:
+                    return prefixed
+            return find(name)
 
         try:
             access.check(api, lookup)
