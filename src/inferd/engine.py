@@ -1,8 +1,10 @@
 """The facade every front end (HTTP, gRPC, in-process) talks to.
 
 The engine resolves a model version through the repository manager, checks the request against
-the model's configuration, hands it to that version's scheduler and shapes the response
-(requested-output subset, classification). It knows no wire format.
+the model's configuration, hands it to that version's scheduler (or the response cache), shows
+the raw outputs to its observers and only then shapes the response (requested-output subset,
+classification: ``inferd.core.shaping``, through ``repository.calls.respond``). It knows no
+wire format.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from inferd.core.classification import classify
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.metadata import IndexEntry, ModelMetadata, ServerMetadata, TensorMetadata
 from inferd.core.model_spec import ModelSpec
@@ -24,8 +25,8 @@ from inferd.core.statistics import StatsSnapshot
 from inferd.core.streaming import ResponseBudget
 from inferd.core.tracing import RequestTrace, RequestTracer
 from inferd.core.validation import validate_request
-from inferd.errors import InferdError, InvalidArgumentError, UnavailableError, UnsupportedError
-from inferd.repository.calls import InProcessCaller, parse_version, submit_cached
+from inferd.errors import InferdError, UnavailableError, UnsupportedError
+from inferd.repository.calls import InProcessCaller, parse_version, respond
 from inferd.repository.manager_types import ModelManager, ServingModel
 from inferd.repository.rollback import Pin
 from inferd.repository.streaming import StreamEvent
@@ -71,8 +72,8 @@ class Engine:
         self._tracer = tracer
         # front ends read the callers' trace context only while this is true
         self.tracing = tracer is not None
-        self._streaming = InProcessCaller(manager.get, response_cache)
-        self._cache = response_cache
+        # the one cache-or-submit path (run) and the streaming entry
+        self._calls = InProcessCaller(manager.get, response_cache)
         self._metadata = ServerMetadata(SERVER_NAME, server_version, extensions)
         self._strict_readiness = strict_readiness
         self._accepting = True
@@ -163,12 +164,10 @@ class Engine:
                 "request): call it through the gRPC stream (ModelStreamInfer)"
             )
         rows = validate_request(request, model.spec)
-        if model.spec.response_cache and self._cache is not None:
-            return await self._infer_cached(request, model, rows, self._cache)
-        outputs = await model.scheduler.submit(request, rows)
-        if self._observers:
+        outputs = await self._calls.run(model, request, rows)  # from the cache or the model
+        if self._observers:  # the raw outputs, before any selection or classification
             self._notify(model, request, outputs)
-        return self._shape_response(request, model, outputs), outputs
+        return respond(model, request, outputs), outputs
 
     async def _infer_routed(self, request: InferRequest, route: ModelRoute) -> InferResponse:
         """The version the model's traffic policy chooses answers; the policy hears how it
@@ -225,28 +224,6 @@ class Engine:
             except Exception:
                 log.exception("observer %r failed on a request to '%s'", observer, model.spec.name)
 
-    async def _infer_cached(
-        self, request: InferRequest, model: ServingModel, rows: int, cache: ResponseCache
-    ) -> tuple[InferResponse, Mapping[str, np.ndarray[Any, Any]]]:
-        """Answer from the response cache, or run the model and store what it answered (the
-        one cache path, shared with ensemble steps: ``submit_cached``)."""
-        outputs = await submit_cached(
-            cache,
-            model,
-            request,
-            rows,
-            lambda produced: self._shape_response(request, model, produced).outputs,
-        )
-        if self._observers:
-            self._notify(model, request, outputs)
-        response = InferResponse(
-            model_name=model.spec.name,
-            model_version=str(model.version),
-            outputs=outputs,
-            id=request.id,
-        )
-        return response, outputs
-
     async def stream_infer(
         self, request: InferRequest, budget: ResponseBudget | None = None
     ) -> AsyncGenerator[StreamEvent, None]:
@@ -271,7 +248,7 @@ class Engine:
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
         model = self._manager.get(request.model_name, parse_version(request.model_version))
-        return self._streaming.stream(request, model, budget)
+        return self._calls.stream(request, model, budget)
 
     async def _stream_traced(
         self,
@@ -308,36 +285,6 @@ class Engine:
             return self._manager.get(name, parse_version(version)).spec.decoupled
         except InferdError:
             return False
-
-    @staticmethod
-    def _shape_response(
-        request: InferRequest, model: ServingModel, outputs: dict[str, np.ndarray[Any, Any]]
-    ) -> InferResponse:
-        spec = model.spec
-        if request.outputs is None:
-            selected = {t.name: outputs[t.name] for t in spec.outputs if t.name in outputs}
-        else:
-            selected = {}
-            for wanted in request.outputs:
-                if wanted.name not in outputs:
-                    raise InvalidArgumentError(
-                        f"model '{spec.name}' did not produce requested output '{wanted.name}'"
-                    )
-                array = outputs[wanted.name]
-                if wanted.classification > 0:
-                    array = classify(
-                        array,
-                        wanted.classification,
-                        batched=spec.max_batch_size > 0,
-                        labels=model.labels.get(wanted.name),
-                    )
-                selected[wanted.name] = array
-        return InferResponse(
-            model_name=spec.name,
-            model_version=str(model.version),
-            outputs=selected,
-            id=request.id,
-        )
 
     # -- statistics ---------------------------------------------------------------------------
 

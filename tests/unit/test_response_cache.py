@@ -1,5 +1,6 @@
 """The response cache on its own: the LRU's bounds and eviction, immutable entries, keys that
-tell apart every field of a request, the ``--cache-config`` parser and the load-time checks."""
+tell apart every field of a request that decides the model's outputs (and not the outputs it
+asks for), the ``--cache-config`` parser and the load-time checks."""
 
 from __future__ import annotations
 
@@ -143,6 +144,26 @@ def test_a_strided_input_hashes_as_its_values() -> None:
 
 
 @pytest.mark.parametrize(
+    "outputs",
+    [
+        None,
+        [RequestedOutput("X")],
+        [RequestedOutput("Y"), RequestedOutput("X")],
+        [RequestedOutput("X", classification=2), RequestedOutput("Y")],
+        [RequestedOutput("X", parameters={"k": "v"}), RequestedOutput("Y")],
+    ],
+)
+def test_the_outputs_a_request_asks_for_are_no_part_of_its_key(
+    outputs: list[RequestedOutput] | None,
+) -> None:
+    """An entry holds every raw output: any selection, order or class_count of the same
+    inputs is shaped from it, as Triton's cache keys on the inputs alone."""
+    data = {"A": np.array([[1, 2, 3, 4]], dtype=np.int32)}
+    ref = _req(data, outputs=[RequestedOutput("X"), RequestedOutput("Y")])
+    assert _key(ref) == _key(_req(dict(data), outputs=outputs))
+
+
+@pytest.mark.parametrize(
     "change",
     [
         "model",
@@ -152,10 +173,6 @@ def test_a_strided_input_hashes_as_its_values() -> None:
         "dtype",
         "shape",
         "input_name",
-        "outputs",
-        "output_order",
-        "classification",
-        "output_param",
         "param",
         "param_type",
         "bytes_split",
@@ -180,14 +197,6 @@ def test_every_field_that_changes_the_answer_changes_the_key(change: str) -> Non
         other.inputs["A"] = base["A"].reshape(2, 2)
     elif change == "input_name":
         other.inputs = {"B": base["A"]}
-    elif change == "outputs":
-        other.outputs = [RequestedOutput("X")]
-    elif change == "output_order":
-        other.outputs = [RequestedOutput("Y"), RequestedOutput("X")]
-    elif change == "classification":
-        other.outputs = [RequestedOutput("X", classification=2), RequestedOutput("Y")]
-    elif change == "output_param":
-        other.outputs = [RequestedOutput("X", parameters={"k": "v"}), RequestedOutput("Y")]
     elif change == "param":
         other.parameters = {"p": 2}
     elif change == "param_type":
@@ -248,8 +257,9 @@ def _build(plain: tuple[Any, ...]) -> tuple[InferRequest, str, int]:
 
 
 def _canonical(plain: tuple[Any, ...]) -> Any:
-    """What decides the answer, compared by value: two requests equal here must share a key."""
-    model, version, inputs, outputs, params = plain
+    """What decides the model's raw outputs, compared by value (the outputs a request asks
+    for do not): two requests equal here must share a key."""
+    model, version, inputs, _outputs, params = plain
     return (
         model,
         version,
@@ -257,7 +267,6 @@ def _canonical(plain: tuple[Any, ...]) -> Any:
             (n, a.dtype.str, a.shape, [bytes(x) for x in a] if a.dtype.hasobject else a.tobytes())
             for n, a in inputs.items()
         ),
-        outputs,
         sorted(
             (k, type(v).__name__, v) for k, v in params.items() if k not in ("priority", "timeout")
         ),

@@ -16,6 +16,7 @@ from inferd.backends.base import ExecutionTimes, Result
 from inferd.backends.execution import run_batch
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
+from inferd.core.shaping import requested_names, union_outputs
 from inferd.errors import InferdError, InternalError
 
 Array = np.ndarray[Any, Any]
@@ -67,24 +68,6 @@ def split_outputs(
             target[name] = array[start : start + count]
             start += count
     return per_request
-
-
-def union_outputs(requests: Sequence[InferRequest], all_names: Sequence[str]) -> list[str]:
-    """The outputs any request of the batch asked for, in model order."""
-    wanted: set[str] = set()
-    for request in requests:
-        if request.outputs is None:
-            return list(all_names)
-        wanted.update(o.name for o in request.outputs)
-    return [n for n in all_names if n in wanted]
-
-
-def requested_names(request: InferRequest, all_names: Sequence[str]) -> list[str]:
-    """The outputs one request asked for (all of them when it named none), in model order."""
-    if request.outputs is None:
-        return list(all_names)
-    wanted = {o.name for o in request.outputs}
-    return [n for n in all_names if n in wanted]
 
 
 def as_error(exc: BaseException) -> InferdError:

@@ -24,6 +24,8 @@ class InferenceObserver(Protocol):
         request: InferRequest,
         outputs: Mapping[str, np.ndarray[Any, Any]],
     ) -> None:
-        """``request`` was answered by ``version`` of the model ``spec`` with ``outputs`` (the
-        outputs the model produced for it, before any classification); return at once."""
+        """``request`` was answered by ``version`` of the model ``spec`` with ``outputs``: the
+        raw arrays the model produced for it (or the response cache holds for it: then every
+        output of the model), before any selection or classification is shaped from them
+        (:mod:`inferd.core.shaping`); read them, never change them, and return at once."""
         ...

@@ -1,24 +1,28 @@
 """Calling a model in process: the repository's implementation of :class:`ModelCaller`.
 
-One caller serves every in-process call: ensembles run their steps through it, the engine's
-streaming entry and models that call other models (business-logic scripting) stream through
-it. A call resolves the model version among the READY ones, checks the request against the
-version's configuration and submits it to the version's own scheduler, so it batches with the
-model's other traffic. Outputs come back as the arrays the model produced (no copy).
+One caller serves every in-process call: the engine answers its requests through it
+(:meth:`InProcessCaller.run`, then :func:`respond`), ensembles run their steps through it, the
+engine's streaming entry and models that call other models (business-logic scripting) stream
+through it. A call resolves the model version among the READY ones, checks the request against
+the version's configuration and submits it to the version's own scheduler (or answers it from
+the response cache), so it batches with the model's other traffic. Outputs come back as the
+arrays the model produced (no copy); responses are shaped from them once, by :func:`respond`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
 
 from inferd.core.inference import InferRequest, InferResponse
 from inferd.core.model_spec import ModelSpec
+from inferd.core.shaping import shape_outputs
 from inferd.core.streaming import ResponseBudget, StreamedResponse
 from inferd.core.validation import validate_request
 from inferd.errors import InvalidArgumentError
@@ -26,7 +30,7 @@ from inferd.repository.manager_types import ServingModel
 from inferd.repository.streaming import StreamEvent, stream_model
 from inferd.scheduling.response_cache import ResponseCache, request_key
 
-__all__ = ["InProcessCaller", "parse_version", "submit_cached"]
+__all__ = ["InProcessCaller", "parse_version", "respond", "submit_cached"]
 
 Outputs = dict[str, np.ndarray[Any, Any]]
 
@@ -48,17 +52,16 @@ def parse_version(version: str) -> int | None:
 
 
 async def submit_cached(
-    cache: ResponseCache,
-    model: ServingModel,
-    request: InferRequest,
-    rows: int,
-    shape: Callable[[Outputs], Outputs],
+    cache: ResponseCache, model: ServingModel, request: InferRequest, rows: int
 ) -> Outputs:
-    """Answer ``request`` from the response cache, or run it on ``model`` and store what
-    ``shape`` makes of the outputs (what a caller receives), as Triton does for every request
-    to a model that enables the cache: a client's request, an ensemble's step, a model's call
-    of a model. A hit counts as a success and a cache hit in the model's statistics; a miss
-    adds its lookup and insertion to its request time and counts a cache miss."""
+    """The raw outputs of ``model`` for ``request``: from the response cache, or by running
+    it and storing every output the model produced, as Triton does for every request to a
+    model that enables the cache: a client's request, an ensemble's step, a model's call of a
+    model. The key is the request's inputs and parameters, not the outputs it asks for, so a
+    miss runs the model for all of its outputs and every selection or ``class_count`` of the
+    same inputs is shaped from the one entry (:func:`respond`). A hit counts as a success and
+    a cache hit in the model's statistics; a miss adds its lookup and insertion to its request
+    time and counts a cache miss."""
     now = time.monotonic_ns
     start = now()
     key = request_key(request, model.spec.name, model.version, model.cache_epoch)
@@ -70,45 +73,25 @@ async def submit_cached(
         await asyncio.sleep(0)
         return outputs
     lookup_ns = now() - start
-    outputs = shape(await model.scheduler.submit(request, rows))
+    every = request if request.outputs is None else dataclasses.replace(request, outputs=None)
+    outputs = await model.scheduler.submit(every, rows)
     start = now()
     cache.insert(key, outputs)
     model.stats.record_cache_miss(lookup_ns + now() - start)
     return outputs
 
 
-def _answered(spec: ModelSpec, request: InferRequest) -> Callable[[Outputs], Outputs] | None:
-    """What the engine answers to ``request`` out of a model's outputs: the configured ones when
-    it names none, else the ones it names (a missing one refused as the engine refuses it).
-    None when it asks for a classification, which only the engine shapes (such a request is
-    never answered from the cache here)."""
-    wanted = request.outputs
-    if wanted is None:
-        configured = tuple(t.name for t in spec.outputs)
-
-        def every(outputs: Outputs) -> Outputs:
-            return {n: outputs[n] for n in configured if n in outputs}
-
-        return every
-    if any(o.classification > 0 for o in wanted):
-        return None
-    names = tuple(o.name for o in wanted)
-
-    def named(outputs: Outputs) -> Outputs:
-        for n in names:
-            if n not in outputs:
-                raise InvalidArgumentError(
-                    f"model '{spec.name}' did not produce requested output '{n}'"
-                )
-        return {n: outputs[n] for n in names}
-
-    return named
-
-
-def _select(request: InferRequest, outputs: Outputs) -> Outputs:
-    if request.outputs is None:
-        return outputs
-    return {o.name: outputs[o.name] for o in request.outputs if o.name in outputs}
+def respond(
+    model: ServingModel, request: InferRequest, outputs: Outputs, *, strict: bool = True
+) -> InferResponse:
+    """The response to ``request`` out of the raw ``outputs`` of ``model``: shaped once, here
+    (selection and classification, :func:`inferd.core.shaping.shape_outputs`)."""
+    return InferResponse(
+        model_name=model.spec.name,
+        model_version=str(model.version),
+        outputs=shape_outputs(request, model.spec, outputs, model.labels, strict=strict),
+        id=request.id,
+    )
 
 
 class InProcessCaller:
@@ -116,11 +99,11 @@ class InProcessCaller:
 
     ``await caller(request)`` returns every output of a model that answers once;
     ``caller.stream(request)`` yields every response (many, one or none for a decoupled model)
-    with only the requested outputs. ``get`` resolves a model name and version (None: the
-    latest READY one) to a serving version, raising ``NotFoundError`` as the engine does.
-    Given the server's response ``cache``, a model that enables it answers these calls and
-    streams (ensemble steps, models calling models) from the cache as the engine answers its
-    requests, sharing their entries (a request for a classification runs uncached here).
+    shaped as the request asks (its outputs, their classification). ``get`` resolves a model
+    name and version (None: the latest READY one) to a serving version, raising
+    ``NotFoundError`` as the engine does. Given the server's response ``cache``, a model that
+    enables it answers these calls and streams (ensemble steps, models calling models) from
+    the cache as the engine answers its requests, sharing their entries (:meth:`run`).
     """
 
     __slots__ = ("_cache", "_get")
@@ -133,13 +116,15 @@ class InProcessCaller:
         self._get = get
         self._cache = cache
 
-    async def _submit(self, model: ServingModel, request: InferRequest, rows: int) -> Outputs:
+    def run(self, model: ServingModel, request: InferRequest, rows: int) -> Awaitable[Outputs]:
+        """The raw outputs of ``model`` for the checked ``request`` (``rows`` rows): from the
+        response cache when the model enables it, else from its scheduler. The one
+        cache-or-submit step of the engine and of every in-process call; a plain awaitable, so
+        the uncached path adds no coroutine of its own."""
         cache = self._cache
         if cache is not None and model.spec.response_cache:
-            shape = _answered(model.spec, request)
-            if shape is not None:
-                return await submit_cached(cache, model, request, rows, shape)
-        return await model.scheduler.submit(request, rows)
+            return submit_cached(cache, model, request, rows)
+        return model.scheduler.submit(request, rows)
 
     def resolve(self, request: InferRequest) -> ServingModel:
         return self._get(request.model_name, parse_version(request.model_version))
@@ -154,12 +139,12 @@ class InProcessCaller:
         model = self._get(request.model_name, version)
         if checked is None or model.spec is not checked:
             rows = validate_request(request, model.spec)
-        return await self._submit(model, request, rows)
+        return await self.run(model, request, rows)
 
     async def __call__(self, request: InferRequest) -> InferResponse:
         model = self.resolve(request)
         rows = validate_request(request, model.spec)
-        outputs = await self._submit(model, request, rows)
+        outputs = await self.run(model, request, rows)
         return InferResponse(
             model_name=model.spec.name,
             model_version=str(model.version),
@@ -183,18 +168,17 @@ class InProcessCaller:
         if self._cache is not None and model.spec.response_cache:
             # a model that enables the cache is never decoupled (refused at load): one answer,
             # from the cache or stored in it, as for the same request outside a stream
-            outputs = _select(request, await self._submit(model, request, rows))
-            yield StreamEvent(
-                InferResponse(name, version, outputs, request.id), None, True, name, version
-            )
+            answer = respond(model, request, await self.run(model, request, rows))
+            yield StreamEvent(answer, None, True, name, version)
             return
+        strict = not model.spec.decoupled
         items = stream_model(model, request, rows, budget)
         async with contextlib.aclosing(items):
             async for item in items:
                 response = None
                 if item.outputs is not None:
-                    outputs = _select(request, item.outputs)
-                    response = InferResponse(name, version, outputs, request.id)
+                    # a decoupled model's response may carry only some of its outputs
+                    response = respond(model, request, item.outputs, strict=strict)
                 yield StreamEvent(response, item.error, item.final, name, version)
 
     async def stream_outputs(self, request: InferRequest) -> AsyncGenerator[StreamedResponse, None]:

@@ -1,12 +1,15 @@
 """The response cache: identical requests answered from a bounded LRU, without running the model.
 
-A request's key is a BLAKE2b digest of everything that decides its answer: the model name and
-version, each input's name, datatype, shape and raw bytes, the outputs asked for (with their
-classification counts and parameters) and the request parameters a model can read. Parameters
-that only steer scheduling (``priority``, ``timeout``) are left out, so they share entries.
-Input buffers are hashed where they lie: no copy unless an array is not contiguous.
+A request's key is a BLAKE2b digest of everything that decides what the model produces: the
+model name and version, each input's name, datatype, shape and raw bytes, and the request
+parameters a model can read. Parameters that only steer scheduling (``priority``, ``timeout``)
+are left out, so they share entries; so are the outputs a request asks for (their selection,
+order, ``class_count`` and parameters), as in Triton's cache: an entry holds every raw output
+the model produced, and each caller's selection and classification are shaped from it
+afterwards (:mod:`inferd.core.shaping`). Input buffers are hashed where they lie: no copy unless
+an array is not contiguous.
 
-Entries hold read-only copies of the response's outputs: a hit hands those arrays out as they
+Entries hold read-only copies of the model's raw outputs: a hit hands those arrays out as they
 are, so no caller can change what the next one receives, and nothing the cache holds pins a
 runtime's or a worker's memory. The total size of the entries is bounded by the configured
 bytes; an entry larger than the whole cache is not stored.
@@ -129,6 +132,7 @@ def _param_items(params: Mapping[str, ParamValue], skip: frozenset[str] = frozen
 def request_key(request: InferRequest, model_name: str, version: int, epoch: int = 0) -> bytes:
     """The cache key of ``request`` addressed to ``model_name`` version ``version`` as loaded
     at ``epoch`` (a reload gets a new epoch, so it never reads an earlier load's entries).
+    The outputs the request asks for are no part of it: an entry holds every raw output.
 
     A header (rendered with ``repr``, so every string is quoted and every field delimited)
     carries the names, datatypes and shapes; each input's bytes follow in the header's order,
@@ -136,7 +140,6 @@ def request_key(request: InferRequest, model_name: str, version: int, epoch: int
     inputs = request.inputs
     names = sorted(inputs)
     arrays = [inputs[n] for n in names]
-    outputs = request.outputs
     params = request.parameters
     # dtype.num tells apart the extension types (bfloat16, float8...) that share a dtype.str;
     # it is fixed for the life of the process, as the cache is
@@ -146,9 +149,6 @@ def request_key(request: InferRequest, model_name: str, version: int, epoch: int
             version,
             epoch,
             [(n, a.dtype.str, a.dtype.num, a.shape) for n, a in zip(names, arrays, strict=True)],
-            None
-            if outputs is None
-            else [(o.name, o.classification, _param_items(o.parameters)) for o in outputs],
             _param_items(params, SCHEDULING_PARAMETERS) if params else [],
         )
     ).encode()
