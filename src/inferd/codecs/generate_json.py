@@ -16,6 +16,8 @@ Mapping rules (the same as Triton's):
 * Any other key becomes a request parameter; its value must be a string, number or boolean.
   Keys starting with ``triton_`` are reserved.
 * ``id`` (a string) is also the request id, returned in every response.
+* A key given twice in one JSON object is refused, naming the key (a JSON parser would keep
+  one of the two silently; Triton refuses an input given twice).
 
 A response is one JSON object: ``id`` (when the request had one), ``model_name``,
 ``model_version``, the response's parameters, then each output by name, a one-element output
@@ -24,6 +26,7 @@ as a bare scalar and any other as a flat array. BYTES outputs are UTF-8 strings.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from math import prod
 from typing import Any
@@ -40,6 +43,7 @@ from inferd.errors import InvalidArgumentError, UnsupportedError
 
 __all__ = [
     "SSE_CONTENT_TYPE",
+    "check_unique_keys",
     "decode_generate_request",
     "encode_generate_response",
     "generate_shape",
@@ -71,6 +75,23 @@ def generate_shape(count: int, dims: Sequence[int], name: str) -> tuple[int, ...
     if variable:
         shape[variable[-1]] = remaining
     return tuple(shape)
+
+
+def check_unique_keys(body: bytes | str) -> None:
+    """Raise :class:`InvalidArgumentError` naming the first key that appears twice in one JSON
+    object of ``body`` (already known to be valid JSON)."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise InvalidArgumentError(
+                    f"key '{key}' appears more than once in the generate request"
+                )
+            seen[key] = value
+        return seen
+
+    json.loads(body, object_pairs_hook=unique)
 
 
 def decode_generate_request(

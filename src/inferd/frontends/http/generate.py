@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from inferd.codecs import v2_http
 from inferd.codecs.generate_json import (
     SSE_CONTENT_TYPE,
+    check_unique_keys,
     decode_generate_request,
     encode_generate_response,
     sse_event,
@@ -78,6 +79,8 @@ def _decode(model: str, version: str, body: bytes, inputs: list[TensorMetadata])
     parsed: Any = v2_http.loads(body) if body.strip() else {}
     if not isinstance(parsed, dict):
         raise InvalidArgumentError("the generate request body must be a JSON object")
+    if parsed:
+        check_unique_keys(body)  # valid JSON by now; its parser keeps one of two equal keys
     return decode_generate_request(model, version, parsed, inputs)
 
 
