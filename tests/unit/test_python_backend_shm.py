@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from inferd.backends.python import shm, transfer
+from inferd.backends.python import triton_python_backend_utils as pb_utils
 from inferd.core import datatypes
-from inferd.errors import OverloadedError
+from inferd.errors import InvalidInputError, OverloadedError
 
 
 def _ours() -> set[str]:
@@ -165,3 +166,26 @@ def test_lent_spans_come_back_when_their_views_are_released(arena: shm.Arena) ->
     del second
     assert space.largest_free() == (0, arena.size)
     assert not space.lent_spans()
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "BYTES", "BOOL"])
+def test_zero_element_tensors_need_no_arena(datatype: str) -> None:
+    ref = shm.TensorRef("OUT", datatype, (2, 0, 3), 0, 0)
+    got = shm.read_any(None, ref, copy=True)
+    assert got.shape == (2, 0, 3)
+    assert got.dtype == (np.object_ if datatype == "BYTES" else datatypes.from_name(datatype).dtype)
+
+
+def test_a_tensor_with_bytes_but_no_arena_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="'OUT' came without a shared-memory arena"):
+        shm.read_any(None, shm.TensorRef("OUT", "FP32", (1,), 0, 4), copy=True)
+    with pytest.raises(InvalidInputError, match=r"'OUT' of shape \[1\] has 0 bytes"):
+        shm.empty(shm.TensorRef("OUT", "FP32", (1,), 0, 0))
+
+
+def test_using_decoupled_model_transaction_policy_reads_the_config() -> None:
+    decoupled = pb_utils.using_decoupled_model_transaction_policy
+    assert decoupled({"model_transaction_policy": {"decoupled": True}}) is True
+    assert decoupled({"model_transaction_policy": {"decoupled": False}}) is False
+    assert decoupled({"model_transaction_policy": {}}) is False
+    assert decoupled({"name": "m"}) is False

@@ -242,11 +242,11 @@ class Exchange:
     def _closed(self, key: int) -> None:
         """Request ``key`` sent its final response (hook for the stream pump)."""
 
-    def _out_arena(self) -> shm.Arena:
-        """Where the worker writes responses and calls' inputs."""
+    def _out_arena(self) -> shm.Arena | None:
+        """Where the worker writes responses and calls' inputs (None until it asks for room:
+        zero-element tensors need none)."""
         space = self._w.space
-        assert space is not None
-        return space.arena
+        return None if space is None else space.arena
 
     def _read(self, wire: list[Any]) -> dict[str, Array]:
         arena = self._out_arena()
@@ -262,7 +262,7 @@ class Exchange:
                     f"{ref.datatype}, but the model configuration declares "
                     f"{declared.datatype.config_name}"
                 )
-            outputs[ref.name] = shm.read(arena, ref, copy=True)
+            outputs[ref.name] = shm.read_any(arena, ref, copy=True)
         return outputs
 
     def _room(self, needed: int) -> None:
@@ -309,7 +309,7 @@ class Exchange:
         inputs: dict[str, Array] = {}
         for item in message.get("inputs") or []:
             ref = shm.TensorRef.from_wire(item)
-            inputs[ref.name] = shm.read(arena, ref, copy=True)
+            inputs[ref.name] = shm.read_any(arena, ref, copy=True)
         params = json.loads(message.get("parameters_json") or "{}")
         if not isinstance(params, dict) or not all(
             isinstance(v, bool | int | float | str) for v in params.values()

@@ -242,6 +242,27 @@ def write(arena: Arena, item: Staged, offset: int) -> TensorRef:
     return TensorRef(item.name, item.datatype, item.shape, offset, item.nbytes)
 
 
+def empty(ref: TensorRef) -> Array:
+    """The zero-element tensor ``ref`` describes (no bytes: it needs no arena)."""
+    dt = datatypes.from_name(ref.datatype)
+    if ref.nbytes or 0 not in ref.shape:
+        raise InvalidInputError(
+            f"tensor '{ref.name}' of shape {list(ref.shape)} has {ref.nbytes} bytes but no "
+            "place in the shared-memory arena"
+        )
+    return np.empty(ref.shape, dtype=np.object_ if dt.is_bytes else dt.dtype)
+
+
+def read_any(arena: Arena | None, ref: TensorRef, *, copy: bool) -> Array:
+    """:func:`read`, or :func:`empty` for a zero-byte tensor (which may come without an arena:
+    a sender with only empty tensors to send is never granted one)."""
+    if ref.nbytes == 0:
+        return empty(ref)
+    if arena is None:
+        raise InvalidInputError(f"tensor '{ref.name}' came without a shared-memory arena")
+    return read(arena, ref, copy=copy)
+
+
 def locate(arena: Arena, name: str, array: Array, start: int, end: int) -> TensorRef | None:
     """``array``'s place if it is a C-contiguous view of ``arena`` lying within
     ``[start, end)``, so it can be handed over without a copy; else None."""

@@ -196,9 +196,8 @@ class StreamPump(Exchange):
 
     # -- the responses' arena --------------------------------------------------------------------
 
-    def _out_arena(self) -> shm.Arena:
-        assert self._out is not None
-        return self._out
+    def _out_arena(self) -> shm.Arena | None:
+        return self._out  # None until the worker asks for room (empty tensors need none)
 
     def _mapped(self) -> None:
         if self._out_named and self._out is not None:

@@ -74,6 +74,12 @@ class Outbox:
                     self._worker.switch_arena(path, int(size))
             self.cursor, self.limit = int(reply["start"]), int(reply["limit"])
             offsets, end = shm.layout(staged, start=self.cursor)
+        if all(item.nbytes == 0 for item in staged):
+            # only zero-element tensors: nothing to copy, and perhaps no arena granted yet
+            return [
+                shm.TensorRef(item.name, item.datatype, item.shape, offset, 0).to_wire()
+                for item, offset in zip(staged, offsets, strict=True)
+            ]
         arena = self._target()
         pairs = zip(staged, offsets, strict=True)
         refs = [shm.write(arena, item, offset).to_wire() for item, offset in pairs]

@@ -6,9 +6,10 @@ pb_utils``) runs unchanged. It covers what such models use: :class:`Tensor`,
 :class:`InferenceRequest`, :class:`InferenceResponse`, :class:`TritonError`,
 :class:`TritonModelException`, the ``get_*_by_name`` helpers, the datatype conversions, the
 BYTES (de)serialisers, :class:`Logger` and the :class:`ModelConfig` builder given to
-``auto_complete_config``, decoupled response senders (``get_response_sender``, see
-``decoupled.py``) and business-logic scripting (``InferenceRequest.exec`` / ``async_exec``,
-which call other models through the server's engine, see ``streaming.py``).
+``auto_complete_config``, ``using_decoupled_model_transaction_policy``, decoupled response
+senders (``get_response_sender``, see ``decoupled.py``) and business-logic scripting
+(``InferenceRequest.exec`` / ``async_exec``, which call other models through the server's
+engine, see ``streaming.py``).
 """
 
 from __future__ import annotations
@@ -364,6 +365,13 @@ def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[st
 
 def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return _config_entry(model_config, "output", name)
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    """Whether the model's configuration has ``model_transaction_policy { decoupled: true }``
+    (``model_config`` is the dict of ``json.loads(args["model_config"])``), as in Triton."""
+    policy = model_config.get("model_transaction_policy")
+    return isinstance(policy, dict) and bool(policy.get("decoupled", False))
 
 
 # -- logging -------------------------------------------------------------------------------------
