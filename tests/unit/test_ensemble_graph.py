@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 from inferd.core.datatypes import from_config_name
 from inferd.core.model_spec import EnsembleStepSpec, ModelSpec, TensorSpec
-from inferd.errors import ConfigError, UnsupportedError
+from inferd.errors import ConfigError
 from inferd.scheduling.ensemble_graph import build_graph, check_step_models
 
 
@@ -326,10 +326,14 @@ def test_a_step_model_with_a_smaller_max_batch_size_or_decoupled() -> None:
         '{ name: "TOP" data_type: TYPE_INT32 dims: [ 1 ] }',
         extra="model_transaction_policy { decoupled: true }",
     )
+    check(ensemble(PIPELINE), {**MODELS, "label": streaming})  # served, as Triton does
+    cached = dataclasses.replace(ensemble(PIPELINE), response_cache=True)
     with pytest.raises(
-        UnsupportedError, match="step 2 \\(model 'label'\\) calls a decoupled model"
+        ConfigError,
+        match="the response cache does not support ensemble 'pipe': its step 2 \\(model "
+        "'label'\\) calls a decoupled model",
     ):
-        check(ensemble(PIPELINE), {**MODELS, "label": streaming})
+        check(cached, {**MODELS, "label": streaming})
 
 
 def test_a_cached_ensemble_refuses_a_sequence_step() -> None:

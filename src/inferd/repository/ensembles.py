@@ -8,16 +8,19 @@ first; the manager loads them (``composing_models`` reads their names from the c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from inferd.core.calls import ModelCaller
 from inferd.core.model_spec import ModelSpec
-from inferd.errors import ConfigError, InferdError
+from inferd.errors import ConfigError, InferdError, UnsupportedError
+from inferd.repository.calls import InProcessCaller
 from inferd.repository.config import read_model_config
 from inferd.repository.loader import LoadedVersion, PreparedModel, read_labels
 from inferd.repository.manager_types import ServingModel
 from inferd.scheduling.ensemble import EnsembleScheduler
+from inferd.scheduling.ensemble_decoupled import trace_origins
 from inferd.scheduling.ensemble_graph import build_graph, check_step_models
 from inferd.scheduling.ensemble_shapes import plan_reshapes
 from inferd.scheduling.stats import ModelStats
@@ -77,9 +80,18 @@ def load_ensemble_version(
                     f"{step.model_version} is not loaded"
                 ) from None
         check_step_models(graph, spec, models)
+        origins = trace_origins(graph, models)
+        if origins.decoupled and not isinstance(call, InProcessCaller):
+            raise UnsupportedError(
+                f"ensemble '{name}' has decoupled steps, which this server cannot stream"
+            )
     except InferdError as exc:
         raise type(exc)(f"failed to load '{name}', {exc}") from exc
     step_specs = [s.spec for s in serving]
+    if origins.decoupled:  # as Triton: an ensemble with decoupled steps is decoupled
+        policy = {**spec.config.get("model_transaction_policy", {}), "decoupled": True}
+        config = {**spec.config, "model_transaction_policy": policy}
+        spec = dataclasses.replace(spec, decoupled=True, config=config)
     scheduler = EnsembleScheduler(
         graph,
         call,
@@ -87,6 +99,8 @@ def load_ensemble_version(
         step_specs=step_specs,
         batching=spec.max_batch_size > 0,
         reshapes=plan_reshapes(graph, spec, step_specs),
+        origins=origins,
+        stream=call.stream_outputs if isinstance(call, InProcessCaller) else None,
     )
     labels = _labels(prepared, serving)
     model = ServingModel(

@@ -4,7 +4,9 @@ Each step is a request to another model, made through an injected :class:`ModelC
 goes through that model's own scheduler and batches with the model's other traffic. Tensors pass
 from step to step as the same arrays (no copy). A chain of steps runs in line in the request's
 own task; a graph whose steps may overlap runs each step in a task that starts as soon as the
-steps it reads from have finished.
+steps it reads from have finished. An ensemble with decoupled steps (``ensemble_decoupled``)
+runs the steps computed from a decoupled step's outputs once per response of that step and
+sends each of its own responses through the request's sink as soon as its outputs are ready.
 
 Statistics follow Triton's rules for an ensemble: one success (or failure) per request with its
 whole duration, the compute times summed over the steps' executions (reported by each step
@@ -15,7 +17,8 @@ composing models count their own executions.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +27,9 @@ from inferd.core.calls import ModelCaller
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
-from inferd.errors import InferdError, InternalError, RequestCancelledError
+from inferd.core.streaming import ResponseSink, StreamedResponse
+from inferd.errors import InferdError, InternalError, RequestCancelledError, UnsupportedError
+from inferd.scheduling.ensemble_decoupled import Origins
 from inferd.scheduling.ensemble_graph import EnsembleGraph, describe_step
 from inferd.scheduling.ensemble_shapes import Reshape, ReshapePlan, reshape
 from inferd.scheduling.stats import ModelStats
@@ -32,6 +37,8 @@ from inferd.scheduling.stats import ModelStats
 __all__ = ["EnsembleScheduler", "step_error"]
 
 Tensors = dict[str, np.ndarray[Any, Any]]
+#: every response of the model a request names (the in-process caller's ``stream_outputs``)
+StreamCall = Callable[[InferRequest], AsyncGenerator[StreamedResponse, None]]
 
 
 class _ComputeTimes:
@@ -111,6 +118,8 @@ class EnsembleScheduler:
         *,
         batching: bool = False,
         reshapes: ReshapePlan | None = None,
+        origins: Origins | None = None,
+        stream: StreamCall | None = None,
     ) -> None:
         self._graph = graph
         self._call = call
@@ -131,6 +140,12 @@ class EnsembleScheduler:
             reshapes.steps if reshapes is not None else ((),) * len(graph.steps)
         )
         self._reshape_out = {r.name: r for r in reshapes.outputs} if reshapes is not None else {}
+        self._origins = origins if origins is not None and origins.decoupled else None
+        if self._origins is not None and stream is None:
+            raise UnsupportedError(
+                f"ensemble '{graph.name}' has decoupled steps but no way to stream their responses"
+            )
+        self._stream = stream
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None
         stats.pending_source = lambda: 0  # an ensemble queues nothing of its own
@@ -146,14 +161,22 @@ class EnsembleScheduler:
         tensors: Tensors = dict(request.inputs)
         self._in_flight += 1
         try:
-            if self._chain:
+            if self._origins is not None:
+                sink = request.sink
+                if sink is None:
+                    raise UnsupportedError(
+                        f"ensemble '{self._graph.name}' is decoupled (it has decoupled steps): "
+                        "send its requests on a stream"
+                    )
+                await self._iterate(self._origins, 0, request, rows, tensors, times, sink)
+                outputs: Tensors = {}  # every response went through the sink
+            elif self._chain:
                 for index in self._graph.order:
                     await self._step(index, request, rows, tensors, times)
+                outputs = self._answer(tensors)
             else:
                 await self._run_graph(request, rows, tensors, times)
-            outputs = {name: tensors[name] for name in self._graph.outputs}
-            for name, how in self._reshape_out.items():
-                outputs[name] = reshape(outputs[name], how)
+                outputs = self._answer(tensors)
         except asyncio.CancelledError:
             self.stats.record_failure(clock.monotonic_ns() - start_ns, "CANCELED")
             raise
@@ -173,6 +196,75 @@ class EnsembleScheduler:
         self.stats.record_execution(rows, times.input_ns, times.infer_ns, times.output_ns)
         return outputs
 
+    def _answer(self, tensors: Tensors) -> Tensors:
+        outputs = {name: tensors[name] for name in self._graph.outputs}
+        for name, how in self._reshape_out.items():
+            outputs[name] = reshape(outputs[name], how)
+        return outputs
+
+    def _step_inputs(self, index: int, tensors: Tensors) -> Tensors:
+        inputs = {name: tensors[tensor] for name, tensor in self._inputs[index]}
+        for how in self._reshape_in[index]:
+            inputs[how.name] = reshape(inputs[how.name], how)
+        return inputs
+
+    def _store(self, index: int, produced: Tensors, tensors: Tensors) -> None:
+        for name, tensor in self._outputs[index]:
+            array = produced.get(name)
+            if array is None:
+                raise InternalError(
+                    f"in ensemble '{self._graph.name}', "
+                    f"{describe_step(index, self._graph.steps[index])} did not produce its "
+                    f"output '{name}' (ensemble tensor '{tensor}')"
+                )
+            tensors[tensor] = array
+
+    async def _iterate(
+        self,
+        origins: Origins,
+        origin: int,
+        request: InferRequest,
+        rows: int,
+        tensors: Tensors,
+        times: _ComputeTimes,
+        sink: ResponseSink,
+    ) -> None:
+        """One iteration of ``origin``: its steps, the ensemble's response if its outputs come
+        from this origin, then each decoupled step that reads it, once per response."""
+        for index in origins.steps[origin]:
+            await self._step(index, request, rows, tensors, times)
+        if origin == origins.output and not sink.send(
+            StreamedResponse(self._answer(tensors), None, False)
+        ):
+            raise RequestCancelledError(f"ensemble '{self._graph.name}': the request was cancelled")
+        for index in origins.children[origin]:
+            step_request = InferRequest(
+                model_name=self._graph.steps[index].model_name,
+                inputs=self._step_inputs(index, tensors),
+                model_version=str(self._versions[index] or ""),
+                id=request.id,
+                parameters=request.parameters,
+                on_timings=times.add,
+            )
+            assert self._stream is not None  # checked at construction
+            responses = self._stream(step_request)
+            async with contextlib.aclosing(responses):
+                while True:
+                    try:
+                        item = await anext(responses)
+                    except StopAsyncIteration:
+                        break
+                    except InferdError as exc:  # the step model refused the request
+                        raise step_error(self._graph.name, index, self._graph, exc) from exc
+                    if item.error is not None:
+                        raise step_error(self._graph.name, index, self._graph, item.error)
+                    if item.outputs is None:
+                        continue
+                    fork = dict(tensors)
+                    self._store(index, item.outputs, fork)
+                    opened = origins.opens[index]
+                    await self._iterate(origins, opened, request, rows, fork, times, sink)
+
     async def _step(
         self,
         index: int,
@@ -183,9 +275,7 @@ class EnsembleScheduler:
     ) -> None:
         step = self._graph.steps[index]
         version = self._versions[index]
-        inputs = {name: tensors[tensor] for name, tensor in self._inputs[index]}
-        for how in self._reshape_in[index]:
-            inputs[how.name] = reshape(inputs[how.name], how)
+        inputs = self._step_inputs(index, tensors)
         checked: ModelSpec | None = None
         plan = self._plans[index]
         if plan is not None:
@@ -218,14 +308,7 @@ class EnsembleScheduler:
             raise step_error(self._graph.name, index, self._graph, exc) from exc
         if step_trace is not None:
             step_trace.end(self._clock.monotonic_ns())
-        for name, tensor in self._outputs[index]:
-            array = produced.get(name)
-            if array is None:
-                raise InternalError(
-                    f"in ensemble '{self._graph.name}', {describe_step(index, step)} did not "
-                    f"produce its output '{name}' (ensemble tensor '{tensor}')"
-                )
-            tensors[tensor] = array
+        self._store(index, produced, tensors)
 
     async def _run_graph(
         self, request: InferRequest, rows: int, tensors: Tensors, times: _ComputeTimes

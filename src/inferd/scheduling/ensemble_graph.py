@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from inferd.core.model_spec import EnsembleStepSpec, ModelSpec, TensorSpec
-from inferd.errors import ConfigError, UnsupportedError
+from inferd.errors import ConfigError
 
 __all__ = ["EnsembleGraph", "build_graph", "check_step_models", "describe_step"]
 
@@ -207,9 +207,9 @@ def check_step_models(
     """Check every step against the configuration of the model it calls.
 
     ``models`` holds, by model name, the configuration of each step model's version that the
-    ensemble will call. Decoupled step models are refused: an ensemble answers once; so are
-    sequence models in an ensemble that enables the response cache.
-    """
+    ensemble will call. Decoupled step models and sequence models are refused in an ensemble
+    that enables the response cache (``ensemble_decoupled`` checks how decoupled steps'
+    responses flow)."""
     name = spec.name
     batching = spec.max_batch_size > 0
     seen: dict[str, _Seen] = {}
@@ -227,10 +227,11 @@ def check_step_models(
         step = graph.steps[index]
         where = describe_step(index, step)
         model = models[step.model_name]
-        if model.decoupled:
-            raise UnsupportedError(
-                f"in ensemble '{name}', {where} calls a decoupled model, which an ensemble "
-                "cannot serve (it answers each request once)"
+        if spec.response_cache and model.decoupled:
+            raise ConfigError(
+                f"the response cache does not support ensemble '{name}': its {where} calls a "
+                "decoupled model, which makes the ensemble decoupled; set response_cache "
+                "{ enable: false } on the ensemble"
             )
         if spec.response_cache and model.sequence_batching is not None:
             raise ConfigError(
