@@ -169,14 +169,32 @@ def test_bytes_round_trip(shape: tuple[int, ...], data: Any, binary: bool) -> No
     assert [x if isinstance(x, bytes) else x.encode() for x in got.reshape(-1)] == elements
 
 
-def test_bytes_output_that_is_not_utf8_goes_binary_even_when_json_is_asked() -> None:
-    request = InferRequest("m", {}, outputs=[RequestedOutput("Y", binary=False)])
+@pytest.mark.parametrize(
+    "request_",
+    [InferRequest("m", {}), InferRequest("m", {}, outputs=[RequestedOutput("Y")])],
+    ids=["no outputs listed", "output listed without binary_data"],
+)
+def test_bytes_output_that_is_not_utf8_goes_binary_when_json_is_the_default(
+    request_: InferRequest,
+) -> None:
     out = np.array([b"ok", b"\xff\xfe"], dtype=object)
-    header, blobs = v2_http.encode_infer_response(InferResponse("m", "1", {"Y": out}), request)
+    header, blobs = v2_http.encode_infer_response(InferResponse("m", "1", {"Y": out}), request_)
     (entry,) = orjson.loads(header)["outputs"]
     assert entry["parameters"] == {"binary_data_size": len(blobs[0])}
     result = th.InferResult.from_response_body(header + blobs[0], header_length=len(header))
     assert result.as_numpy("Y").tolist() == [b"ok", b"\xff\xfe"]
+
+
+def test_bytes_output_that_is_not_utf8_is_refused_when_json_is_asked_for() -> None:
+    # binary_data false on the output is honoured or refused, never silently overridden
+    request = InferRequest("m", {}, outputs=[RequestedOutput("Y", binary=False)])
+    out = np.array([b"ok", b"\xff\xfe"], dtype=object)
+    with pytest.raises(InvalidArgumentError, match="output 'Y' was requested with 'binary_data'"):
+        v2_http.encode_infer_response(InferResponse("m", "1", {"Y": out}), request)
+    fine = np.array([b"ok", "\u00e9".encode()], dtype=object)
+    header, blobs = v2_http.encode_infer_response(InferResponse("m", "1", {"Y": fine}), request)
+    assert orjson.loads(header)["outputs"][0]["data"] == ["ok", "\u00e9"]
+    assert not blobs
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])

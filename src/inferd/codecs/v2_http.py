@@ -19,10 +19,13 @@ Wire rules (see PROTOCOL.md §1.7, §1.8, §2.1):
 
 Choices this codec makes where Triton leaves a gap:
 
-* An output requested as JSON that JSON cannot represent (BYTES elements that are not valid
-  UTF-8; NaN or infinite floats) is sent in binary form instead, with ``binary_data_size``.
+* An output sent as JSON by default that JSON cannot represent (BYTES elements that are not
+  valid UTF-8; NaN or infinite floats) is sent in binary form instead, with ``binary_data_size``.
   Clients pick the format per output from its parameters, so they read it unchanged and exactly,
-  whereas an invalid JSON string or a ``NaN`` token would break their JSON parser.
+  whereas an invalid JSON string or a ``NaN`` token would break their JSON parser. An output
+  whose own ``binary_data`` is ``false`` is an explicit request for JSON: BYTES elements that
+  are not valid UTF-8 are then refused, naming the output (Triton writes them into the JSON
+  unchanged, which no JSON parser reads).
 * FP16 and BF16 outputs requested as JSON are written as JSON numbers (Triton refuses); FP16/BF16
   *inputs* in JSON are refused with Triton's message.
 * The host is assumed little-endian (as every platform numpy wheels ship for).
@@ -365,6 +368,12 @@ def encode_infer_response(
         binary = binary_by_name.get(name, default_binary)
         if not binary:
             data = _json_data(array, dtype)
+            if data is None and dtype.is_bytes and binary_by_name.get(name) is False:
+                raise InvalidArgumentError(
+                    f"output '{name}' was requested with 'binary_data' false, but its BYTES "
+                    "elements are not all valid UTF-8, which JSON cannot hold; request it with "
+                    "'binary_data' true"
+                )
             if data is not None:
                 entry["data"] = data
                 outputs.append(entry)
