@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
+from inferd.core.classification import classify
 from inferd.core.inference import InferRequest, RequestedOutput
 from inferd.core.model_spec import ModelSpec
 from inferd.core.shaping import requested_names, shape_outputs, union_outputs
@@ -74,3 +76,19 @@ def test_the_names_a_runtime_computes() -> None:
     assert union_outputs([one, _request(RequestedOutput("B"))], names) == names
     assert union_outputs([one], names) == ["A", "C"]
     assert union_outputs([one, _request()], names) == names
+
+
+def test_classes_of_a_bfloat16_output_keep_their_fraction() -> None:
+    scores = np.array([[0.5, 1.25, -2.0]], dtype=ml_dtypes.bfloat16)
+    classes = classify(scores, 2, batched=True, labels=None)
+    np.testing.assert_array_equal(classes, [[b"1.250000:1", b"0.500000:0"]])
+
+
+def test_classes_of_every_row_with_ties_in_index_order() -> None:
+    scores = np.array([[1, 3, 3, 0], [7, 7, 7, 7]], dtype=np.int32)
+    classes = classify(scores, 3, batched=True, labels=["a", "b"])
+    np.testing.assert_array_equal(
+        classes, [[b"3:1:b", b"3:2", b"1:0:a"], [b"7:0:a", b"7:1:b", b"7:2"]]
+    )
+    single = classify(np.array([0.25, 0.75], dtype=np.float32), 5, batched=False, labels=None)
+    np.testing.assert_array_equal(single, [b"0.750000:1", b"0.250000:0"])

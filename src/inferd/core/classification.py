@@ -23,11 +23,17 @@ def classify(
     rows = array.reshape(array.shape[0], -1) if batched else array.reshape(1, -1)
     k = min(count, rows.shape[1])
     result = np.empty((rows.shape[0], k), dtype=object)
-    for r, row in enumerate(rows):
-        order = np.argsort(-row.astype(np.float64), kind="stable")[:k]
-        for j, idx in enumerate(order):
-            text = f"{_format(row[idx])}:{idx}"
-            if labels is not None and idx < len(labels):
-                text += f":{labels[idx]}"
+    # one conversion and negation for every row (a stable sort, highest first); Python scalars
+    # (``tolist``) format faster than numpy's
+    keys = -rows.astype(np.float64)
+    names = labels if labels is not None else ()
+    known = len(names)
+    for r in range(rows.shape[0]):
+        order = np.argsort(keys[r], kind="stable")[:k]
+        values = rows[r][order].tolist()
+        for j, idx in enumerate(order.tolist()):
+            text = f"{_format(values[j])}:{idx}"
+            if idx < known:
+                text += f":{names[idx]}"
             result[r, j] = text.encode()
     return result if batched else result.reshape(k)
