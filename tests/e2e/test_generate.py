@@ -230,7 +230,7 @@ def test_a_first_response_that_is_an_error_sets_the_status(client: httpx.Client)
         (b'{"id": 5, "IN": [1], "DELAY": [0], "WAIT": 0}', 400, "'id' of a generate request"),
         (b'{"IN": 1, "DELAY": [0], "WAIT": 0, "parameters": {"IN": 2}}', 400, "more than once"),
         # a key twice in one object: refused, not one of them kept silently
-        (b'{"IN": [1], "IN": [2], "DELAY": [0], "WAIT": 0}', 400, "key 'IN' appears more than"),
+        (b'{"IN": [1], "IN": [2], "DELAY": [0], "WAIT": 0}', 400, "input 'IN' already exists in"),
         (b'{"IN": [1], "DELAY": [0], "WAIT": 0, "p": 1, "p": 2}', 400, "key 'p' appears more"),
         (
             b'{"IN": [1], "DELAY": [0], "WAIT": 0, "parameters": {"t": 1, "t": 1}}',

@@ -27,7 +27,7 @@ as a bare scalar and any other as a flat array. BYTES outputs are UTF-8 strings.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from math import prod
 from typing import Any
 
@@ -77,14 +77,17 @@ def generate_shape(count: int, dims: Sequence[int], name: str) -> tuple[int, ...
     return tuple(shape)
 
 
-def check_unique_keys(body: bytes | str) -> None:
+def check_unique_keys(body: bytes | str, inputs: Collection[str] = ()) -> None:
     """Raise :class:`InvalidArgumentError` naming the first key that appears twice in one JSON
-    object of ``body`` (already known to be valid JSON)."""
+    object of ``body`` (already known to be valid JSON); a key naming one of ``inputs`` gets
+    Triton's words for an input given twice."""
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         for key, value in pairs:
             if key in seen:
+                if key in inputs:
+                    raise InvalidArgumentError(f"input '{key}' already exists in request")
                 raise InvalidArgumentError(
                     f"key '{key}' appears more than once in the generate request"
                 )

@@ -80,7 +80,8 @@ def _decode(model: str, version: str, body: bytes, inputs: list[TensorMetadata])
     if not isinstance(parsed, dict):
         raise InvalidArgumentError("the generate request body must be a JSON object")
     if parsed:
-        check_unique_keys(body)  # valid JSON by now; its parser keeps one of two equal keys
+        # valid JSON by now; its parser keeps one of two equal keys
+        check_unique_keys(body, {t.name for t in inputs})
     return decode_generate_request(model, version, parsed, inputs)
 
 
