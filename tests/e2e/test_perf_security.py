@@ -108,7 +108,9 @@ def test_without_the_header_the_run_stops_saying_what_to_send(
     done = perf("-i", protocol, "-u", url, *SHORT, "-H", "x-api-key:wrong", expect=3)
     err = done.stderr.strip()
     assert err.startswith("inferd perf: error: ")
-    assert "is restricted, expecting header 'x-api-key'" in err  # Triton's words
+    # Triton's words; over gRPC Triton names the metadata triton-grpc-protocol-x-api-key
+    prefix = "" if protocol == "http" else "triton-grpc-protocol-"
+    assert f"is restricted, expecting header '{prefix}x-api-key'" in err
     assert "send the header the server expects with -H NAME:VALUE" in err
     assert "Traceback" not in err
 

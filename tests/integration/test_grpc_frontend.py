@@ -497,7 +497,7 @@ def test_restricted_inference_covers_streams_and_health_service(serving: Serving
         start_grpc_server(serving.stack.engine, "127.0.0.1", 0, log=log, access=policy)
     )
     url = f"127.0.0.1:{port}"
-    denied = "This protocol is restricted, expecting header 'Infer-Key'"
+    denied = "This protocol is restricted, expecting header 'triton-grpc-protocol-Infer-Key'"
     try:
         with grpcclient.InferenceServerClient(url) as client:
             error = expect_error(  # as PROTOCOL.md says; not UNAVAILABLE, which clients retry
