@@ -113,9 +113,15 @@ def input_tensor(
 
 
 def output_buffer(
-    resolver: SharedMemoryResolver | None, params: ShmParams, what: str
+    resolver: SharedMemoryResolver | None, params: ShmParams, name: str, classification: object
 ) -> OutputBuffer:
-    """The window a requested output goes to, checked when the request is decoded."""
+    """The window requested output ``name`` goes to, checked when the request is decoded. An
+    output asked for in shared memory takes no ``classification`` (Triton refuses it too)."""
+    if classification:
+        raise InvalidArgumentError(
+            f"output '{name}' can't set both '{REGION}' and 'classification'"
+        )
+    what = f"output '{name}'"
     write = _resolver(resolver, what).writer(params.region, params.offset, params.byte_size)
     return OutputBuffer(params.region, params.byte_size, write)
 

@@ -25,20 +25,12 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
+from inferd.codecs import shared_memory
 from inferd.codecs.limits import check_id, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
-from inferd.codecs.shared_memory import (
-    KEYS as SHM_KEYS,
-)
-from inferd.codecs.shared_memory import (
-    SharedMemoryResolver,
-    ShmParams,
-    input_tensor,
-    output_buffer,
-    shm_params,
-    write_output,
-)
+from inferd.codecs.shared_memory import KEYS as SHM_KEYS
+from inferd.codecs.shared_memory import SharedMemoryResolver, ShmParams, shm_params
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import (
@@ -205,12 +197,9 @@ def _decode_outputs(
         params = decode_parameters(out.parameters)
         wanted = RequestedOutput(name=out.name)
         if target is not None:
-            if params.get("classification"):
-                raise InvalidArgumentError(
-                    f"output '{out.name}' can't set both 'shared_memory_region' and "
-                    "'classification'"
-                )
-            wanted.shared_memory = output_buffer(shm, target, what)
+            wanted.shared_memory = shared_memory.output_buffer(
+                shm, target, out.name, params.get("classification")
+            )
         for key, value in params.items():
             if key in SHM_KEYS:
                 continue
@@ -253,7 +242,7 @@ def decode_infer_request(
                     f"unexpected 'content' provided when using shared memory for input tensor "
                     f"'{name}' for model '{model}'"
                 )
-            inputs[name] = input_tensor(shm, target, dtype, shape, what)
+            inputs[name] = shared_memory.input_tensor(shm, target, dtype, shape, what)
             continue
         if tensor.HasField("contents"):
             if raw_count:
@@ -320,7 +309,7 @@ def encode_infer_response(
     for name, array in response.outputs.items():
         target = targets.get(name)
         if target is not None:
-            dtype, raw = write_output(target, name, array), b""
+            dtype, raw = shared_memory.write_output(target, name, array), b""
         else:
             dtype, raw = _raw_output(array)
         out = msg.outputs.add()

@@ -39,21 +39,13 @@ from typing import Any
 import numpy as np
 import orjson
 
+from inferd.codecs import shared_memory
 from inferd.codecs.json_tensor import json_tensor
 from inferd.codecs.limits import MAX_DIMS, MAX_ELEMENTS, check_id, check_shape
 from inferd.codecs.raw_tensor import serialize_bytes_elements, tensor_from_buffer
 from inferd.codecs.request_rules import classification_count, duplicate_input, duplicate_output
-from inferd.codecs.shared_memory import (
-    KEYS as SHM_KEYS,
-)
-from inferd.codecs.shared_memory import (
-    SharedMemoryResolver,
-    ShmParams,
-    input_tensor,
-    output_buffer,
-    shm_params,
-    write_output,
-)
+from inferd.codecs.shared_memory import KEYS as SHM_KEYS
+from inferd.codecs.shared_memory import SharedMemoryResolver, ShmParams, shm_params
 from inferd.core import datatypes
 from inferd.core.datatypes import DataType
 from inferd.core.inference import (
@@ -145,7 +137,7 @@ def decode_infer_request(
         size = _binary_size(raw, name)
         if isinstance(size, ShmParams):
             what = f"input '{name}' for model '{model_name}'"
-            inputs[name] = input_tensor(shm, size, dtype, shape, what)
+            inputs[name] = shared_memory.input_tensor(shm, size, dtype, shape, what)
             continue
         if size is None:
             inputs[name] = json_tensor(raw["data"], dtype, shape, name)
@@ -301,14 +293,10 @@ def _requested_outputs(raw: Any, shm: SharedMemoryResolver | None) -> list[Reque
         elif not isinstance(params, dict):
             raise InvalidArgumentError(f"'parameters' of output '{name}' must be a JSON object")
         wanted = RequestedOutput(name=name)
-        what = f"output '{name}'"
-        target = shm_params(*(params.get(key) for key in SHM_KEYS), what=what)
+        target = shm_params(*(params.get(key) for key in SHM_KEYS), what=f"output '{name}'")
         if target is not None:
-            if params.get("classification"):
-                raise InvalidArgumentError(
-                    f"output '{name}' can't set both 'shared_memory_region' and 'classification'"
-                )
-            wanted.shared_memory = output_buffer(shm, target, what)
+            classification = params.get("classification")
+            wanted.shared_memory = shared_memory.output_buffer(shm, target, name, classification)
         for key, value in params.items():
             if key == "binary_data":
                 if not isinstance(value, bool):
@@ -355,7 +343,7 @@ def encode_infer_response(
     for name, array in response.outputs.items():
         target = shm_by_name.get(name)
         if target is not None:
-            shm_type = write_output(target, name, array)
+            shm_type = shared_memory.write_output(target, name, array)
             outputs.append({"name": name, "datatype": shm_type.name, "shape": list(array.shape)})
             continue
         array = _little_endian(array)
