@@ -95,6 +95,9 @@ async def stream_model(
 
     sink = ResponseSink(deliver)
     request.sink = sink
+    # the submit runs from the next loop turn: a scheduler checks its state first thing, so a
+    # version unloaded in between fails the task at once (unavailable) and the stream ends
+    # with that error below rather than waiting for responses that never come
     task = asyncio.ensure_future(model.scheduler.submit(request, rows))
     finished = False
 

@@ -1,4 +1,9 @@
-"""The default scheduler: every request runs on its own, on the first free instance."""
+"""The default scheduler: every request runs on its own, on the first free instance.
+
+The scheduler is OPEN until :meth:`DirectScheduler.shutdown`, then CLOSING while requests it
+accepted are still in its pool, then CLOSED (:mod:`inferd.scheduling.lifecycle`); a request
+submitted once it is closing fails at once with :class:`~inferd.errors.UnavailableError`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import numpy as np
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
 from inferd.scheduling.instances import InstancePool, WorkItem
+from inferd.scheduling.lifecycle import RunState, check_transition, unloading_error
 from inferd.scheduling.stats import ModelStats
 
 
@@ -21,13 +27,29 @@ class DirectScheduler:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._state = RunState.OPEN
         stats.pending_source = lambda: max(0, self._in_flight - pool.size)
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def _move(self, new: RunState) -> None:
+        check_transition(self._state, new)
+        self._state = new
+
+    def _closed_if_closing(self) -> None:  # the last request accepted has its answer
+        if self._state is RunState.CLOSING:
+            self._move(RunState.CLOSED)
+
     async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
+        if self._state is not RunState.OPEN:
+            self.stats.record_rejection("unloading")
+            raise unloading_error(self.stats.name, self.stats.version)
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._in_flight += 1
         self._idle.clear()
@@ -42,10 +64,16 @@ class DirectScheduler:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+                self._closed_if_closing()
 
     async def drain(self) -> None:
         """Wait until no request is in flight."""
         await self._idle.wait()
 
     def shutdown(self) -> None:
-        """Nothing waits outside the pool; present for symmetry with the batcher."""
+        """Refuse new requests from now on (on the event loop thread); those in flight finish
+        in the pool, or fail there once it closes."""
+        if self._state is RunState.OPEN:
+            self._move(RunState.CLOSING)
+            if self._in_flight == 0:
+                self._move(RunState.CLOSED)

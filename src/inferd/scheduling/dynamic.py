@@ -3,6 +3,11 @@
 All decisions come from :func:`inferd.scheduling.policy.decide`; this class only owns the
 queue, one background task, and a timer. It wakes on three events: a request arrives, an
 instance becomes free, or the policy's ``wake_at`` time comes.
+
+The batcher is OPEN until :meth:`DynamicBatcher.shutdown`, then CLOSING while batches it
+dispatched are still in its pool, then CLOSED (:mod:`inferd.scheduling.lifecycle`). Shutting
+down fails the requests still queued; a request submitted once it is closing fails at once with
+:class:`~inferd.errors.UnavailableError`.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import numpy as np
 from inferd.core.clock import Clock, SystemClock, TimerHandle
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
-from inferd.errors import DeadlineExceededError, InferdError, OverloadedError, UnavailableError
+from inferd.errors import DeadlineExceededError, InferdError, OverloadedError
 from inferd.scheduling.instances import InstancePool, WorkItem
+from inferd.scheduling.lifecycle import RunState, check_transition, unloading_error
 from inferd.scheduling.policy import BatchPolicy, decide
 from inferd.scheduling.queues import AdmissionQueues, Entry
 from inferd.scheduling.stats import ModelStats
@@ -62,7 +68,7 @@ class DynamicBatcher:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._closed = False
+        self._state = RunState.OPEN
         self._preserve_ordering = db.preserve_ordering
         self._last_release: asyncio.Future[None] | None = None  # preserve_ordering chain
         pool.on_free = self._wake.set
@@ -72,6 +78,18 @@ class DynamicBatcher:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def _move(self, new: RunState) -> None:
+        check_transition(self._state, new)
+        self._state = new
+
+    def _closed_if_closing(self) -> None:  # the last request accepted has its answer
+        if self._state is RunState.CLOSING:
+            self._move(RunState.CLOSED)
+
     def _ensure_running(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
@@ -79,8 +97,9 @@ class DynamicBatcher:
             )
 
     async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
-        if self._closed:
-            raise UnavailableError(f"model '{self._spec.name}' is unloading")
+        if self._state is not RunState.OPEN:
+            self.stats.record_rejection("unloading")
+            raise unloading_error(self._spec.name, self.stats.version)
         self._ensure_running()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[Any] = loop.create_future()
@@ -123,9 +142,10 @@ class DynamicBatcher:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+                self._closed_if_closing()
 
     async def _run(self) -> None:
-        while not self._closed:
+        while self._state is RunState.OPEN:
             try:
                 self._step()
             except Exception:  # one bad step must never stop the batcher
@@ -188,17 +208,20 @@ class DynamicBatcher:
         await self._idle.wait()
 
     def shutdown(self) -> None:
-        """Refuse new work, fail what still waits, stop the task (on the event loop thread)."""
-        self._closed = True
+        """Refuse new work, fail what still waits, stop the task (on the event loop thread);
+        batches already dispatched finish in the pool, or fail there once it closes."""
+        if self._state is not RunState.OPEN:
+            return
+        self._move(RunState.CLOSING)
         for entry in self._queues.drain_all():
             if not entry.waiter.done():
-                entry.waiter.set_exception(
-                    UnavailableError(f"model '{self._spec.name}' was unloaded")
-                )
+                entry.waiter.set_exception(unloading_error(self._spec.name, self.stats.version))
         if self._timer is not None:
             self._timer.cancel()
         if self._task is not None:
             self._task.cancel()
+        if self._in_flight == 0:
+            self._move(RunState.CLOSED)
 
 
 def _release_after(previous: asyncio.Future[None] | None, release: asyncio.Future[None]) -> None:

@@ -15,11 +15,17 @@ measured cost of such a batch is below ``inline_bound_ns``: the loop is then blo
 about that long, and the batch costs no wake-up at all. The first executions always run on the
 instance threads, to measure; the estimate keeps following every execution, inline or not, so
 a model that becomes slower moves back to its threads by itself.
+
+A pool is OPEN, CLOSING or CLOSED (:mod:`inferd.scheduling.lifecycle`). Once :meth:`close` has
+begun, a batch put is failed at once with :class:`~inferd.errors.UnavailableError`; the batches
+accepted before are still run (each thread finishes its inbox and takes what waits in the
+backlog before it stops), so every waiter gets exactly one answer or one error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -33,7 +39,8 @@ from inferd.backends.base import ExecutionTimes, ModelInstance, Result, TimedIns
 from inferd.backends.execution import each_request
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
-from inferd.errors import InferdError, InternalError, RequestCancelledError, UnavailableError
+from inferd.errors import InferdError, InternalError, RequestCancelledError
+from inferd.scheduling.lifecycle import RunState, check_transition, unloading_error
 from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.scheduling")
@@ -141,9 +148,11 @@ class InstancePool:
         self._backlog: deque[WorkItem] = deque()  # put while no instance was idle
         self._handing_out = False
         self.on_free: Callable[[], None] | None = None
-        # threads still running, and what to run once the last one has closed its instance
+        # threads still running, and what to run once the last one has closed its instance;
+        # the lock also orders the state against every hand-out to an instance's inbox
         self._alive = len(self._slots)
         self._exit_lock = threading.Lock()
+        self._state = RunState.OPEN
         self._after_close: Callable[[], None] | None = None
         self._threads = [
             threading.Thread(target=self._run, args=(slot,), name=f"inferd-{name}-{i}", daemon=True)
@@ -160,14 +169,28 @@ class InstancePool:
     def free(self) -> int:
         return len(self._idle)
 
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def _move(self, new: RunState) -> None:  # under the exit lock
+        check_transition(self._state, new)
+        self._state = new
+
     def put(self, item: WorkItem) -> None:
         """Hand a batch to an idle instance, or queue it until one is idle (call on the event
         loop thread). Batches run in the order they were put.
 
         A batch cheap enough runs here and now, inline; its waiters are resolved before this
-        returns."""
-        self._backlog.append(item)
-        self._hand_out()
+        returns. Once the pool is closing, the batch's waiters fail at once (unavailable)."""
+        with self._exit_lock:
+            accepted = self._state is RunState.OPEN
+            if accepted:
+                self._backlog.append(item)
+        if accepted:
+            self._hand_out()
+        else:
+            self._refuse(item)
 
     def _hand_out(self) -> None:
         if self._handing_out:  # an inline batch completing inside the loop below
@@ -175,16 +198,36 @@ class InstancePool:
         self._handing_out = True
         try:
             while self._backlog and self._idle:
-                item = self._next_backlogged()  # an instance thread may have taken the last
-                if item is None:
-                    break
-                slot = self._idle.pop()
-                if slot.inline_safe and self._inline_bound_ns and self._runs_inline(item.rows):
+                with self._exit_lock:
+                    if self._state is not RunState.OPEN:
+                        return  # closing: the threads take the backlog before they stop
+                    item = self._next_backlogged()  # an instance thread may have taken the last
+                    if item is None:
+                        return
+                    slot = self._idle.pop()
+                    inline = bool(
+                        slot.inline_safe and self._inline_bound_ns and self._runs_inline(item.rows)
+                    )
+                    if not inline:
+                        slot.inbox.put(item)  # before close() puts the thread's stop mark
+                if inline:
                     self._run_inline(slot, item)
-                else:
-                    slot.inbox.put(item)
         finally:
             self._handing_out = False
+
+    def _refuse(self, item: WorkItem) -> None:
+        """Fail every request of a batch that came after close (on the event loop thread)."""
+        stats = self._stats
+        now = self._clock.monotonic_ns()
+        for i, (waiter, arrival) in enumerate(zip(item.waiters, item.arrivals_ns, strict=True)):
+            if waiter.done() or i in item.padding:
+                continue
+            stats.record_failure(now - arrival, "REJECTED")
+            waiter.set_exception(unloading_error(stats.name, stats.version))
+
+    def _refuse_all(self, items: list[WorkItem]) -> None:
+        for item in items:
+            self._refuse(item)
 
     def _next_backlogged(self) -> WorkItem | None:
         """The oldest batch waiting for an instance (from any thread: deque pops are atomic)."""
@@ -200,8 +243,9 @@ class InstancePool:
     def _run_inline(self, slot: _Slot, item: WorkItem) -> None:
         with slot.lock:
             if slot.closed:  # the pool is closing: the batch is not run
-                gone = UnavailableError(f"model '{self._name}' is unloading")
-                outcome: _Outcome = ([gone for _ in item.requests], ExecutionTimes(), 0, False)
+                stats = self._stats
+                gone = [unloading_error(stats.name, stats.version) for _ in item.requests]
+                outcome: _Outcome = (list(gone), ExecutionTimes(), 0, False)
             else:
                 outcome = self._execute_item(slot, item)
         self._complete(slot, item, *outcome)
@@ -209,11 +253,18 @@ class InstancePool:
     # -- worker threads ------------------------------------------------------------------------
 
     def _run(self, slot: _Slot) -> None:
-        """Run batches until told to stop; the thread closes its own instance when it ends, so
-        an instance is never closed while it is executing."""
+        """Run batches until told to stop, then the batches still waiting for an instance; the
+        thread closes its own instance when it ends, so an instance is never closed while it is
+        executing."""
+        stopping = False
         try:
-            item = slot.inbox.get()
-            while item is not None:
+            item: WorkItem | None = slot.inbox.get()
+            while True:
+                if item is None:  # close(): nothing more comes to this inbox
+                    stopping = True
+                    item = self._next_backlogged()
+                    if item is None:
+                        break
                 with slot.lock:
                     outcome = self._execute_item(slot, item)
                 # work that waits for an instance is taken here and now: going through the loop
@@ -227,7 +278,12 @@ class InstancePool:
                     return
                 # the batch's locals die here: outputs may pin runtime or shared memory
                 del item, outcome
-                item = following if following is not None else slot.inbox.get()
+                if following is not None:
+                    item = following
+                elif stopping:
+                    break
+                else:
+                    item = slot.inbox.get()
         finally:
             with slot.lock:
                 slot.closed = True
@@ -235,11 +291,19 @@ class InstancePool:
                     slot.instance.close()
                 except Exception:
                     _log.exception("closing an instance of model '%s' failed", self._name)
+            left: list[WorkItem] = []
             with self._exit_lock:
                 self._alive -= 1
                 after = self._after_close if self._alive == 0 else None
                 if after is not None:
                     self._after_close = None
+                if self._alive == 0 and self._state is RunState.CLOSING:
+                    self._move(RunState.CLOSED)
+                    left = list(self._backlog)  # none, unless a thread stopped early
+                    self._backlog.clear()
+            if left:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    self._loop.call_soon_threadsafe(self._refuse_all, left)
             if after is not None:
                 after()
 
@@ -373,10 +437,16 @@ class InstancePool:
         with self._exit_lock:
             run_now = then is not None and self._alive == 0
             self._after_close = None if run_now else then
+            first = self._state is RunState.OPEN
+            if first:  # from now on put() refuses: no batch can land behind a stop mark
+                self._move(RunState.CLOSING)
+                if self._alive == 0:
+                    self._move(RunState.CLOSED)
         if then is not None and run_now:
             then()
-        for slot in self._slots:
-            slot.inbox.put(None)
+        if first:
+            for slot in self._slots:
+                slot.inbox.put(None)
         for thread in self._threads:
             thread.join(timeout_s)
         busy = [t.name for t in self._threads if t.is_alive()]
