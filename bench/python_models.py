@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import LoadContext, Result
-from inferd.backends.python import PythonBackend, user_model
-from inferd.backends.python import triton_python_backend_utils as pb_utils
+from inferd.backends.python import PythonBackend
+from inferd.backends.python.worker import triton_python_backend_utils as pb_utils
+from inferd.backends.python.worker import user_model
 from inferd.backends.registry import default_registry
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec

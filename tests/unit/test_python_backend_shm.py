@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferd.backends.python import shm, transfer
+from inferd.backends.python import shm
 from inferd.backends.python import triton_python_backend_utils as pb_utils
+from inferd.backends.python.server import transfer
 from inferd.core import datatypes
 from inferd.errors import InvalidInputError, OverloadedError
 

@@ -19,19 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 from inferd.backends.base import ExecutionTimes, Result
 from inferd.backends.execution import describe, each_request
-from inferd.backends.python import shm, transfer
-from inferd.backends.python.exchange import Exchange, Wakeup
-from inferd.backends.python.launcher import describe_exit
+from inferd.backends.python import shm
 from inferd.backends.python.protocol import Message, encode, sequence_fields
-from inferd.backends.python.stream_pump import StreamPump
-from inferd.backends.python.worker_handle import WorkerHandle, await_ready
+from inferd.backends.python.server import transfer
+from inferd.backends.python.server.exchange import Exchange, Wakeup
+from inferd.backends.python.server.launcher import describe_exit
+from inferd.backends.python.server.stream_pump import StreamPump
+from inferd.backends.python.server.worker_handle import WorkerHandle, await_ready
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec
 from inferd.core.validation import validate_request
 from inferd.errors import InferdError, InternalError, OverloadedError, UnavailableError
 
 if TYPE_CHECKING:
-    from inferd.backends.python.backend import PythonModel
+    from inferd.backends.python.server.backend import PythonModel
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ import numpy as np
 from inferd.backends.base import Result, ThreadCalls
 from inferd.backends.python import shm
 from inferd.backends.python.protocol import Message, decode, error_from_wire
-from inferd.backends.python.worker_handle import WorkerHandle
+from inferd.backends.python.server.worker_handle import WorkerHandle
 from inferd.core.inference import InferRequest, RequestedOutput
 from inferd.core.model_spec import ModelSpec
 from inferd.core.streaming import StreamedResponse

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferd.backends.python import shm
-from inferd.backends.python.channel import Channel
 from inferd.backends.python.protocol import Message, encode, error_from_wire
+from inferd.backends.python.worker.channel import Channel
 from inferd.errors import InferdError, OverloadedError
 
 if TYPE_CHECKING:
-    from inferd.backends.python.worker import Worker
+    from inferd.backends.python.worker.worker import Worker
 
 Array = np.ndarray[Any, Any]
 

@@ -1,13 +1,14 @@
 """The main of a Python model worker process (one per model instance).
 
-Started by :mod:`inferd.backends.python.launcher`: forked by the zygote (``serve_channel``) or run
-as ``python -m inferd.backends.python.worker <fd>`` (``spawn``); never through multiprocessing, so
-the server's ``__main__`` is never imported here. The first message on the socket is the init
-message; the worker imports the user's ``model.py``, runs ``initialize`` (or the typed API's
-``setup``), then answers ``execute`` messages until told to finalize or until the server goes
-away (EOF on the socket). Tensors are read from and written to the instance's shared-memory
-arena; see ``protocol.py`` for the messages. Outputs that are views of this batch's inputs (an
-identity model) are not copied: their place in the arena is sent back as is.
+Started by :mod:`inferd.backends.python.server.launcher`: forked by the zygote
+(``serve_channel``) or run as ``python -m inferd.backends.python.worker <fd>`` (``spawn``, see
+``__main__.py``); never through multiprocessing, so the server's ``__main__`` is never imported
+here. The first message on the socket is the init message; the worker imports the user's
+``model.py``, runs ``initialize`` (or the typed API's ``setup``), then answers ``execute``
+messages until told to finalize or until the server goes away (EOF on the socket). Tensors are
+read from and written to the instance's shared-memory arena; see ``protocol.py`` for the
+messages. Outputs that are views of this batch's inputs (an identity model) are not copied:
+their place in the arena is sent back as is.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import inspect
 import itertools
 import logging
 import signal
-import sys
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -29,11 +29,11 @@ import numpy as np
 from inferd.backends.batching import check_rows, split_outputs
 from inferd.backends.execution import RetryPolicy, run_batch
 from inferd.backends.python import api, shm
-from inferd.backends.python import triton_python_backend_utils as pb_utils
-from inferd.backends.python.channel import Channel, ChannelClosed
 from inferd.backends.python.protocol import Message, decode, encode
-from inferd.backends.python.streaming import Calls, Outbox, Streams, read_call_answer
-from inferd.backends.python.user_model import find_model_class, load_module
+from inferd.backends.python.worker import triton_python_backend_utils as pb_utils
+from inferd.backends.python.worker.channel import Channel, ChannelClosed
+from inferd.backends.python.worker.streaming import Calls, Outbox, Streams, read_call_answer
+from inferd.backends.python.worker.user_model import find_model_class, load_module
 from inferd.errors import InferdError, InvalidArgumentError
 
 Array = np.ndarray[Any, Any]
@@ -202,7 +202,7 @@ class Worker:
         """Responses leave as the model sends them; ``returned`` tells the server that
         ``execute`` is over (requests still open are answered later, from the model's threads).
         """
-        from inferd.backends.python.decoupled import run_decoupled
+        from inferd.backends.python.worker.decoupled import run_decoupled
 
         keys = [int(req["stream"]) for req in requests]
         self.streams.begin(keys)
@@ -482,9 +482,3 @@ def serve_channel(fd: int, name: str = "") -> int:
 def main(argv: Sequence[str]) -> int:
     """``python -m inferd.backends.python.worker <fd> [name]`` (the ``spawn`` start)."""
     return serve_channel(int(argv[0]), argv[1] if len(argv) > 1 else "")
-
-
-if __name__ == "__main__":
-    from inferd.backends.python.worker import main as _main  # the module, not this __main__ copy
-
-    sys.exit(_main(sys.argv[1:]))

@@ -26,9 +26,9 @@ from typing import Any
 
 from inferd.backends.base import ThreadCalls
 from inferd.backends.python import shm
-from inferd.backends.python.exchange import Exchange, Wakeup
 from inferd.backends.python.protocol import Message
-from inferd.backends.python.worker_handle import WorkerHandle
+from inferd.backends.python.server.exchange import Exchange, Wakeup
+from inferd.backends.python.server.worker_handle import WorkerHandle
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import OverloadedError

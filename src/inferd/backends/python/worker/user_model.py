@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from inferd.backends.python import api
-from inferd.backends.python import triton_python_backend_utils as pb_utils
+from inferd.backends.python.worker import triton_python_backend_utils as pb_utils
 
 #: The name Triton's models import the helper module by.
 COMPAT_MODULE = "triton_python_backend_utils"

@@ -28,15 +28,15 @@ from google.protobuf import json_format
 from inferd.backends.base import LoadContext
 from inferd.backends.parameters import int_param
 from inferd.backends.python import shm
-from inferd.backends.python.instance import PythonInstance
-from inferd.backends.python.launcher import (
+from inferd.backends.python.server.instance import PythonInstance
+from inferd.backends.python.server.launcher import (
     ALIASES,
     START_METHODS,
     Launcher,
     ZygoteHost,
     describe_exit,
 )
-from inferd.backends.python.worker_handle import WorkerHandle, await_ready, launch
+from inferd.backends.python.server.worker_handle import WorkerHandle, await_ready, launch
 from inferd.codecs.model_config import to_json_dict
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import ConfigError, ModelLoadError

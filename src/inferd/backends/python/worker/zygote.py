@@ -1,8 +1,8 @@
 """The zygote: a small, single-threaded process that forks Python model workers on request.
 
-Run by :class:`inferd.backends.python.launcher.Zygote` as
-``python -m inferd.backends.python.zygote <control fd> <server pid>``. It imports numpy and the
-worker module once, so every worker forked from it shares those pages copy-on-write, and it
+Run by :class:`inferd.backends.python.server.launcher.Zygote` as
+``python -m inferd.backends.python.worker.zygote <control fd> <server pid>``. It imports numpy
+and the worker module once, so every worker forked from it shares those pages copy-on-write, and it
 never imports the server's ``__main__``.
 
 Control socket (``SOCK_SEQPACKET``, JSON messages, descriptors passed with ``SCM_RIGHTS``):
@@ -28,8 +28,10 @@ import traceback
 
 import orjson
 
-from inferd.backends.python import worker  # the preload: numpy and everything a worker imports
-from inferd.backends.python.launcher import set_parent_death_signal
+from inferd.backends.python.lifetime import set_parent_death_signal
+from inferd.backends.python.worker import (
+    worker,  # the preload: numpy and everything a worker imports
+)
 
 _MAX_MESSAGE = 4096
 

@@ -5,7 +5,7 @@ so a script that embeds inferd without an ``if __name__ == "__main__":`` guard w
 again inside every worker. We start our own processes instead, with ``python -m``:
 
 ``zygote`` (default)
-    One :mod:`~inferd.backends.python.zygote` process per backend (per server), started on
+    One :mod:`~inferd.backends.python.worker.zygote` process per backend (per server), started on
     first use and stopped when the last Python model is unloaded. It preloads numpy and the
     worker module, then ``os.fork()``\\ s a worker whenever asked, so the workers share those
     pages copy-on-write. Forking there is safe: the zygote is single-threaded. The server sends
@@ -24,7 +24,6 @@ thread that forked, not to the process).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import select
@@ -45,16 +44,7 @@ ALIASES = {"forkserver": "zygote"}
 #: How long a new zygote may take to import numpy and the worker module.
 ZYGOTE_START_TIMEOUT_S = 60.0
 
-_PR_SET_PDEATHSIG = 1
 _MAX_MESSAGE = 4096
-
-
-def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send ``sig`` to this process when its parent thread exits (best effort)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -214,7 +204,7 @@ class Zygote:
                     [
                         sys.executable,
                         "-m",
-                        "inferd.backends.python.zygote",
+                        "inferd.backends.python.worker.zygote",
                         str(theirs.fileno()),
                         str(os.getpid()),
                     ],

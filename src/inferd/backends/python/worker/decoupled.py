@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from inferd.backends.python import api, shm
-from inferd.backends.python import triton_python_backend_utils as pb_utils
+from inferd.backends.python.worker import triton_python_backend_utils as pb_utils
 
 if TYPE_CHECKING:
-    from inferd.backends.python.streaming import Streams
-    from inferd.backends.python.worker import Worker
+    from inferd.backends.python.worker.streaming import Streams
+    from inferd.backends.python.worker.worker import Worker
 
 
 class ResponseSender:

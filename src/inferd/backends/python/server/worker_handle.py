@@ -10,9 +10,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from inferd.backends.python import shm
-from inferd.backends.python.launcher import Launcher, WorkerProcess, describe_exit
 from inferd.backends.python.protocol import Message, decode, encode
-from inferd.backends.python.transfer import ArenaSpace
+from inferd.backends.python.server.launcher import Launcher, WorkerProcess, describe_exit
+from inferd.backends.python.server.transfer import ArenaSpace
 
 
 class WorkerHandle:
