@@ -78,10 +78,6 @@ class Engine:
         self._strict_readiness = strict_readiness
         self._accepting = True
 
-    @property
-    def manager(self) -> ModelManager:
-        return self._manager
-
     # -- health and metadata ------------------------------------------------------------------
 
     def is_live(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import logging
 import re
 import threading
@@ -10,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+import inferd.repository.lifecycle as lifecycle_module
 import inferd.repository.manager as manager_module
 from inferd.core.lifecycle import ModelState
-from inferd.errors import InternalError
-from inferd.repository.manager import ControlMode, ModelRecord
-from tests.helpers.models import write_add_sub
+from inferd.errors import InternalError, UnavailableError
+from inferd.repository.manager import ControlMode, ModelRecord, RepositoryManager
+from inferd.scheduling.dynamic import DynamicBatcher
+from tests.helpers.models import ADD_SUB_CONFIG, write_add_sub
 from tests.integration.test_repository_manager import make, request
 
 _MOVE = re.compile(r"model '(\w+)' version (\d+): (\w+) -> (\w+)")
@@ -85,10 +88,11 @@ def test_an_illegal_transition_is_refused() -> None:
     assert record.status[1].state is ModelState.READY
 
 
-def test_no_code_writes_a_state_except_the_one_function() -> None:
+@pytest.mark.parametrize("module", [manager_module, lifecycle_module])
+def test_no_code_writes_a_state_except_the_one_function(module: object) -> None:
     """States are read anywhere but written only by ``ModelRecord.move`` (and the model-level
     entry dropped by ``forget_model_level``)."""
-    tree = ast.parse(Path(manager_module.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text(encoding="utf-8"))
     allowed = {"move", "forget_model_level"}
     offenders: list[str] = []
     for func in ast.walk(tree):
@@ -155,3 +159,59 @@ async def test_unload_dependents_is_honoured(
         assert "it is composed of no other model" in caplog.text
     finally:
         await manager.close()
+
+
+def _batched(delay_us: int) -> str:
+    """The add/sub config with a dynamic batcher that holds a lone request ``delay_us``."""
+    return ADD_SUB_CONFIG + (
+        f"dynamic_batching {{ preferred_batch_size: [ 8 ] max_queue_delay_microseconds: "
+        f"{delay_us} }}"
+    )
+
+
+async def _queued(manager: RepositoryManager, name: str) -> DynamicBatcher:
+    """The model's batcher once a request waits in it."""
+    batcher = manager.get(name, None).scheduler
+    assert isinstance(batcher, DynamicBatcher)
+    for _ in range(1000):  # the request reaches the batcher within a few loop turns
+        if batcher.in_flight:
+            break
+        await asyncio.sleep(0)
+    assert batcher.in_flight == 1
+    return batcher
+
+
+async def test_close_drains_requests_in_flight_as_an_unload_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request the batcher still holds when the repository closes gets its answer, not a
+    cancellation; the version goes READY -> UNLOADING -> UNAVAILABLE as in an unload."""
+    caplog.set_level(logging.DEBUG, logger="inferd.repository")
+    write_add_sub(tmp_path, "held", config=_batched(200_000))
+    manager, engine = make([tmp_path], ControlMode.EXPLICIT)
+    assert await manager.startup(["held"]) == {}
+    pending = asyncio.create_task(engine.infer(request("held")))
+    try:
+        await _queued(manager, "held")
+    finally:
+        await manager.close()
+    response = await pending
+    assert response.outputs["OUTPUT0"][0, 0] == 1
+    assert _moves(caplog, "held")[-2:] == [("READY", "UNLOADING"), ("UNLOADING", "UNAVAILABLE")]
+    assert manager.ready_versions("held") == []
+
+
+async def test_close_after_the_drain_grace_ran_out_does_not_wait_again(tmp_path: Path) -> None:
+    """Once :meth:`drain` gave up (the server's exit timeout), close unloads at once: the
+    request still held fails as unloaded instead of keeping the server from exiting."""
+    write_add_sub(tmp_path, "stuck", config=_batched(3_600_000_000))  # held for an hour
+    manager, engine = make([tmp_path], ControlMode.EXPLICIT)
+    assert await manager.startup(["stuck"]) == {}
+    pending = asyncio.create_task(engine.infer(request("stuck")))
+    try:
+        await _queued(manager, "stuck")
+        assert await manager.drain(0.01) is False
+    finally:
+        await manager.close()
+    with pytest.raises(UnavailableError, match="stuck"):
+        await pending

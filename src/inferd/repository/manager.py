@@ -1,10 +1,9 @@
-"""The repository manager: which model versions exist, their lifecycle, and load/unload/poll.
+"""The repository manager: the catalogue of models, and load/unload/poll requests.
 
-Loading runs in worker threads so the event loop keeps serving other models; a reload swaps the
-new versions in only once they are READY (and warmed up: the config's ``model_warmup``, or the
-model's recent requests) and then drains the old ones, so in-flight requests finish on the
-version that accepted them. A rollback (``repository/rollback.py``) pins an earlier version as
-the model's default the same way.
+The manager scans the repository, answers load, unload and poll requests (uploads and
+ensembles' step models included) and prepares each model's config in worker threads so the
+event loop keeps serving other models. What happens to a model's versions once prepared (swap
+in, publish, retire with a drain, pin, roll back) is :mod:`inferd.repository.lifecycle`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
-from inferd.backends.calls import LoopCalls
 from inferd.backends.registry import BackendRegistry
 from inferd.codecs.model_config import parse_json_config
 from inferd.core.lifecycle import ModelState
@@ -29,15 +27,10 @@ from inferd.errors import (
     UnavailableError,
 )
 from inferd.repository.calls import InProcessCaller
-from inferd.repository.ensembles import EnsembleDependencies, load_ensemble_version
+from inferd.repository.ensembles import EnsembleDependencies
 from inferd.repository.layout import duplicated, find_models
-from inferd.repository.loader import (
-    LoadedVersion,
-    LoadOptions,
-    PreparedModel,
-    load_version,
-    prepare,
-)
+from inferd.repository.lifecycle import VersionLifecycle
+from inferd.repository.loader import LoadOptions, prepare
 from inferd.repository.manager_types import ServingModel
 from inferd.repository.poll import fingerprint
 from inferd.repository.recent import RecentRequests
@@ -48,7 +41,7 @@ from inferd.repository.records import (
     ModelRecord,
     VersionStatus,
 )
-from inferd.repository.rollback import Pin, refuse_in_mode_none, roll_back
+from inferd.repository.rollback import Pin, refuse_in_mode_none
 from inferd.repository.trust import check_client_config
 from inferd.repository.uploads import (
     UploadArea,
@@ -58,7 +51,6 @@ from inferd.repository.uploads import (
 )
 from inferd.repository.views import index_entries, ready_statistics
 from inferd.scheduling.response_cache import ResponseCache
-from inferd.scheduling.stats import ModelStats
 
 _log = logging.getLogger("inferd.repository")
 
@@ -89,10 +81,7 @@ class RepositoryManager:
         self._mode = mode
         self._options = options if options is not None else LoadOptions()
         self._records: dict[str, ModelRecord] = {}
-        # the hot-path view: name -> (versions -> serving, latest ready version)
-        self._ready: dict[str, tuple[dict[int, ServingModel], ServingModel]] = {}
         self._load_gate = asyncio.Semaphore(max(1, load_parallelism))
-        self._background: set[asyncio.Task[None]] = set()
         self._expected: set[str] = set()  # models that should be loaded (for readiness)
         self._load_failures: dict[str, int] = {}  # failed loads per model name, for metrics
         self._uploads = UploadArea()
@@ -101,6 +90,20 @@ class RepositoryManager:
         self._ensembles = EnsembleDependencies(self._load, self._is_ready, self._model_dirs)
         # the requests each model answered lately, to warm up its next version
         self._recent = recent
+        self._versions = VersionLifecycle(
+            registry,
+            self._options,
+            load_gate=self._load_gate,
+            get=self.get,
+            caller=self._caller,
+            recent=recent,
+            count_failure=self._count_failure,
+        )
+        # the hot-path view: name -> (versions -> serving, default version), written only by
+        # the lifecycle's publish
+        self._ready = self._versions.ready
+        # set once drain() ran out of its grace period: close() then waits no longer
+        self._grace_spent = False
         # told of each model loaded (with its folder) or unloaded (None): its traffic policy
         self._on_change = on_change
 
@@ -296,11 +299,9 @@ class RepositoryManager:
             except InferdError as exc:
                 self._fail_all(record, str(exc))
                 raise
-            await self._swap_in(record, prepared)
+            await self._versions.swap_in(record, prepared)
             record.source = LoadSource(model_dir, override_json, upload)
-            if record.pin is not None:  # a load applies the version policy again
-                record.pin = None
-                self._publish(record)
+            self._versions.unpin(record)  # a load applies the version policy again
             record.fingerprint = await asyncio.to_thread(fingerprint, model_dir)
             old_override = record.override_dir
             record.override_dir = model_dir if upload else None
@@ -317,87 +318,6 @@ class RepositoryManager:
         versions = [v for v in record.status if v != MODEL_LEVEL] or [MODEL_LEVEL]
         for version in versions:
             record.move(version, ModelState.UNAVAILABLE, reason)
-
-    async def _swap_in(self, record: ModelRecord, prepared: PreparedModel) -> None:
-        name = record.name
-        new: dict[int, LoadedVersion] = {}
-        errors: list[str] = []
-        record.forget_model_level()
-        for version in prepared.versions:
-            if version not in record.loaded:
-                record.move(version, ModelState.LOADING)
-        for version in prepared.versions:
-            if version not in record.stats:
-                record.stats[version] = ModelStats(name, version)
-        results = await asyncio.gather(
-            *(self._load_one(prepared, v, record.stats[v]) for v in prepared.versions),
-            return_exceptions=True,
-        )
-        for version, result in zip(prepared.versions, results, strict=True):
-            if isinstance(result, BaseException):
-                reason = str(result)
-                errors.append(reason)
-                self._count_failure(name)
-                if version not in record.loaded:
-                    record.move(version, ModelState.UNAVAILABLE, reason)
-                _log.error("%s", reason)
-            else:
-                new[version] = result
-        if not new:
-            # as Triton: a model whose versions all failed is a bad argument to the load
-            raise InvalidArgumentError(errors[0] if errors else f"failed to load '{name}'")
-        old = record.loaded
-        keep_old = {v: lv for v, lv in old.items() if v not in new and v in prepared.versions}
-        retired = [lv for v, lv in old.items() if v in new or v not in prepared.versions]
-        record.loaded = {**keep_old, **new}
-        for version in record.loaded:
-            record.move(version, ModelState.READY)
-        self._publish(record)
-        leaving = [lv for lv in retired if lv.serving.version not in record.loaded]
-        for lv in leaving:
-            record.move(lv.serving.version, ModelState.UNLOADING)
-        await self._retire(record, retired)
-        for lv in leaving:
-            record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
-        for version, lv in new.items():
-            spec = lv.serving.spec
-            kind = "ensemble" if spec.is_ensemble else spec.backend
-            _log.info("model '%s' version %d is READY (%s)", name, version, kind)
-
-    async def _load_one(
-        self, prepared: PreparedModel, version: int, stats: ModelStats
-    ) -> LoadedVersion:
-        """Load one version off the loop, warmed up with the model's recent requests."""
-        if prepared.spec.is_ensemble:
-            return load_ensemble_version(prepared, version, stats, self.get, self._caller)
-        loop = asyncio.get_running_loop()
-        recent = self._recent.sample(prepared.spec.name) if self._recent is not None else []
-        return await asyncio.to_thread(
-            load_version,
-            prepared,
-            version,
-            self._registry,
-            loop,
-            stats,
-            inline_max_us=self._options.inline_max_us,
-            calls=LoopCalls(loop, self._caller.stream_outputs),
-            recent=recent,
-        )
-
-    def _publish(self, record: ModelRecord) -> None:
-        """Update the hot-path view for one model (a single dict assignment)."""
-        default = record.default_version()
-        if default is None:
-            self._ready.pop(record.name, None)
-            return
-        versions = {v: lv.serving for v, lv in record.loaded.items()}
-        self._ready[record.name] = (versions, versions[default])
-
-    async def _retire(self, record: ModelRecord, retired: list[LoadedVersion]) -> None:
-        for lv in retired:
-            await lv.scheduler.drain()
-            lv.scheduler.shutdown()
-            await asyncio.to_thread(lv.close)
 
     async def unload(self, name: str, *, unload_dependents: bool = False) -> None:
         check_model_name(name)
@@ -450,18 +370,8 @@ class RepositoryManager:
             _log.info("unload of '%s': it is not loaded", name)
             return
         async with record.lock:
-            retired = list(record.loaded.values())
-            for lv in retired:
-                record.move(lv.serving.version, ModelState.UNLOADING)
-            record.loaded = {}
-            self._publish(record)
-            await self._retire(record, retired)
-            for lv in retired:
-                record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
-            if record.override_dir is not None:
-                self._uploads.remove(record.override_dir)
-                record.override_dir = None
-            record.pin = None
+            await self._versions.retire_all(record)
+            self._remove_override(record)
             if self._recent is not None:
                 self._recent.forget(name)
         if self._on_change is not None:
@@ -480,36 +390,7 @@ class RepositoryManager:
         if record is None or not record.loaded:
             raise NotFoundError(f"cannot roll '{name}' back: it has no loaded version")
         async with record.lock:
-            return await roll_back(
-                record,
-                version,
-                load=self._load_for_rollback,
-                publish=self._publish,
-                retire=self._retire,
-            )
-
-    async def _load_for_rollback(
-        self, record: ModelRecord, source: LoadSource, version: int
-    ) -> LoadedVersion:
-        """Load ``version`` as the model's last load did, its version policy widened to it."""
-        async with self._load_gate:
-            prepared = await asyncio.to_thread(
-                prepare,
-                record.name,
-                source.model_dir,
-                self._registry,
-                self._options,
-                override_json=source.override_json,
-            )
-            prepared.versions = [version]
-            record.move(version, ModelState.LOADING)
-            stats = record.stats.setdefault(version, ModelStats(record.name, version))
-            try:
-                return await self._load_one(prepared, version, stats)
-            except Exception as exc:
-                self._count_failure(record.name)
-                record.move(version, ModelState.UNAVAILABLE, str(exc))
-                raise
+            return await self._versions.roll_back(record, version)
 
     async def unpin(self, name: str) -> None:
         """Lift a rollback's pin: load the model again as its repository (and the last load
@@ -578,23 +459,22 @@ class RepositoryManager:
                 asyncio.gather(*(s.drain() for s in schedulers)), timeout=timeout_s
             )
         except TimeoutError:
+            self._grace_spent = True
             return False
         return True
 
     async def close(self) -> None:
-        """Unload everything."""
+        """Unload everything: each version drains its in-flight requests first, as an unload
+        does (not again once :meth:`drain` ran out of its grace period)."""
+        timeout_s = 0.0 if self._grace_spent else None
         for name in list(self._records):
             record = self._records[name]
-            retired = list(record.loaded.values())
-            for lv in retired:
-                record.move(lv.serving.version, ModelState.UNLOADING)
-            record.loaded = {}
-            self._publish(record)
-            for lv in retired:
-                lv.scheduler.shutdown()
-                await asyncio.to_thread(lv.close)
-                record.move(lv.serving.version, ModelState.UNAVAILABLE, "unloaded")
-            if record.override_dir is not None:
-                self._uploads.remove(record.override_dir)
-                record.override_dir = None
+            await self._versions.retire_all(record, drain_timeout_s=timeout_s)
+            self._remove_override(record)
         self._uploads.close()
+
+    def _remove_override(self, record: ModelRecord) -> None:
+        """Delete the folder an upload made for the model, if any."""
+        if record.override_dir is not None:
+            self._uploads.remove(record.override_dir)
+            record.override_dir = None

@@ -3,25 +3,18 @@
 A rollback makes another version the model's default (what a request without a version gets)
 and pins it there: polling leaves the model alone and the version policy is not applied again
 until the pin is lifted (``unpin``) or the model is loaded explicitly. The choice of version is
-a pure function of the versions the repository holds; :func:`roll_back` is the swap, run by the
-repository manager under the model's lock.
+a pure function of the versions the repository holds; the swap is
+:meth:`inferd.repository.lifecycle.VersionLifecycle.roll_back`, run under the model's lock.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Collection
 
-from inferd.core.lifecycle import ModelState
 from inferd.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from inferd.repository.layout import list_versions
-from inferd.repository.loader import LoadedVersion
-from inferd.repository.records import LoadSource, ModelRecord, Pin
+from inferd.repository.records import Pin
 
-__all__ = ["MODE_NONE_REFUSAL", "Pin", "refuse_in_mode_none", "roll_back", "rollback_target"]
-
-_log = logging.getLogger("inferd.repository")
+__all__ = ["MODE_NONE_REFUSAL", "Pin", "refuse_in_mode_none", "rollback_target"]
 
 MODE_NONE_REFUSAL = (
     "with --model-control-mode none the versions served are fixed when the server starts: "
@@ -61,35 +54,3 @@ def rollback_target(
             f"version {current} (it has {_listed(available)}); name a version to roll to"
         )
     return max(older)
-
-
-async def roll_back(
-    record: ModelRecord,
-    version: int | None,
-    *,
-    load: Callable[[ModelRecord, LoadSource, int], Awaitable[LoadedVersion]],
-    publish: Callable[[ModelRecord], None],
-    retire: Callable[[ModelRecord, list[LoadedVersion]], Awaitable[None]],
-) -> Pin:
-    """Pin ``version`` (None: the highest below the default one) as the model's default: load
-    it (``load``, which warms it up) unless it is loaded, publish it in one step, then drain and
-    unload the version it replaces. Call with the model's lock held."""
-    name = record.name
-    current = record.default_version()
-    source = record.source
-    if current is None or source is None:
-        raise NotFoundError(f"cannot roll '{name}' back: it has no loaded version")
-    available = await asyncio.to_thread(list_versions, source.model_dir)
-    target = rollback_target(name, current, available, version)
-    if target not in record.loaded:
-        record.loaded[target] = await load(record, source, target)
-    pin = Pin(target, current)
-    record.move(target, ModelState.READY, pin.reason(name))
-    record.pin = pin
-    leaving = record.loaded.pop(current)
-    record.move(current, ModelState.UNLOADING)
-    publish(record)
-    _log.info("model '%s' rolled back from version %d to %d", name, current, target)
-    await retire(record, [leaving])
-    record.move(current, ModelState.UNAVAILABLE, f"unloaded: rolled back to {target}")
-    return pin
