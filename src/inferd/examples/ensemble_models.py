@@ -11,7 +11,24 @@ from pathlib import Path
 
 from inferd.examples.common import Built, write_file
 
-DIGITS_POSTPROCESS_CONFIG = """\
+# the answer both the post-processing step and the whole pipeline give
+_ANSWER_OUTPUTS = """
+output [
+  {
+    name: "digit"
+    data_type: TYPE_STRING
+    dims: [ 1 ]
+  },
+  {
+    name: "confidence"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+  }
+]
+"""
+
+DIGITS_POSTPROCESS_CONFIG = (
+    """\
 # digits_postprocess: turns the `digits` model's probabilities into an answer a person reads.
 #
 # probabilities  the probability of each digit 0..9 (FP32), as `digits` gives them
@@ -33,20 +50,9 @@ input [
     dims: [ 10 ]
   }
 ]
-
-output [
-  {
-    name: "digit"
-    data_type: TYPE_STRING
-    dims: [ 1 ]
-  },
-  {
-    name: "confidence"
-    data_type: TYPE_FP32
-    dims: [ 1 ]
-  }
-]
 """
+    + _ANSWER_OUTPUTS
+)
 
 DIGITS_POSTPROCESS_MODEL = '''\
 """digits_postprocess: the probabilities of the digits 0..9 -> the top digit's name and score."""
@@ -76,7 +82,8 @@ class TritonPythonModel:
         return responses
 '''
 
-DIGITS_PIPELINE_CONFIG = """\
+DIGITS_PIPELINE_CONFIG = (
+    """\
 # digits_pipeline: a raw 8x8 image in, the digit's name out, in one request.
 #
 # An ensemble: the server runs three models for each request, passing tensors between them in
@@ -102,20 +109,9 @@ input [
     dims: [ 8, 8 ]
   }
 ]
-
-output [
-  {
-    name: "digit"
-    data_type: TYPE_STRING
-    dims: [ 1 ]
-  },
-  {
-    name: "confidence"
-    data_type: TYPE_FP32
-    dims: [ 1 ]
-  }
-]
-
+"""
+    + _ANSWER_OUTPUTS
+    + """
 ensemble_scheduling {
   step [
     {
@@ -140,6 +136,7 @@ ensemble_scheduling {
   ]
 }
 """
+)
 
 _VERSION_NOTE = "An ensemble has no model file: this folder only marks version 1 as present.\n"
 
