@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from inferd.cli.admin_token import read_admin_token, read_feedback_token
+from inferd.cli.flag_values import parse_bool
 from inferd.cli.serve_drift import add_drift_flags, drift_settings
 from inferd.cli.serve_observability import (
     add_observability_flags,
@@ -26,18 +27,6 @@ from inferd.scheduling.response_cache import parse_cache_config
 from inferd.server import Server, ServerConfig, StartupError
 
 _log = logging.getLogger("inferd")
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
 def _bool_flag(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from inferd.cli.flag_values import parse_bool
 from inferd.core.drift import DriftSettings
 from inferd.errors import InferdError
 
@@ -76,8 +77,6 @@ _OPTIONS: tuple[tuple[str, str, str, type, str, str], ...] = (
 
 
 def add_drift_flags(parser: argparse.ArgumentParser) -> None:
-    from inferd.cli.serve import parse_bool  # serve.py imports this module
-
     group = parser.add_argument_group(
         "drift monitoring (see docs/monitoring.md)",
         "Compare live inputs and predictions of every version that has a drift_profile.json "
