@@ -13,16 +13,15 @@ import numpy as np
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 
-__all__ = ["InferenceObserver"]
+__all__ = ["InferenceObserver", "ModelOutputs"]
+
+# the raw arrays a model produced for one request, by output name
+ModelOutputs = Mapping[str, np.ndarray[Any, Any]]
 
 
 class InferenceObserver(Protocol):
     def observe(
-        self,
-        spec: ModelSpec,
-        version: int,
-        request: InferRequest,
-        outputs: Mapping[str, np.ndarray[Any, Any]],
+        self, spec: ModelSpec, version: int, request: InferRequest, outputs: ModelOutputs
     ) -> None:
         """``request`` was answered by ``version`` of the model ``spec`` with ``outputs``: the
         raw arrays the model produced for it (or the response cache holds for it: then every

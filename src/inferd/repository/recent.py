@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import mmap
 from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
+from inferd.core.observe import ModelOutputs
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "RecentRequests"]
 
@@ -48,11 +48,7 @@ class RecentRequests:
         return self._per_model
 
     def observe(
-        self,
-        spec: ModelSpec,
-        version: int,
-        request: InferRequest,
-        outputs: Mapping[str, np.ndarray[Any, Any]],
+        self, spec: ModelSpec, version: int, request: InferRequest, outputs: ModelOutputs
     ) -> None:
         if spec.sequence_batching is not None or spec.is_ensemble:
             return

@@ -27,14 +27,12 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from operator import itemgetter
-from typing import Any
-
-import numpy as np
 
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
+from inferd.core.observe import ModelOutputs
 from inferd.core.payload_stats import PayloadLogStats
 from inferd.errors import InferdError
 from inferd.monitoring.payload_log.buffer import HandOff
@@ -141,11 +139,7 @@ class PayloadLogger:
         self._writer.stop()
 
     def observe(
-        self,
-        spec: ModelSpec,
-        version: int,
-        request: InferRequest,
-        outputs: Mapping[str, np.ndarray[Any, Any]],
+        self, spec: ModelSpec, version: int, request: InferRequest, outputs: ModelOutputs
     ) -> None:
         name = spec.name
         rate = self._rates.get(name)
