@@ -27,7 +27,7 @@ import numpy as np
 
 from inferd.core.datatypes import DataType
 from inferd.errors import InvalidArgumentError
-from inferd.tools.perf.inputs import Shapes, fits, numpy_dtype, resolve_shape
+from inferd.tools.perf.shapes import Shapes, fits, numpy_dtype, resolve_shape
 from inferd.tools.perf.transport import ModelInfo, RequestData, TensorInfo
 
 Streams = list[tuple[RequestData, ...]]
