@@ -23,7 +23,7 @@ import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -31,8 +31,10 @@ import orjson
 from inferd.core import datatypes
 from inferd.errors import InferdError
 from inferd.monitoring.payload_log.columns import Column, Uniform
-from inferd.monitoring.payload_log.encode import Chunk
 from inferd.monitoring.payload_log.records import Captured
+
+if TYPE_CHECKING:  # encode.py imports this module when it writes Parquet
+    from inferd.monitoring.payload_log.encode import Chunk
 
 __all__ = [
     "ROW_GROUP_ROWS",
