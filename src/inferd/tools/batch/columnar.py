@@ -10,8 +10,8 @@ import numpy as np
 
 from inferd.errors import InvalidArgumentError
 from inferd.tools.batch.arrow_columns import arrow_to_column, table_columns
+from inferd.tools.batch.blocks import Block, require_pyarrow
 from inferd.tools.batch.rows import Column, InputPlan
-from inferd.tools.batch.sources import Block, require_pyarrow
 
 __all__ = ["CsvSource", "NpzSource", "ParquetSource", "csv_columns"]
 

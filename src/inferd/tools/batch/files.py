@@ -20,8 +20,8 @@ import numpy as np
 from inferd.codecs.v2_http import decode_infer_request
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import InferdError, InvalidArgumentError
+from inferd.tools.batch.blocks import IMAGE_SUFFIXES, Block
 from inferd.tools.batch.rows import Column, InputPlan, shape_text
-from inferd.tools.batch.sources import IMAGE_SUFFIXES, Block
 
 __all__ = ["ImageLayout", "ImageSource", "JsonSource", "image_layout"]
 

@@ -16,29 +16,18 @@ decode), which become bad rows. Formats:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import InvalidArgumentError
-from inferd.tools.batch.rows import Column, InputPlan
+from inferd.tools.batch.blocks import IMAGE_SUFFIXES, Block
+from inferd.tools.batch.rows import InputPlan
 
 __all__ = ["FORMATS", "Block", "Source", "SourceOptions", "detect_format", "open_source"]
 
 FORMATS = ("parquet", "npz", "csv", "images", "json")
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-
-
-@dataclass(slots=True)
-class Block:
-    """Rows ``start .. start + count - 1``: their columns, and the rows that could not be read
-    (by offset in the block)."""
-
-    start: int
-    count: int
-    columns: dict[str, Column]
-    errors: dict[int, str] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -117,13 +106,3 @@ def open_source(
 
         return JsonSource(path, spec)
     raise InvalidArgumentError(f"unknown input format '{fmt}': choose one of {', '.join(FORMATS)}")
-
-
-def require_pyarrow() -> Any:
-    try:
-        import pyarrow
-    except ImportError:
-        raise InvalidArgumentError(
-            "inferd batch needs pyarrow: pip install 'inferd[batch]'"
-        ) from None
-    return pyarrow
