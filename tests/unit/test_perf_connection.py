@@ -12,8 +12,8 @@ import pytest
 
 from inferd.cli.main import build_parser, main
 from inferd.cli.perf_args import options_from_args
+from inferd.client.tls import GrpcTlsSettings, HttpsSettings
 from inferd.errors import InvalidArgumentError
-from inferd.tools.perf.tls import GrpcTlsSettings, HttpsSettings
 from tests.helpers.pki import Pki, make_pki
 
 EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples" / "models")

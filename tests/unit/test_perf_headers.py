@@ -8,9 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferd.errors import InvalidArgumentError
-from inferd.tools.perf.grpc_h2 import request_headers, trailer_error
-from inferd.tools.perf.headers import (
+from inferd.client.headers import (
     _FRAMING,
     check_grpc,
     grpc_metadata,
@@ -18,6 +16,8 @@ from inferd.tools.perf.headers import (
     parse_header,
     parse_headers,
 )
+from inferd.errors import InvalidArgumentError
+from inferd.tools.perf.grpc_h2 import request_headers, trailer_error
 from inferd.tools.perf.hpack_decode import HeaderDecoder
 from inferd.tools.perf.http_client import HttpTransport, _Prepared
 from inferd.tools.perf.metadata import error_text, is_https, split_url

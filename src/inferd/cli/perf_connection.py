@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferd.client.headers import Headers, check_grpc, parse_headers
+from inferd.client.tls import GrpcTlsSettings, HttpsSettings
 from inferd.errors import InvalidArgumentError
-from inferd.tools.perf.headers import Headers, check_grpc, parse_headers
 from inferd.tools.perf.metadata import is_https
-from inferd.tools.perf.tls import GrpcTlsSettings, HttpsSettings
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,10 @@ instead when one is given.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +25,18 @@ from inferd.cli.admin_token import (
     read_admin_token,
     read_feedback_token,
 )
+from inferd.cli.perf_connection import add_connection_arguments, connection_from_args
+from inferd.client.admin import AdminClient
+from inferd.client.endpoint import Endpoint
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.rollout.policy import parse_policy_text
-from inferd.tools.perf.metadata import split_url
 
 __all__ = ["add_rollout_parser", "format_report"]
+
+FEEDBACK_HINT = (
+    f"pass the feedback token with --feedback-token-file FILE (or the {FEEDBACK_ENV_VAR} "
+    f"environment variable), or the admin token with --admin-token-file FILE (or {ENV_VAR})"
+)
 
 EXAMPLE = """\
 examples:
@@ -46,6 +49,8 @@ examples:
 
 The server refuses every change, and feedback, without a token (403) unless its operator
 opened them with --open-api; give the token as below or in INFERD_ADMIN_TOKEN.
+Exit status: 0 done, 2 a bad command line or policy file, 1 the server cannot be reached,
+refuses (401, 403) or fails.
 """
 
 
@@ -99,7 +104,8 @@ def add_rollout_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             default="localhost:8000",
             metavar="HOST:PORT",
             help="the server's HTTP endpoint; https://HOST:PORT for TLS, checked against the "
-            "system's certificate authorities (default: localhost:8000)",
+            "system's certificate authorities unless the --ssl-https-* flags say otherwise "
+            "(default: localhost:8000)",
         )
         q.add_argument(
             "--admin-token-file",
@@ -108,6 +114,7 @@ def add_rollout_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             help=f"the server's admin token (the file's content); the {ENV_VAR} environment "
             "variable does the same",
         )
+        add_connection_arguments(q, sent_with="call", grpc=False)
         q.set_defaults(func=run_rollout)
 
 
@@ -122,12 +129,14 @@ def _finite(text: str) -> float:
 
 
 def run_rollout(args: argparse.Namespace) -> int:
+    """One line on stderr on failure; exit status 2 for a bad command line or policy file, 1
+    when the server cannot be reached, refuses or fails."""
     command = args.rollout_command
     try:
         answer = _call(args)
     except InferdError as exc:
         print(f"inferd rollout {command}: error: {exc}", file=sys.stderr)
-        return 2
+        return 2 if type(exc) is InvalidArgumentError else 1
     if command == "clear":
         print(f"the traffic policy of '{args.model}' is cleared")
     elif command == "feedback":
@@ -141,71 +150,48 @@ def run_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
-    model = urllib.parse.quote(args.model, safe="")
-    base = f"/v2/models/{model}"
-    command = args.rollout_command
-    if command == "show":
-        return "GET", f"{base}/rollout", None
-    if command == "set":
-        try:
-            text = args.file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-        try:
-            policy = parse_policy_text(text)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError(f"{args.file}: {exc}") from None
-        return "PUT", f"{base}/rollout", policy.as_dict()
-    if command == "clear":
-        return "DELETE", f"{base}/rollout", None
-    if command == "promote":
-        return "POST", f"{base}/rollout/promote", {}
-    if command == "rollback":
-        return "POST", f"{base}/rollout/rollback", {"reason": args.reason}
-    return "POST", f"{base}/feedback", {"id": args.request_id, "reward": args.reward}
+def _policy(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        text = args.file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    try:
+        policy = parse_policy_text(text)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{args.file}: {exc}") from None
+    return policy.as_dict()
 
 
-def _call(args: argparse.Namespace) -> dict[str, Any] | None:
-    method, path, body = _request(args)
+def _client(args: argparse.Namespace) -> AdminClient:
     token = None
     if args.rollout_command == "feedback":
         token = read_feedback_token(args.feedback_token_file, os.environ)
     if token is None:
         token = read_admin_token(args.admin_token_file, os.environ)
-    host, port = split_url(args.url, 8000)
-    scheme = "https" if args.url.strip().startswith("https://") else "http"
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        f"{scheme}://{where}{path}", data=data, method=method, headers=headers
+    connection = connection_from_args(args, "http", args.url)
+    endpoint = Endpoint.from_url(
+        args.url, tls=connection.https, headers=connection.headers, token=token
     )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            raw = reply.read()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")
-        with contextlib.suppress(json.JSONDecodeError, AttributeError):
-            detail = str(json.loads(detail).get("error", detail))
-        hint = ""
-        if exc.code == 401 and args.rollout_command == "feedback":
-            hint = (
-                f" (give the feedback token with --feedback-token-file or {FEEDBACK_ENV_VAR}, "
-                f"or the admin token with --admin-token-file or {ENV_VAR})"
-            )
-        elif exc.code == 401:
-            hint = f" (give the admin token with --admin-token-file or {ENV_VAR})"
-        raise InvalidArgumentError(f"HTTP {exc.code}: {detail}{hint}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise InvalidArgumentError(f"cannot reach {scheme}://{where}: {reason}") from None
-    if not raw.strip():
+    return AdminClient(endpoint)
+
+
+def _call(args: argparse.Namespace) -> dict[str, Any] | None:
+    command, model = args.rollout_command, args.model
+    policy = _policy(args) if command == "set" else None
+    client = _client(args)
+    if command == "show":
+        return client.rollout_get(model)
+    if command == "set":
+        assert policy is not None
+        return client.rollout_set(model, policy)
+    if command == "clear":
+        client.rollout_clear(model)
         return None
-    answer = json.loads(raw)
-    return answer if isinstance(answer, dict) else None
+    if command == "promote":
+        return client.rollout_promote(model)
+    if command == "rollback":
+        return client.rollout_rollback(model, args.reason)
+    return client.feedback(model, args.request_id, args.reward, token_hint=FEEDBACK_HINT)
 
 
 def _cell(value: Any, fmt: str = "{:g}") -> str:

@@ -19,16 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.errors import InferdError
+from inferd.errors import ServerStartError
 
 __all__ = ["READY_MARKER", "ServerProcess", "ServerStartError", "start_server"]
 
 #: What ``inferd serve`` prints, followed by its ports as JSON, once every endpoint listens.
 READY_MARKER = "inferd ready: "
-
-
-class ServerStartError(InferdError, RuntimeError):
-    """``inferd serve`` exited, or did not report its ports in time; the message holds its log."""
 
 
 @dataclass

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferd.errors import InferdError
+from inferd.errors import CandidateSkipped
 
 __all__ = ["ONNX_PLATFORM", "OPENVINO_PLATFORM", "Candidate", "CandidateSkipped"]
 
@@ -37,8 +37,3 @@ class Candidate:
     recipe: Mapping[str, object] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     parent: str | None = None
-
-
-class CandidateSkipped(InferdError):
-    """A builder could not, or should not, build its candidate here; the message says why in
-    one sentence (for example "this CPU has no BF16 instructions") and goes into the report."""

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from inferd.errors import InferdError
+from inferd.errors import PerfRunError as PerfRunError
 from inferd.tools.perf.cost import CostProbe, CostSample
 from inferd.tools.perf.options import LoadMode, PerfOptions
 from inferd.tools.perf.schedules import file_gaps, gaps
@@ -38,10 +38,6 @@ from inferd.tools.perf.transport import Channel, PerfRequestError, SequenceFlags
 MAX_ERROR_SAMPLES = 5
 OPEN_LOOP_MAX_PREOPEN = 64  # open loop: connections opened before the first send, at most
 STOP_GRACE_S = 10.0  # at least this long for the requests in flight when a load point ends
-
-
-class PerfRunError(InferdError):
-    """The run could not measure anything: every request failed or none was answered."""
 
 
 class Progress(Protocol):

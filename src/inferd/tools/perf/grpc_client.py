@@ -12,7 +12,7 @@ message: protobuf merges concatenated messages field by field, so the server rea
 with those fields set, and the prepared bytes are never rebuilt.
 
 Extra headers (``-H``) travel as call metadata: in the header block each call sends (built once)
-and on the grpcio calls. With :class:`~inferd.tools.perf.tls.GrpcTlsSettings` both the HTTP/2
+and on the grpcio calls. With :class:`~inferd.client.tls.GrpcTlsSettings` both the HTTP/2
 connections (ALPN ``h2``) and the grpcio channel use TLS.
 
 On a stream, responses are matched to the request by id. A decoupled model's request is done when
@@ -32,13 +32,14 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
+from inferd.client.endpoint import format_host
+from inferd.client.headers import Headers, grpc_metadata
+from inferd.client.tls import GrpcTlsSettings, handshake_error
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
 from inferd.tools.perf.grpc_h2 import Http2Connection, grpc_message, request_headers
-from inferd.tools.perf.headers import Headers, grpc_metadata
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, raw_bytes
-from inferd.tools.perf.tls import GrpcTlsSettings, handshake_error
 from inferd.tools.perf.transport import (
     ModelInfo,
     PerfAccessError,
@@ -72,7 +73,7 @@ def call_suffix(request_id: str | None, sequence: SequenceFlags | None) -> bytes
 
 
 def _target(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return format_host(host, port)
 
 
 class GrpcTransport:

@@ -78,7 +78,7 @@ def request_headers(
     metadata: Sequence[tuple[str, str]] = (),
 ) -> bytes:
     """The header block of every call to ``path`` (pseudo-headers first), with the call's
-    ``metadata`` (lower-case names, printable ASCII values: :mod:`inferd.tools.perf.headers`)."""
+    ``metadata`` (lower-case names, printable ASCII values: :mod:`inferd.client.headers`)."""
     fields: Sequence[tuple[str, str]] = (
         (":method", "POST"),
         (":scheme", scheme),

@@ -8,12 +8,7 @@ written once as literals without indexing (:func:`literal`).
 
 from __future__ import annotations
 
-from inferd.errors import InferdError
-
-
-class HpackError(InferdError):
-    """A header block that breaks RFC 7541."""
-
+from inferd.errors import HpackError as HpackError
 
 # RFC 7541 Appendix A
 STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = tuple(

@@ -12,7 +12,7 @@ server's ``{"error": ...}`` message.
 receives v2 JSON.
 
 Extra headers (``-H``) go into every request's prepared bytes, and into the metadata and
-statistics requests. An ``https://`` server, or :class:`~inferd.tools.perf.tls.HttpsSettings`,
+statistics requests. An ``https://`` server, or :class:`~inferd.client.tls.HttpsSettings`,
 puts every connection on TLS (one context per transport).
 """
 
@@ -30,12 +30,13 @@ import httptools
 import numpy as np
 import orjson
 
+from inferd.client.endpoint import format_host
+from inferd.client.headers import Headers, http_lines
+from inferd.client.tls import HttpsSettings, handshake_error
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf import metadata
-from inferd.tools.perf.headers import Headers, http_lines
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, json_data, raw_bytes
-from inferd.tools.perf.tls import HttpsSettings, handshake_error
 from inferd.tools.perf.transport import (
     ModelInfo,
     PerfAccessError,
@@ -164,8 +165,7 @@ class HttpTransport:
         if version:
             path += f"/versions/{quote(version, safe='')}"
         self._model_path = path
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        self._host_header = f"{host}:{self._port}".encode()
+        self._host_header = format_host(self._host, self._port).encode()
         self._prepared: list[_Prepared] = []
         self._control: _Connection | None = None
         self._control_lock = asyncio.Lock()

@@ -13,6 +13,9 @@ from typing import Any
 
 import orjson
 
+from inferd.client.admin import is_restricted as is_restricted
+from inferd.client.endpoint import is_https as is_https
+from inferd.client.endpoint import split_url as split_url
 from inferd.codecs.statistics import INFER_PHASES
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.transport import ModelInfo, TensorInfo
@@ -21,51 +24,6 @@ BATCH_STATS = ("compute_input", "compute_infer", "compute_output")
 
 
 ACCESS_HINT = "send the header the server expects with -H NAME:VALUE"
-# Triton's (and inferd's) answer to a call of a restricted API without its header; over gRPC it
-# comes with status UNAVAILABLE, so the words are what tell it apart
-RESTRICTED_WORDS = "is restricted, expecting header"
-
-
-def is_restricted(message: str) -> bool:
-    """Whether a server's error message is a restricted API's refusal."""
-    return RESTRICTED_WORDS in message
-
-
-def split_url(url: str, default_port: int) -> tuple[str, int]:
-    """``host[:port]`` (perf_analyzer's ``-u``; a leading ``http://``, ``https://`` or
-    ``grpc://`` is allowed) as ``(host, port)``."""
-    text = url.strip()
-    for scheme in ("http://", "https://", "grpc://"):
-        if text.startswith(scheme):
-            text = text[len(scheme) :]
-    text = text.rstrip("/")
-    if "/" in text:
-        raise InvalidArgumentError(f"-u {url}: expected HOST:PORT, without a path")
-    host, port = text, default_port
-    if text.startswith("["):  # [::1]:8000
-        close = text.find("]")
-        if close < 0:
-            raise InvalidArgumentError(f"-u {url}: unclosed '[' in the address")
-        host, rest = text[1:close], text[close + 1 :]
-        if rest:
-            port = _port(rest.removeprefix(":"), url)
-    elif text.count(":") == 1:
-        host, _, number = text.partition(":")
-        port = _port(number, url)
-    if not host:
-        raise InvalidArgumentError(f"-u {url}: no host")
-    return host, port
-
-
-def is_https(url: str) -> bool:
-    """Whether ``-u`` names an HTTPS server (``https://HOST:PORT``)."""
-    return url.strip().lower().startswith("https://")
-
-
-def _port(text: str, url: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise InvalidArgumentError(f"-u {url}: '{text}' is not a port number")
-    return int(text)
 
 
 def _tensors(entries: Any, batching: bool, what: str) -> tuple[TensorInfo, ...]:

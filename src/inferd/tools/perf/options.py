@@ -10,9 +10,9 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferd.client.headers import Headers
+from inferd.client.tls import GrpcTlsSettings, HttpsSettings
 from inferd.errors import InvalidArgumentError
-from inferd.tools.perf.headers import Headers
-from inferd.tools.perf.tls import GrpcTlsSettings, HttpsSettings
 
 
 class LoadMode(enum.Enum):

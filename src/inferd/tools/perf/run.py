@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferd.client.headers import names
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.cost import CostProbe
 from inferd.tools.perf.driver import Driver, Progress
-from inferd.tools.perf.headers import names
 from inferd.tools.perf.inputs import load_input_data
 from inferd.tools.perf.options import LoadMode, PerfOptions
 from inferd.tools.perf.summary import LoadPoint

@@ -15,18 +15,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from inferd.errors import InferdError
+from inferd.errors import PerfAccessError as PerfAccessError
+from inferd.errors import PerfRequestError as PerfRequestError
 
 TRANSPORT_NAMES = ("http-json", "http-binary", "grpc", "grpc-stream", "in-process")
-
-
-class PerfRequestError(InferdError):
-    """The server answered a request with an error; the message is the server's own."""
-
-
-class PerfAccessError(PerfRequestError):
-    """The server refused the client's credentials (HTTP 401 or 403, gRPC UNAUTHENTICATED or
-    PERMISSION_DENIED): a header it expects is missing or wrong."""
 
 
 @dataclass(frozen=True)

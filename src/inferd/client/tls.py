@@ -19,8 +19,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferd.errors import InvalidArgumentError
-from inferd.tools.perf.transport import PerfRequestError
+from inferd.errors import InvalidArgumentError, PerfRequestError
 
 __all__ = ["GrpcTlsSettings", "HttpsSettings", "handshake_error"]
 
