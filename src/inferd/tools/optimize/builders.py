@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from inferd.tools.optimize.candidate import Candidate, CandidateSkipped
+from inferd.tools.optimize.context import PlanContext
 from inferd.tools.optimize.metrics import Budget, agreement_figures, task_figures
-from inferd.tools.optimize.plan import PlanContext
 
 __all__ = [
     "bf16",

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inferd.codecs.model_config import ModelConfig
-from inferd.core.model_spec import ModelSpec
 from inferd.errors import InvalidArgumentError
-from inferd.tools.optimize.candidate import ONNX_PLATFORM, Candidate, CandidateSkipped
+from inferd.tools.optimize.candidate import ONNX_PLATFORM, Candidate
+from inferd.tools.optimize.context import PlanContext
 from inferd.tools.optimize.staging import TORCH_PLATFORM
 
 if TYPE_CHECKING:
@@ -42,28 +41,6 @@ KINDS = (
     "prune-2of4",
     "prune-channels",
 )
-
-
-@dataclass(frozen=True)
-class PlanContext:
-    spec: ModelSpec
-    config: ModelConfig
-    model_dir: Path
-    version_dir: Path
-    platform: str
-    calibration: Dataset
-    train: Dataset | None
-    work_root: Path
-    output: str | None = None  # the output compared (fine-tuning targets it)
-    only: tuple[str, ...] = ()
-    source: Candidate | None = None
-    # built once, read by several steps (the graph pre-processed for quantization...)
-    cache: dict[tuple[str, str], object] = field(default_factory=dict)
-
-    def source_model(self) -> Candidate:
-        if self.source is None:
-            raise CandidateSkipped("no ONNX model to start from (the export step failed)")
-        return self.source
 
 
 Builder = Callable[[PlanContext, Path, Mapping[str, object]], Candidate]
