@@ -55,6 +55,7 @@ SETTLED_SAMPLES = 64
 SAMPLE_EVERY = 8
 # weight of the newest execution in the cost estimate (an exponential moving average)
 _EWMA_WEIGHT = 0.125
+_OPEN = RunState.OPEN  # a module constant: read on every put
 
 
 # a batch's per-request results, the phases' times, when it started, whether anything ran
@@ -183,14 +184,32 @@ class InstancePool:
 
         A batch cheap enough runs here and now, inline; its waiters are resolved before this
         returns. Once the pool is closing, the batch's waiters fail at once (unavailable)."""
-        with self._exit_lock:
-            accepted = self._state is RunState.OPEN
-            if accepted:
+        with self._exit_lock:  # one acquisition on the common path
+            if self._state is not _OPEN:
+                slot, refused = None, True
+            elif self._backlog or not self._idle or self._handing_out:
                 self._backlog.append(item)
-        if accepted:
+                slot, refused = None, False
+            else:  # an idle instance and nothing ahead of this batch
+                slot, refused = self._idle.pop(), False
+                if not self._inline(slot, item.rows):
+                    slot.inbox.put(item)  # before close() puts the thread's stop mark
+                    return
+        if refused:
+            self._refuse(item)
+        elif slot is None:
             self._hand_out()
         else:
-            self._refuse(item)
+            self._handing_out = True
+            try:
+                self._run_inline(slot, item)
+            finally:
+                self._handing_out = False
+            if self._backlog:
+                self._hand_out()
+
+    def _inline(self, slot: _Slot, rows: int) -> bool:
+        return bool(slot.inline_safe and self._inline_bound_ns and self._runs_inline(rows))
 
     def _hand_out(self) -> None:
         if self._handing_out:  # an inline batch completing inside the loop below
@@ -199,15 +218,13 @@ class InstancePool:
         try:
             while self._backlog and self._idle:
                 with self._exit_lock:
-                    if self._state is not RunState.OPEN:
+                    if self._state is not _OPEN:
                         return  # closing: the threads take the backlog before they stop
                     item = self._next_backlogged()  # an instance thread may have taken the last
                     if item is None:
                         return
                     slot = self._idle.pop()
-                    inline = bool(
-                        slot.inline_safe and self._inline_bound_ns and self._runs_inline(item.rows)
-                    )
+                    inline = self._inline(slot, item.rows)
                     if not inline:
                         slot.inbox.put(item)  # before close() puts the thread's stop mark
                 if inline:
