@@ -25,6 +25,7 @@ from inferd.scheduling.direct import DirectScheduler
 from inferd.scheduling.dynamic import DynamicBatcher
 from inferd.scheduling.instances import InstancePool, WorkItem
 from inferd.scheduling.lifecycle import RunState, check_transition
+from inferd.scheduling.pinned import PinnedPools
 from inferd.scheduling.stats import ModelStats
 from inferd.testing import FakeInstance
 
@@ -158,6 +159,17 @@ async def test_a_batch_put_on_a_closed_pool_fails_each_request_but_not_its_paddi
     assert all(isinstance(e, UnavailableError) for e in errors)
     assert errors[0] is not errors[1]
     padding.cancel()
+
+
+async def test_a_batch_pinned_to_an_instance_of_closed_pools_fails_at_once() -> None:
+    """The sequence batcher's pools: one single-instance pool per instance, closed together."""
+    loop = asyncio.get_running_loop()
+    pools = PinnedPools("m-1", [_Echo(), _Echo()], ModelStats("m", 1), loop)
+    await asyncio.to_thread(pools.close)
+    item = WorkItem([_request(1.0)], [loop.create_future()], [0], 1)
+    pools.put(1, item)
+    with pytest.raises(UnavailableError, match="model 'm' version 1 is unloading"):
+        await asyncio.wait_for(item.waiters[0], ANSWER_S)
 
 
 async def test_a_decoupled_stream_started_as_its_model_unloads_ends_with_an_error() -> None:
