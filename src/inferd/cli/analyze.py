@@ -22,6 +22,7 @@ from typing import Any
 
 from inferd.cli.analyze_args import CommandOptions, add_analyze_arguments, options_from_args
 from inferd.cli.extras import missing_extra
+from inferd.client.progress import interactive
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.tools.analyze.control import EngineControl, GrpcControl, HttpControl, ModelControl
 from inferd.tools.analyze.memory import MemoryProbe
@@ -189,8 +190,9 @@ def analyze_command(args: argparse.Namespace) -> int:
         _error(exc.message)
         return EXIT_USAGE
     goals = options.analyze.goals
-    interactive = sys.stdout.isatty() and not options.quiet
-    reporter: Reporter = RichReporter(goals) if interactive else QuietReporter(goals)
+    reporter: Reporter = (
+        RichReporter(goals) if interactive(quiet=options.quiet) else QuietReporter(goals)
+    )
     if store.skipped_lines:
         reporter.note(f"{store.skipped_lines} unreadable line(s) of {store.directory} skipped")
     try:

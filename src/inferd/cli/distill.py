@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.cli.extras import missing_extra
+from inferd.client.progress import interactive
 from inferd.errors import InferdError, InvalidArgumentError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -241,7 +242,7 @@ def _progress(quiet: bool) -> Any:
 
     if quiet:
         return LineProgress(lines=False)
-    return RichProgress() if sys.stdout.isatty() else LineProgress()
+    return RichProgress() if interactive() else LineProgress()
 
 
 def _run_encoder(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inferd.cli.extras import missing_extra
+from inferd.client.progress import interactive
 from inferd.errors import InferdError, InvalidArgumentError
 
 EXIT_OK, EXIT_LOAD, EXIT_USAGE, EXIT_KEPT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -81,8 +82,8 @@ def optimize_command(args: argparse.Namespace) -> int:
     except InvalidArgumentError as exc:
         _error(exc.message)
         return EXIT_USAGE
-    interactive = sys.stdout.isatty() and not args.quiet
-    reporter: Reporter = RichReporter() if interactive else LineReporter()
+    live = interactive(quiet=args.quiet)
+    reporter: Reporter = RichReporter() if live else LineReporter()
     try:
         result = _run(optimize(options, running_engine, reporter))
     except KeyboardInterrupt:
@@ -105,7 +106,7 @@ def optimize_command(args: argparse.Namespace) -> int:
     )
     write_html(results / "report.html", result, options.goals, options.model)
     # a pipe or a log gets every column whole; a terminal keeps its own width
-    console = Console() if interactive else Console(width=160)
+    console = Console() if live else Console(width=160)
     console.print(summary_table(result, options.goals))
     for line in reason_lines(result):
         console.print(line, markup=False, highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from inferd.client.progress import BarProgress
 from inferd.tools.analyze.objective import Goals, Measurement, Verdict
 from inferd.tools.perf import LoadPoint
 from inferd.tools.perf.driver import NoProgress
@@ -80,69 +81,41 @@ class QuietReporter(NoProgress):
 
 
 class RichReporter:
-    """A live bar: measurements done of those planned, elapsed time, time left."""
+    """A live bar (:class:`inferd.client.progress.BarProgress`): measurements done of those
+    planned, elapsed time, time left, the configuration under way."""
 
     def __init__(self, goals: Goals, console: Any = None) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         self._goals = goals
-        self._console = console or Console()
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[detail]}"),
-            console=self._console,
-            transient=True,
-        )
-        self._task = self._progress.add_task("configs", total=0, detail="")
-        self._total = 0
+        self._bar = BarProgress("configs", console)
         self._current = ""
-        self._progress.start()
 
     @property
     def counts(self) -> tuple[int, int]:
         """(measurements done, measurements planned)."""
-        task = self._progress.tasks[0]
-        return int(task.completed), int(task.total or 0)
+        return self._bar.counts
 
     def add_total(self, count: int) -> None:
-        self._total += count
-        self._progress.update(self._task, total=self._total)
+        self._bar.add_total(count)
 
     def note(self, text: str) -> None:
-        self._progress.console.print(text, markup=False, highlight=False)
+        self._bar.line(text)
 
     def start(self, model: str, label: str, describe: str) -> None:
         self._current = f"{model} {label}"
-        self._progress.update(self._task, detail=self._current)
+        self._bar.detail(self._current)
 
     def done(self, measurement: Measurement, verdict: Verdict) -> None:
-        line = result_line(measurement, verdict, self._goals)
-        self._progress.console.print(line, markup=False, highlight=False)
-        self._progress.advance(self._task)
+        self._bar.line(result_line(measurement, verdict, self._goals))
+        self._bar.advance()
 
     def start_point(self, label: str, max_trials: int) -> None:
-        self._progress.update(self._task, detail=f"{self._current}, {label}")
+        self._bar.detail(f"{self._current}, {label}")
 
     def window(self, index: int, throughput: float, latency_us: float, in_flight: int) -> None:
-        self._progress.update(
-            self._task, detail=f"{self._current}, window {index}: {throughput:.0f} infer/s"
-        )
+        self._bar.detail(f"{self._current}, window {index}: {throughput:.0f} infer/s")
 
     def end_point(self, point: LoadPoint) -> None:
         pass
 
     def close(self) -> None:
-        self._progress.stop()
+        self._bar.close()

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
+from inferd.client.progress import interactive
+
 __all__ = ["JobProgress", "LineProgress", "RichProgress", "progress_for"]
 
 
@@ -127,7 +129,7 @@ def progress_for(enabled: bool | None, stream: IO[str] | None = None) -> JobProg
     (when rich is installed), sparse plain lines on anything else."""
     stream = stream or sys.stderr
     if enabled is None:
-        enabled = stream.isatty()
+        enabled = interactive(stream)
     if not enabled:
         return None
     if not stream.isatty():

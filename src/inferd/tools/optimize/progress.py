@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from inferd.client.progress import BarProgress
 from inferd.tools.optimize.decide import Outcome
 
 __all__ = ["LineReporter", "Reporter", "RichReporter", "outcome_line"]
@@ -61,48 +62,24 @@ class LineReporter:
 
 
 class RichReporter:
-    """A live bar: candidates done of those planned, elapsed and remaining time, current step."""
+    """A live bar (:class:`inferd.client.progress.BarProgress`): candidates done of those
+    planned, elapsed and remaining time, current step."""
 
     def __init__(self, console: Any = None) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._console = console or Console()
-        self._progress = Progress(
-            TextColumn("[bold]candidates"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[detail]}"),
-            console=self._console,
-            transient=True,
-        )
-        self._task = self._progress.add_task("candidates", total=0, detail="")
-        self._total = 0
-        self._progress.start()
+        self._bar = BarProgress("candidates", console)
 
     def add_total(self, count: int) -> None:
-        self._total += count
-        self._progress.update(self._task, total=self._total)
+        self._bar.add_total(count)
 
     def step(self, candidate: str, what: str) -> None:
-        self._progress.update(self._task, detail=f"{candidate}: {what}")
+        self._bar.detail(f"{candidate}: {what}")
 
     def done(self, outcome: Outcome) -> None:
-        self._progress.console.print(outcome_line(outcome), markup=False, highlight=False)
-        self._progress.advance(self._task)
+        self._bar.line(outcome_line(outcome))
+        self._bar.advance()
 
     def note(self, text: str) -> None:
-        self._progress.console.print(text, markup=False, highlight=False)
+        self._bar.line(text)
 
     def close(self) -> None:
-        self._progress.stop()
+        self._bar.close()

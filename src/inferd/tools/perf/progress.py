@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import IO, Any
 
+from inferd.client.progress import interactive
 from inferd.tools.perf.summary import LoadPoint
 
 
@@ -48,7 +49,7 @@ class LiveProgress:
 def progress_for(quiet: bool, stream: IO[str] | None = None) -> LiveProgress | None:
     """A live display when it can be seen (a terminal, not quiet, rich installed), else None."""
     stream = stream or sys.stderr
-    if quiet or not stream.isatty():
+    if not interactive(stream, quiet=quiet):
         return None
     try:
         return LiveProgress(stream)
