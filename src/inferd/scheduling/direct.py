@@ -15,11 +15,11 @@ import numpy as np
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.inference import InferRequest
 from inferd.scheduling.instances import InstancePool, WorkItem
-from inferd.scheduling.lifecycle import RunState, check_transition, unloading_error
+from inferd.scheduling.lifecycle import RunState, Stateful, unloading_error
 from inferd.scheduling.stats import ModelStats
 
 
-class DirectScheduler:
+class DirectScheduler(Stateful):
     def __init__(self, pool: InstancePool, stats: ModelStats, clock: Clock | None = None) -> None:
         self._pool = pool
         self._clock = clock or SystemClock()
@@ -27,24 +27,11 @@ class DirectScheduler:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._state = RunState.OPEN
         stats.pending_source = lambda: max(0, self._in_flight - pool.size)
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
-
-    @property
-    def state(self) -> RunState:
-        return self._state
-
-    def _move(self, new: RunState) -> None:
-        check_transition(self._state, new)
-        self._state = new
-
-    def _closed_if_closing(self) -> None:  # the last request accepted has its answer
-        if self._state is RunState.CLOSING:
-            self._move(RunState.CLOSED)
 
     async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
         if self._state is not RunState.OPEN:

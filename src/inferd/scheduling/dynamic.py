@@ -24,7 +24,7 @@ from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.errors import DeadlineExceededError, InferdError, OverloadedError
 from inferd.scheduling.instances import InstancePool, WorkItem
-from inferd.scheduling.lifecycle import RunState, check_transition, unloading_error
+from inferd.scheduling.lifecycle import RunState, Stateful, unloading_error
 from inferd.scheduling.policy import BatchPolicy, decide
 from inferd.scheduling.queues import AdmissionQueues, Entry
 from inferd.scheduling.stats import ModelStats
@@ -40,7 +40,7 @@ def shape_key(request: InferRequest, ragged: frozenset[str]) -> Hashable:
     )
 
 
-class DynamicBatcher:
+class DynamicBatcher(Stateful):
     def __init__(
         self,
         spec: ModelSpec,
@@ -68,7 +68,6 @@ class DynamicBatcher:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._state = RunState.OPEN
         self._preserve_ordering = db.preserve_ordering
         self._last_release: asyncio.Future[None] | None = None  # preserve_ordering chain
         pool.on_free = self._wake.set
@@ -77,18 +76,6 @@ class DynamicBatcher:
     @property
     def in_flight(self) -> int:
         return self._in_flight
-
-    @property
-    def state(self) -> RunState:
-        return self._state
-
-    def _move(self, new: RunState) -> None:
-        check_transition(self._state, new)
-        self._state = new
-
-    def _closed_if_closing(self) -> None:  # the last request accepted has its answer
-        if self._state is RunState.CLOSING:
-            self._move(RunState.CLOSED)
 
     def _ensure_running(self) -> None:
         if self._task is None:

@@ -12,7 +12,7 @@ import enum
 
 from inferd.errors import InternalError, UnavailableError
 
-__all__ = ["RunState", "check_transition", "unloading_error"]
+__all__ = ["RunState", "Stateful", "check_transition", "unloading_error"]
 
 
 class RunState(enum.Enum):
@@ -38,3 +38,23 @@ def unloading_error(model: str, version: str) -> UnavailableError:
     return UnavailableError(
         f"model '{model}' version {version} is unloading and takes no new requests"
     )
+
+
+class Stateful:
+    """The state of a scheduler that takes work until it is shut down: ``_state`` starts
+    ``OPEN``; :meth:`_move` checks each step; :meth:`_closed_if_closing` ends a closing run
+    once its last accepted request has its answer."""
+
+    _state: RunState = RunState.OPEN
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def _move(self, new: RunState) -> None:
+        check_transition(self._state, new)
+        self._state = new
+
+    def _closed_if_closing(self) -> None:  # the last request accepted has its answer
+        if self._state is RunState.CLOSING:
+            self._move(RunState.CLOSED)
