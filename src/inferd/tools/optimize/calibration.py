@@ -71,15 +71,6 @@ class CalibrationReader:
         self._start, self._end, self._next = 0, self._count, 0
 
 
-def _fingerprint(data: Dataset) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(data.inputs):
-        array = np.ascontiguousarray(data.inputs[name])
-        digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
-        digest.update(array.tobytes() if array.dtype != object else repr(array.tolist()).encode())
-    return digest.hexdigest()[:16]
-
-
 def fingerprint(data: Dataset) -> str:
     """A short digest of the rows (names, types, shapes and values)."""
     digest = hashlib.sha256()

@@ -185,8 +185,10 @@ def _embed(
     pad_id: int,
     batch: int,
     progress: Progress,
+    *,
+    normalise: bool = False,
 ) -> torch.Tensor:
-    """Pooled (not yet normalised) embeddings, rows in the order of ``tokens``."""
+    """Pooled embeddings (L2-normalised when ``normalise``), rows in the order of ``tokens``."""
     order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))
     out: torch.Tensor | None = None
     encoder.eval()
@@ -201,7 +203,8 @@ def _embed(
             progress.advance(len(chosen))
     if out is None:
         raise InvalidArgumentError("no sentences to embed")
-    return out.clone()
+    out = out.clone()  # a normal tensor: one made under inference_mode cannot join autograd
+    return functional.normalize(out) if normalise else out
 
 
 def _agreement(student: torch.Tensor, teacher: torch.Tensor) -> Agreement:
@@ -258,9 +261,11 @@ def distill_encoder(
     batch = settings.batch_size
     progress.phase("teacher embeddings", len(train_tokens) + len(held_tokens))
     targets = _embed(teacher, train_tokens, pad_id, batch, progress)
-    held_targets = functional.normalize(_embed(teacher, held_tokens, pad_id, batch, progress))
+    held_targets = _embed(teacher, held_tokens, pad_id, batch, progress, normalise=True)
     progress.phase("student before training", len(held_tokens))
-    before = _agreement(_normalised(student, held_tokens, pad_id, batch, progress), held_targets)
+    before = _agreement(
+        _embed(student, held_tokens, pad_id, batch, progress, normalise=True), held_targets
+    )
     if settings.loss == "cosine":
         targets = functional.normalize(targets)
 
@@ -285,7 +290,9 @@ def distill_encoder(
                 progress.advance(1, float(loss.detach()))
     student.eval()
     progress.phase("student after training", len(held_tokens))
-    after = _agreement(_normalised(student, held_tokens, pad_id, batch, progress), held_targets)
+    after = _agreement(
+        _embed(student, held_tokens, pad_id, batch, progress, normalise=True), held_targets
+    )
     recipe: dict[str, object] = {
         "method": "knowledge distillation of sentence embeddings",
         "teacher": str(teacher_dir),
@@ -305,16 +312,6 @@ def distill_encoder(
         "pooling": "mean over the attention mask, L2-normalised",
     }
     return EncoderRun(student, tokenizer, before, after, recipe)
-
-
-def _normalised(
-    encoder: SentenceEncoder,
-    tokens: Sequence[list[int]],
-    pad_id: int,
-    batch: int,
-    progress: Progress,
-) -> torch.Tensor:
-    return functional.normalize(_embed(encoder, tokens, pad_id, batch, progress))
 
 
 def export_encoder(run: EncoderRun, path: Path, max_seq_len: int) -> float:
