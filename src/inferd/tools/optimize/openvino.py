@@ -12,7 +12,7 @@ its float layers in bfloat16 there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +40,8 @@ __all__ = [
     "RowBatches",
     "build_nncf_int8",
     "build_openvino",
+    "check_candidate",
+    "check_ir",
     "convert_to_ir",
     "openvino_module",
 ]
@@ -80,6 +82,15 @@ def convert_to_ir(source: Path, path: Path) -> Any:
     weights are kept (no FP16 compression), so the IR computes what the ONNX model does.
     Returns the converted ``openvino.Model``."""
     ov = openvino_module()
+    model = _converted(ov, source)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ov.save_model(model, str(path), compress_to_fp16=False)
+    return model
+
+
+def _converted(ov: Any, source: Path) -> Any:
+    """``ov.convert_model`` of the ONNX model, the process's logging left as it was;
+    :class:`CandidateSkipped` with OpenVINO's reason when it cannot convert it."""
     # convert_model sets the root logger to ERROR and puts it back only when it succeeds: keep
     # the process's logging as it was either way, or a failed conversion silences every warning
     # logged after it
@@ -95,8 +106,6 @@ def convert_to_ir(source: Path, path: Path) -> Any:
         root.setLevel(level)
         root.filters[:] = filters
         root.handlers[:] = handlers
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ov.save_model(model, str(path), compress_to_fp16=False)
     return model
 
 
@@ -115,12 +124,30 @@ def check_ir(
 ) -> float:
     """Compile the IR with ``properties``, compare it with the ONNX source on the sample's
     first rows, and return the largest absolute error."""
+
+    def run(feeds: dict[str, Array], _outputs: list[str]) -> dict[str, Array]:
+        return run_openvino(openvino_compiled(path, properties), feeds)
+
+    return check_candidate(source, sample, run, tolerance, what, "OpenVINO")
+
+
+def check_candidate(
+    source: Path,
+    sample: Mapping[str, Array],
+    run: Callable[[dict[str, Array], list[str]], Mapping[str, Array]],
+    tolerance: Tolerance,
+    what: str,
+    runtime: str,
+) -> float:
+    """Run the candidate (``run(feeds, output names)``) and the ONNX source on the sample's
+    first rows, check that they agree within ``tolerance``, and return the largest absolute
+    error; :class:`CandidateSkipped` when the candidate does not run on ``runtime``."""
     feeds = head_rows(sample)
     want = run_onnx(onnx_session(source), feeds)
     try:
-        got = run_openvino(openvino_compiled(path, properties), feeds)
+        got = run(feeds, list(want))
     except Exception as exc:
-        raise CandidateSkipped(f"{what} does not run on OpenVINO: {_last_line(exc)}") from exc
+        raise CandidateSkipped(f"{what} does not run on {runtime}: {_last_line(exc)}") from exc
     found = check_agreement(want, got, tolerance, what)
     return max(a.max_abs_error for a in found)
 
@@ -185,12 +212,7 @@ def build_nncf_int8(
     encoder = find_encoder(load_onnx(source))
     name = "nncf-int8"
     path = out_dir / name / "model.xml"
-    try:
-        model = ov.convert_model(str(source))
-    except Exception as exc:
-        raise CandidateSkipped(
-            f"OpenVINO could not convert the ONNX model: {_last_line(exc)}"
-        ) from exc
+    model = _converted(ov, source)
     items = _calibration_items(calibration, subset_size)
     options: dict[str, Any] = {"subset_size": len(items)}
     if encoder is not None:

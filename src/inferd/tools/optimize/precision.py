@@ -24,13 +24,11 @@ import numpy as np
 
 from inferd.tools.optimize.candidate import OPENVINO_PLATFORM, Candidate, CandidateSkipped
 from inferd.tools.optimize.cpu import CpuFeatures, detect_cpu
-from inferd.tools.optimize.openvino import check_ir, convert_to_ir
+from inferd.tools.optimize.openvino import check_candidate, check_ir, convert_to_ir
 from inferd.tools.optimize.verify import (
     HALF,
     INT8,
     Tolerance,
-    check_agreement,
-    head_rows,
     load_onnx,
     onnx_session,
     openvino_compiled,
@@ -161,13 +159,10 @@ def build_fp16(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(converted.SerializeToString())
 
-    feeds = head_rows(sample)
-    want = run_onnx(onnx_session(source), feeds)
-    try:
-        got = run_onnx(onnx_session(path), feeds, list(want))
-    except Exception as exc:
-        raise CandidateSkipped(f"the FP16 model does not run on ONNX Runtime: {exc}") from exc
-    found = check_agreement(want, got, HALF, "the FP16 model")
+    def run(feeds: dict[str, Array], outputs: list[str]) -> dict[str, Array]:
+        return run_onnx(onnx_session(path), feeds, outputs)
+
+    error = check_candidate(source, sample, run, HALF, "the FP16 model", "ONNX Runtime")
     return Candidate(
         name=name,
         kind="fp16",
@@ -177,7 +172,7 @@ def build_fp16(
             "keep_io_types": True,
             "op_block_list": sorted(blocked),
             "for_size": for_size,
-            "max_abs_error": max(a.max_abs_error for a in found),
+            "max_abs_error": error,
         },
         notes=tuple(notes),
         parent=parent,
