@@ -122,6 +122,7 @@ class Exchange:
         self._open = set(range(len(requests))) if decoupled else set()
         self._by_key: dict[int, InferRequest] = dict(enumerate(requests))
         self.results: list[Result] = [{} for _ in requests]
+        self._returned: Message | None = None
         self._bls: dict[int, Callable[[], None]] = {}
         self._segments: list[Path] = []
         self._epoch = wakeup.begin()
@@ -140,26 +141,34 @@ class Exchange:
     def run(self, handle_grow: Callable[[Message], bool]) -> Message | None:
         """The batch's last message (``result``, ``failed`` or ``returned``), or None if the
         worker died. ``handle_grow`` answers a ``grow`` (False: the batch is abandoned)."""
-        returned: Message | None = None
         try:
             while True:
-                if returned is not None and not self._open:
-                    return returned
+                if self._returned is not None and not self._open:
+                    return self._returned
                 message = self._next()
                 if message is None:
                     return None
                 op = message["op"]
-                if self._served(op, message):
-                    continue
-                if op == "grow":
-                    if not handle_grow(message):
-                        return {"op": "aborted"}
-                elif op == "returned":
-                    returned = message
-                else:
-                    return message
+                if not self._served(op, message):
+                    last = self._unserved(op, message, handle_grow)
+                    if last is not None:
+                        return last
         finally:
             self._finish()
+
+    def _unserved(
+        self, op: str, message: Message, handle_grow: Callable[[Message], bool]
+    ) -> Message | None:
+        """A message :meth:`_served` does not handle: the last message :meth:`run` returns, or
+        None to read on."""
+        if op == "grow":
+            if not handle_grow(message):
+                return {"op": "aborted"}
+        elif op == "returned":
+            self._returned = message  # the last, once every open request is final
+        else:
+            return message
+        return None
 
     def _served(self, op: str, message: Message) -> bool:
         """Handle the messages a worker sends while its requests run (responses, calls to other

@@ -146,31 +146,28 @@ class StreamPump(Exchange):
             self._fail_waiting()
             self._bye.set()
 
-    def run(self, handle_grow: Callable[[Message], bool]) -> Message | None:
-        try:
-            while True:
-                message = self._next()
-                if message is None:
-                    return None
-                op = message["op"]
-                if self._served(op, message):
-                    continue
-                if op in ("returned", "failed", "result"):
-                    self._returned(message)
-                elif op == "bye":
-                    return message
-                elif op == "grow":
-                    self._w.send({"op": "abort", "message": "decoupled models do not grow"})
-                else:
-                    _log.error("unexpected message '%s' from the worker of %s", op, self._label)
-        finally:
-            with self._lock:
-                self._finish()
-            if self._out is not None:
-                self._out.unlink()
-                self._out.close()
+    def _unserved(
+        self, op: str, message: Message, handle_grow: Callable[[Message], bool]
+    ) -> Message | None:
+        """Reads on until the worker's ``bye`` (or its death): batches end with ``returned``."""
+        if op in ("returned", "failed", "result"):
+            self._batch_returned(message)
+        elif op == "bye":
+            return message
+        elif op == "grow":
+            self._w.send({"op": "abort", "message": "decoupled models do not grow"})
+        else:
+            _log.error("unexpected message '%s' from the worker of %s", op, self._label)
+        return None
 
-    def _returned(self, message: Message) -> None:
+    def _finish(self) -> None:
+        with self._lock:
+            super()._finish()
+        if self._out is not None:
+            self._out.unlink()
+            self._out.close()
+
+    def _batch_returned(self, message: Message) -> None:
         with self._lock:
             batch = self._waiting.popleft() if self._waiting else None
         if batch is None:
