@@ -27,6 +27,7 @@ from typing import Any
 from inferd.errors import AlreadyExistsError, UnavailableError
 from inferd.examples.common import Built, ExampleBuildError, ExampleSkipped
 from inferd.examples.digits_models import build_digits, build_python, digits_split
+from inferd.examples.embedding_models import build_minilm_embeddings
 from inferd.examples.ensemble_models import build_pipeline, build_postprocess
 from inferd.examples.names import EXAMPLE_COUNT, MODEL_NAMES, TORCH_MODEL_NAMES
 from inferd.examples.sequence_models import (
@@ -71,6 +72,8 @@ _BUILDERS: dict[str, Callable[[str, Path], Built]] = {
     "repeat_int32": build_streaming,
     "bls_router": build_streaming,
     "digits_cnn_torch": build_digits_cnn_torch,
+    # built as its own step (python -m inferd.examples.embedding_models)
+    "minilm_embeddings": build_minilm_embeddings,
 }
 
 
