@@ -18,8 +18,13 @@ from inferd.cli.serve_observability import (
     payload_log_settings,
     trace_settings,
 )
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InvalidArgumentError
 from inferd.frontends.access import CLOSED_APIS, Api, parse_api, parse_restriction
+from inferd.frontends.openai.limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_N,
+    DEFAULT_MAX_TOKENS,
+)
 from inferd.frontends.shared_memory import DEFAULT_MAX_BYTES, DEFAULT_MAX_REGIONS
 from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
@@ -271,6 +276,50 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "is a health probe (others get 503), so probes are never starved"
         ),
     )
+    openai = p.add_argument_group(
+        "OpenAI-compatible API (/v1 on the HTTP port: models, completions, chat; "
+        "see docs/openai.md)"
+    )
+    openai.add_argument(
+        "--openai-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also serve /v1 alone on this port (Triton's OpenAI frontend uses 9000; 0 picks "
+        "a free one), with the HTTP address, TLS, limits and access rules; default: off",
+    )
+    openai.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a folder holding tokenizer.json and tokenizer_config.json (with its "
+        "chat_template) or chat_template.jinja, used for every text model instead of the "
+        "files beside its config.pbtxt (local files only; nothing is downloaded)",
+    )
+    openai.add_argument(
+        "--openai-max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        metavar="N",
+        help="refuse (400) a request whose max_tokens or max_completion_tokens is larger "
+        f"(default: {DEFAULT_MAX_TOKENS})",
+    )
+    openai.add_argument(
+        "--openai-max-n",
+        type=int,
+        default=DEFAULT_MAX_N,
+        metavar="N",
+        help=f"refuse (400) a request asking for more choices (n) (default: {DEFAULT_MAX_N})",
+    )
+    openai.add_argument(
+        "--openai-max-body-size",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="BYTES",
+        help="refuse (400) a /v1 request body that is larger "
+        f"(default: {DEFAULT_MAX_BODY_BYTES // (1024 * 1024)} MiB)",
+    )
     _bool_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-port", type=int, default=8001, metavar="PORT")
     net.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
@@ -468,6 +517,17 @@ def _feedback_token(args: argparse.Namespace) -> str | None:
     return read_feedback_token(args.feedback_token_file, os.environ)
 
 
+def _tokenizer_folder(path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    if not path.is_dir():
+        raise InvalidArgumentError(
+            f"--tokenizer {path}: not a folder (give the folder holding tokenizer.json and "
+            "tokenizer_config.json)"
+        )
+    return path.resolve()
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -502,6 +562,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             parse_restriction(r, flag="--http-restricted-api") for r in args.http_restricted_api
         ),
         http_tls=_tls(args, "http"),
+        openai_port=args.openai_port,
+        openai_tokenizer=_tokenizer_folder(args.tokenizer),
+        openai_max_tokens=args.openai_max_tokens,
+        openai_max_n=args.openai_max_n,
+        openai_max_body_bytes=args.openai_max_body_size,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

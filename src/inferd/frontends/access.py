@@ -46,6 +46,8 @@ class Api(enum.Enum):
     ROLLOUT = "rollout"
     # inferd's own: rewards for answered requests, which steer bandit policies
     FEEDBACK = "feedback"
+    # the OpenAI-compatible API under /v1 (models, completions, chat, embeddings)
+    OPENAI = "openai"
 
 
 # The groups that change what the server serves or how it behaves: the admin token guards them.

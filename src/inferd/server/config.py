@@ -8,6 +8,12 @@ from pathlib import Path
 from inferd.core.drift import DriftSettings
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import CLOSED_APIS, AccessPolicy, Api, Restriction
+from inferd.frontends.openai.limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_N,
+    DEFAULT_MAX_TOKENS,
+    OpenAILimits,
+)
 from inferd.frontends.shared_memory import DEFAULT_MAX_BYTES, DEFAULT_MAX_REGIONS
 from inferd.frontends.tls import TlsSettings
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
@@ -43,6 +49,11 @@ class ServerConfig:
     http_max_connections: int = 1024  # at it: idle ones make room; else probes only, or 503
     http_restricted_apis: tuple[Restriction, ...] = ()
     http_tls: TlsSettings | None = None
+    openai_port: int | None = None  # /v1 alone on a port of its own as well; None: HTTP port only
+    openai_tokenizer: Path | None = None  # --tokenizer: every text model's tokenizer folder
+    openai_max_tokens: int = DEFAULT_MAX_TOKENS  # ceiling on a request's max_tokens
+    openai_max_n: int = DEFAULT_MAX_N  # ceiling on a request's n
+    openai_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # ceiling on a /v1 request body
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
@@ -116,6 +127,12 @@ class ServerConfig:
             )
         if self.http_max_connections < 1:
             raise InvalidArgumentError("--http-max-connections must be >= 1")
+        if self.openai_port is not None and not 0 <= self.openai_port <= 65535:
+            raise InvalidArgumentError(f"--openai-port {self.openai_port} is not a port")
+        if min(self.openai_max_tokens, self.openai_max_n, self.openai_max_body_bytes) < 1:
+            raise InvalidArgumentError(
+                "--openai-max-tokens, --openai-max-n and --openai-max-body-size must be >= 1"
+            )
         if self.allow_code_upload and not self.allow_model_upload:
             raise InvalidArgumentError("--allow-code-upload needs --allow-model-upload")
         if self.allow_model_upload and self.model_control_mode is not ControlMode.EXPLICIT:
@@ -123,7 +140,9 @@ class ServerConfig:
                 "--allow-model-upload only applies to --model-control-mode=explicit"
             )
         http_only = sorted(
-            api.value for r in self.grpc_restricted_protocols for api in r.apis & CLOSED_APIS
+            api.value
+            for r in self.grpc_restricted_protocols
+            for api in r.apis & (CLOSED_APIS | {Api.OPENAI})
         )
         if http_only:
             raise InvalidArgumentError(
@@ -137,6 +156,13 @@ class ServerConfig:
     def http_access(self) -> AccessPolicy:
         return AccessPolicy(
             self.http_restricted_apis, self.admin_token, self.feedback_token, self.open_apis
+        )
+
+    def openai_limits(self) -> OpenAILimits:
+        return OpenAILimits(
+            max_tokens=self.openai_max_tokens,
+            max_n=self.openai_max_n,
+            max_body_bytes=self.openai_max_body_bytes,
         )
 
     def grpc_access(self) -> AccessPolicy:

@@ -184,8 +184,23 @@ class Server:
             _write_ready_file(cfg.ready_file, self.ports)
         _log.info("inferd ready: %s", json.dumps(self.ports))
 
+    def _openai_app(self) -> Any:
+        """The /v1 API (OpenAI-compatible), served on the HTTP port and on --openai-port."""
+        from inferd.frontends.openai.app import OpenAIApp
+        from inferd.frontends.openai.tokenizer import TokenizerStore
+
+        cfg = self.config
+        return OpenAIApp(
+            self.engine,
+            tokenizers=TokenizerStore(cfg.model_repositories, cfg.openai_tokenizer),
+            log=logging.getLogger("inferd.openai"),
+            limits=cfg.openai_limits(),
+            access=cfg.http_access(),
+        )
+
     async def _start_listeners(self) -> None:
         cfg = self.config
+        openai = self._openai_app() if cfg.allow_http or cfg.openai_port is not None else None
         if cfg.allow_http:
             from inferd.frontends.http.app import HttpApp
             from inferd.frontends.http.server import start_http_server
@@ -199,6 +214,7 @@ class Server:
                 shared_memory=self.shared_memory,
                 drift_report=self._drift_report if self.drift is not None else None,
                 rollout=self.rollout,
+                openai=openai,
             )
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(
@@ -212,6 +228,22 @@ class Server:
                     tls=cfg.http_tls,
                 )
             self._add("HTTP", port, handle.stop)
+        if cfg.openai_port is not None:
+            from inferd.frontends.http.server import start_http_server
+
+            async with _starting("OpenAI", cfg.http_address, cfg.openai_port, "--openai-port"):
+                # the HTTP front end's server, connection limits, timeouts and TLS
+                handle, port = await start_http_server(
+                    openai,
+                    cfg.http_address,
+                    cfg.openai_port,
+                    timeout_keep_alive_s=cfg.http_idle_timeout_s,
+                    header_timeout_s=cfg.http_header_timeout_s,
+                    body_timeout_s=cfg.http_body_timeout_s,
+                    max_connections=cfg.http_max_connections,
+                    tls=cfg.http_tls,
+                )
+            self._add("OpenAI", port, handle.stop)
         if cfg.allow_grpc:
             from inferd.frontends.grpc.server import start_grpc_server
 

@@ -39,6 +39,7 @@ from inferd.frontends.http.generate import ClientGone, SseReply, decode_generate
 from inferd.frontends.http.rollout import ROLLOUT_ENDPOINTS, rollout_answer
 from inferd.frontends.http.routes import API, Endpoint, Route, match_route
 from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
+from inferd.frontends.openai.app import OpenAIApp
 from inferd.frontends.shared_memory import SharedMemoryRegistry
 
 Scope = MutableMapping[str, Any]
@@ -133,6 +134,7 @@ class HttpApp:
         shared_memory: SharedMemoryRegistry | None = None,
         drift_report: Callable[[str, str], dict[str, Any]] | None = None,
         rollout: RolloutAdmin | None = None,
+        openai: OpenAIApp | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -149,6 +151,7 @@ class HttpApp:
         self._log = log
         self._drift_report = drift_report
         self._rollout = rollout
+        self._openai = openai  # serves the paths under /v1/ (None: they are unknown routes)
         self._handlers: dict[
             Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply | SseReply]]
         ] = {
@@ -191,6 +194,9 @@ class HttpApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._openai is not None and scope["path"].startswith("/v1/"):
+            await self._openai.handle(scope, receive, send)
+            return
         try:
             reply = await self._dispatch(scope, receive)
             if isinstance(reply, SseReply):

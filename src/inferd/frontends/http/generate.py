@@ -41,7 +41,14 @@ from inferd.errors import InferdError, InvalidArgumentError
 from inferd.frontends.http.body import OffLoop
 from inferd.frontends.http.errors import describe_exception, status_for
 
-__all__ = ["STREAM_RESPONSES", "ClientGone", "SseReply", "decode_generate", "generate_once"]
+__all__ = [
+    "STREAM_RESPONSES",
+    "ClientGone",
+    "SseReply",
+    "decode_generate",
+    "generate_once",
+    "watched",
+]
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -103,7 +110,7 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def _watched(work: Awaitable[T], receive: Receive) -> T:
+async def watched(work: Awaitable[T], receive: Receive) -> T:
     """``work``, cancelled (and :class:`ClientGone` raised) if the client disconnects first."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_until_disconnect(receive))
@@ -140,7 +147,7 @@ async def _one_response(engine: Engine, request: InferRequest) -> bytes:
 async def generate_once(engine: Engine, request: InferRequest, receive: Receive) -> bytes:
     """The JSON body answering ``generate``; the model's error, or a wrong number of
     responses, is raised."""
-    return await _watched(_one_response(engine, request), receive)
+    return await watched(_one_response(engine, request), receive)
 
 
 class SseReply:
@@ -153,7 +160,7 @@ class SseReply:
 
     async def write(self, send: Send, receive: Receive) -> None:
         """Run the request and send its events; :class:`ClientGone` if the client leaves."""
-        await _watched(self._run(send), receive)
+        await watched(self._run(send), receive)
 
     async def _run(self, send: Send) -> None:
         started = False

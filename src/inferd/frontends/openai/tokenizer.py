@@ -1,0 +1,192 @@
+"""A text model's tokenizer and chat template, read from the operator's files only.
+
+Where they come from, first found wins: the folder given to ``inferd serve --tokenizer PATH``
+(for every model), else the model's own folder in the repository (``<repository>/<model>/``):
+``tokenizer.json`` (a Hugging Face ``tokenizers`` file) counts tokens, and the chat template is
+``chat_template.jinja`` or the ``chat_template`` of ``tokenizer_config.json``. Nothing a client
+sends names a path: the model name is checked by the routes and must name a loaded model.
+
+Files are read off the event loop, once per model, and kept. Templates render as Hugging Face
+renders them (``apply_chat_template``): Jinja2's immutable sandbox, ``trim_blocks`` and
+``lstrip_blocks``, ``raise_exception``, a ``tojson`` filter, the special tokens of
+``tokenizer_config.json`` and ``add_generation_prompt=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from inferd.frontends.openai.errors import OpenAIError, invalid
+
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+TEMPLATE_FILE = "chat_template.jinja"
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+class _TemplateRaised(Exception):
+    pass
+
+
+def _raise_exception(message: str) -> None:
+    raise _TemplateRaised(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, **_: Any) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+class TextTokenizer:
+    """One model's token counter and chat template (either may be missing)."""
+
+    def __init__(
+        self,
+        model: str,
+        tokenizer: Any | None,  # tokenizers.Tokenizer
+        template: jinja2.Template | None,
+        special: dict[str, str],
+    ) -> None:
+        self.model = model
+        self._tokenizer = tokenizer
+        self._template = template
+        self._special = special
+
+    @property
+    def counts(self) -> bool:
+        return self._tokenizer is not None
+
+    def count(self, text: str) -> int:
+        if self._tokenizer is None or not text:
+            return 0
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
+        """``text`` cut after its first ``max_tokens`` tokens, and whether it was cut."""
+        if self._tokenizer is None or not text:
+            return text, False
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        if len(encoding.ids) <= max_tokens:
+            return text, False
+        return text[: encoding.offsets[max_tokens - 1][1]], True
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        if self._template is None:
+            raise OpenAIError(
+                400,
+                f"the model '{self.model}' has no chat template: the operator can add "
+                f"'chat_template' to its {CONFIG_FILE} or a {TEMPLATE_FILE} beside its "
+                "config.pbtxt, or start the server with --tokenizer PATH; /v1/completions "
+                "serves it without one",
+                param="messages",
+                code="chat_template_missing",
+            )
+        try:
+            return self._template.render(
+                messages=messages, add_generation_prompt=True, **self._special
+            )
+        except _TemplateRaised as exc:
+            raise invalid(
+                f"the model's chat template refused the messages: {exc}", "messages"
+            ) from None
+        except jinja2.TemplateError as exc:
+            raise invalid(
+                f"the model's chat template failed on the messages: {exc}", "messages"
+            ) from None
+
+
+def load_tokenizer(model: str, folder: Path | None) -> TextTokenizer:
+    """Read the files of ``folder`` (blocking: call it off the event loop)."""
+    if folder is None:
+        return TextTokenizer(model, None, None, {})
+    tokenizer = None
+    if (folder / TOKENIZER_FILE).is_file():
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    config: dict[str, Any] = {}
+    if (folder / CONFIG_FILE).is_file():
+        loaded = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            config = loaded
+    source = None
+    if (folder / TEMPLATE_FILE).is_file():
+        source = (folder / TEMPLATE_FILE).read_text(encoding="utf-8")
+    else:
+        source = _template_source(config.get("chat_template"))
+    template = _environment().from_string(source) if source else None
+    special = {}
+    for name in _SPECIAL:
+        value = config.get(name)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            special[name] = value
+    return TextTokenizer(model, tokenizer, template, special)
+
+
+def _template_source(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # named templates: the default one
+        for entry in value:
+            if isinstance(entry, dict) and entry.get("name") == "default":
+                template = entry.get("template")
+                return template if isinstance(template, str) else None
+    return None
+
+
+class TokenizerStore:
+    """Each model's :class:`TextTokenizer`, loaded once off the event loop."""
+
+    def __init__(self, repositories: Sequence[Path], override: Path | None = None) -> None:
+        self._repositories = tuple(repositories)
+        self._override = override
+        self._loaded: dict[str, asyncio.Future[TextTokenizer]] = {}
+
+    def _folder(self, model: str) -> Path | None:
+        if self._override is not None:
+            return self._override
+        for repository in self._repositories:
+            folder = repository / model
+            if (folder / TOKENIZER_FILE).is_file() or (folder / CONFIG_FILE).is_file():
+                return folder
+            if (folder / TEMPLATE_FILE).is_file():
+                return folder
+        return None
+
+    def _load(self, model: str) -> TextTokenizer:
+        return load_tokenizer(model, self._folder(model))
+
+    async def get(self, model: str) -> TextTokenizer:
+        pending = self._loaded.get(model)
+        if pending is None:
+            pending = asyncio.ensure_future(asyncio.to_thread(self._load, model))
+            self._loaded[model] = pending
+        try:
+            return await asyncio.shield(pending)
+        except Exception:
+            if self._loaded.get(model) is pending:
+                del self._loaded[model]  # a failed read is tried again next time
+            raise
+
+
+__all__ = ["TextTokenizer", "TokenizerStore", "load_tokenizer"]
