@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inferd.backends import shapes
+from inferd.backends import ort_providers, shapes
 from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
@@ -41,9 +41,7 @@ from inferd.errors import (
 
 log = logging.getLogger(__name__)
 
-_CPU = "CPUExecutionProvider"
-_CUDA = "CUDAExecutionProvider"
-_TENSORRT = "TensorrtExecutionProvider"
+_CPU = ort_providers.CPU
 
 # ONNX Runtime type strings -> model config data types.
 _ORT_TO_CONFIG = {
@@ -219,33 +217,6 @@ class SoloSession:
     def leave(self) -> None:
         with self._lock:
             self._running -= 1
-
-
-def _providers(group: InstanceGroupSpec, spec: ModelSpec) -> list[Any]:
-    if group.kind != "KIND_GPU":
-        return [_CPU]
-    available = ort.get_available_providers()
-    if _CUDA not in available:
-        raise ModelLoadError(
-            f"failed to load '{spec.name}': instance group '{group.name}' requests KIND_GPU but "
-            "this ONNX Runtime has no CUDA execution provider (install onnxruntime-gpu)"
-        )
-    device = group.gpus[0] if group.gpus else 0
-    providers: list[Any] = []
-    if _wants_tensorrt(spec):
-        if _TENSORRT not in available:
-            raise ModelLoadError(
-                f"failed to load '{spec.name}': the tensorrt execution accelerator is requested "
-                "but this ONNX Runtime has no TensorRT execution provider"
-            )
-        providers.append((_TENSORRT, {"device_id": device}))
-    providers.append((_CUDA, {"device_id": device}))
-    providers.append(_CPU)
-    return providers
-
-
-def _wants_tensorrt(spec: ModelSpec) -> bool:
-    return "tensorrt" in spec.optimization.gpu_accelerators
 
 
 # -- auto-complete ------------------------------------------------------------------------------
@@ -442,15 +413,27 @@ class OnnxRuntimeModel:
         self._ctx = ctx
         self._settings = settings
         self._path = path
-        self._spare: tuple[str, ort.InferenceSession] | None = None
+        self._spare: tuple[list[Any], ort.InferenceSession] | None = None
         self._lock = threading.Lock()
         self.solo: SoloSession | None = None
+        self.accelerators = ort_providers.parse_accelerators(ctx.spec)
+        ort_providers.check_available(ctx.spec, self.accelerators, ort.get_available_providers())
+
+    def providers(self, group: InstanceGroupSpec, index: int) -> list[Any]:
+        return ort_providers.providers(
+            self._ctx.spec, group, index, self.accelerators, ort.get_available_providers()
+        )
 
     def build_session(
-        self, group: InstanceGroupSpec, intra_op_threads: int | None = None, *, spin: bool = True
+        self,
+        group: InstanceGroupSpec,
+        intra_op_threads: int | None = None,
+        *,
+        spin: bool = True,
+        index: int = 0,
     ) -> ort.InferenceSession:
         spec = self._ctx.spec
-        providers = _providers(group, spec)
+        providers = self.providers(group, index)
         try:
             return ort.InferenceSession(
                 str(self._path),
@@ -464,15 +447,15 @@ class OnnxRuntimeModel:
             ) from exc
 
     def keep_spare(self, group: InstanceGroupSpec, session: ort.InferenceSession) -> None:
-        self._spare = (group.kind, session)
+        self._spare = (self.providers(group, 0), session)
 
     def create_instance(self, group: InstanceGroupSpec, index: int) -> OnnxRuntimeInstance:
         with self._lock:
             spare, self._spare = self._spare, None
-        if spare is not None and spare[0] == group.kind:
-            session = spare[1]
+        if spare is not None and spare[0] == self.providers(group, index):
+            session = spare[1]  # built for the same providers on the same device
         else:
-            session = self.build_session(group)
+            session = self.build_session(group, index=index)
         return OnnxRuntimeInstance(self._ctx.spec, session, self._settings.run_options(), self.solo)
 
     def close(self) -> None:

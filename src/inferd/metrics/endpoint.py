@@ -18,6 +18,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 
 from inferd.engine import Engine
+from inferd.metrics.gpu import GpuCollector
 from inferd.metrics.health import HealthCollector
 from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
 from inferd.metrics.system import SystemCollector
@@ -38,6 +39,7 @@ def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> Coll
     registry = CollectorRegistry(auto_describe=True)
     ProcessCollector(registry=registry)
     registry.register(SystemCollector())
+    registry.register(GpuCollector())  # reports nothing without NVML or a GPU
     registry.register(ModelCollector(lambda: engine.model_statistics()))
     registry.register(HealthCollector(engine.is_ready, engine.load_failures))
     for collector in collectors:

@@ -13,6 +13,7 @@ from inferd.backends.base import LoadContext, LoadedModel, ModelInstance, Thread
 from inferd.backends.registry import BackendRegistry
 from inferd.backends.text_encoder import is_text_encoder, load_text_encoder
 from inferd.codecs.model_config import ModelConfig, spec_from_proto
+from inferd.core.devices import instance_count, runtime_has_cuda, visible_gpu_count
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import ModelSpec
 from inferd.core.sequence_spec import execution_spec
@@ -159,7 +160,9 @@ def prepare(
             vet=vet,
         )
         check_config_paths(proto)
-        normalize_and_validate(proto, model_dir)
+        gpus = visible_gpu_count()
+        auto_gpu = gpus > 0 and runtime_has_cuda(proto.backend)
+        normalize_and_validate(proto, model_dir, gpu_count=gpus, auto_gpu=auto_gpu)
         cache_warning = check_model_cache(proto, options.response_cache)
         if cache_warning:
             _log.warning("%s", cache_warning)
@@ -263,7 +266,7 @@ def load_version(
     instances: list[ModelInstance] = []
     try:
         for group in spec.instance_groups:
-            for index in range(group.count):
+            for index in range(instance_count(group.kind, group.count, group.gpus)):
                 instances.append(loaded.create_instance(group, index))
         labels = read_labels(spec, prepared.model_dir)
         warm_up(spec, instances, prepared.model_dir)

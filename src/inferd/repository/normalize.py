@@ -26,20 +26,28 @@ _KIND_GPU = mc.ModelInstanceGroup.Kind.Value("KIND_GPU")
 _KIND_CPU = mc.ModelInstanceGroup.Kind.Value("KIND_CPU")
 
 
-def normalize_and_validate(config: ModelConfig, model_dir: Path, *, gpu_count: int = 0) -> None:
+def normalize_and_validate(
+    config: ModelConfig, model_dir: Path, *, gpu_count: int = 0, auto_gpu: bool | None = None
+) -> None:
     """Apply Triton's defaults to ``config`` in place, then validate it.
 
-    ``gpu_count`` is the number of usable GPUs (0 on this build: GPU groups are refused).
+    ``gpu_count`` is the number of GPUs this process may use
+    (:func:`inferd.core.devices.visible_gpu_count`). ``auto_gpu`` says whether ``KIND_AUTO``
+    groups (and models without instance groups) run on them: only where the model's runtime
+    can compute on a GPU (:func:`inferd.core.devices.runtime_has_cuda`); None means "when there
+    are GPUs". ``KIND_GPU`` groups without ``gpus`` get all of them, and a ``KIND_GPU`` group
+    is refused when there are none or when it names a GPU that is not there.
     Raises :class:`ConfigError` naming the offending field.
     """
-    _normalize(config, model_dir, gpu_count)
+    _normalize(config, model_dir, gpu_count, gpu_count > 0 if auto_gpu is None else auto_gpu)
     _validate(config, model_dir)
+    _validate_gpus(config, gpu_count)
 
 
 # -- normalisation ------------------------------------------------------------------------------
 
 
-def _normalize(config: ModelConfig, model_dir: Path, gpu_count: int) -> None:
+def _normalize(config: ModelConfig, model_dir: Path, gpu_count: int, auto_gpu: bool) -> None:
     dir_name = model_dir.name
     if not config.name:
         config.name = dir_name
@@ -72,7 +80,7 @@ def _normalize(config: ModelConfig, model_dir: Path, gpu_count: int) -> None:
             opt.input_pinned_memory.enable = True
         if not opt.HasField("output_pinned_memory"):
             opt.output_pinned_memory.enable = True
-        _normalize_instance_groups(config, gpu_count)
+        _normalize_instance_groups(config, gpu_count, auto_gpu)
     # Triton always reports these two; setting the (empty) messages makes them print.
     config.model_transaction_policy.SetInParent()
     config.response_cache.SetInParent()
@@ -84,11 +92,12 @@ _PARALLEL_BACKENDS = frozenset({"onnxruntime", "openvino", "pytorch", "fil"})
 DEFAULT_CPU_INSTANCES = 2
 
 
-def _normalize_instance_groups(config: ModelConfig, gpu_count: int) -> None:
+def _normalize_instance_groups(config: ModelConfig, gpu_count: int, auto_gpu: bool) -> None:
+    auto_gpu = auto_gpu and gpu_count > 0
     groups = config.instance_group
     if not groups:
         group = groups.add()
-        if gpu_count == 0 and config.backend in _PARALLEL_BACKENDS:
+        if not auto_gpu and config.backend in _PARALLEL_BACKENDS:
             group.kind = _KIND_CPU
             group.count = min(DEFAULT_CPU_INSTANCES, os.cpu_count() or 1)
     several = len(groups) > 1
@@ -96,7 +105,7 @@ def _normalize_instance_groups(config: ModelConfig, gpu_count: int) -> None:
         if not group.name:
             group.name = f"{config.name}_{index}" if several else config.name
         if group.kind == _KIND_AUTO:
-            group.kind = _KIND_GPU if gpu_count > 0 else _KIND_CPU
+            group.kind = _KIND_GPU if auto_gpu else _KIND_CPU
         if group.count < 1:
             group.count = 1
         if group.kind == _KIND_GPU and gpu_count > 0 and not group.gpus:
@@ -128,15 +137,28 @@ def _validate(config: ModelConfig, model_dir: Path) -> None:
         seq = config.sequence_batching
         if seq.WhichOneof("strategy_choice") == "oldest":
             _check_preferred(name, "sequence_batching.oldest", seq.oldest.preferred_batch_size, mbs)
-    if not is_ensemble:
-        for group in config.instance_group:
-            if group.kind == _KIND_GPU and not group.gpus:
-                raise ConfigError(
-                    f"model '{name}': instance group '{group.name}' requests KIND_GPU but no "
-                    "GPU is available"
-                )
-    elif len(config.instance_group) > 0:
+    if is_ensemble and len(config.instance_group) > 0:
         raise ConfigError(f"ensemble model '{name}' must not have an instance_group")
+
+
+def _validate_gpus(config: ModelConfig, gpu_count: int) -> None:
+    """``KIND_GPU`` groups need a GPU, and only the GPUs that are there."""
+    name = config.name
+    for group in config.instance_group:
+        if group.kind != _KIND_GPU:
+            continue
+        if gpu_count == 0:
+            raise ConfigError(
+                f"model '{name}': instance group '{group.name}' requests KIND_GPU but no GPU "
+                "is available (NVML finds none, or CUDA_VISIBLE_DEVICES hides them); use "
+                "KIND_CPU on this machine"
+            )
+        for gpu in group.gpus:
+            if gpu < 0 or gpu >= gpu_count:
+                raise ConfigError(
+                    f"model '{name}': instance group '{group.name}' names GPU {gpu} but this "
+                    f"machine has {gpu_count} visible GPU(s), numbered 0 to {gpu_count - 1}"
+                )
 
 
 def _validate_tensors(config: ModelConfig, kind: str, tensors: Iterable[Any]) -> None:

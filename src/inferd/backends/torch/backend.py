@@ -38,6 +38,7 @@ from inferd.backends.torch.tensors import (
     to_numpy,
     to_torch,
 )
+from inferd.core.devices import gpu_index, instance_device
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.errors import ConfigError, InternalError, InvalidInputError, ModelLoadError
@@ -113,14 +114,16 @@ def resolve_model_path(platform: str, path: Path) -> Path:
 
 
 def _device(spec: ModelSpec, group: InstanceGroupSpec, index: int) -> torch.device:
-    if group.kind != "KIND_GPU":
+    """Instance ``index``'s device (:func:`inferd.core.devices.instance_device`), checked."""
+    name = instance_device(group.kind, group.count, group.gpus, index)
+    gpu = gpu_index(name)
+    if gpu is None:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise ModelLoadError(
             f"failed to load '{spec.name}': instance group '{group.name}' requests KIND_GPU but "
             "torch sees no CUDA device (a CPU-only torch build, or no GPU on this machine)"
         )
-    gpu = group.gpus[index % len(group.gpus)] if group.gpus else 0
     if gpu >= torch.cuda.device_count():
         raise ModelLoadError(
             f"failed to load '{spec.name}': instance group '{group.name}' names GPU {gpu} but "
@@ -207,6 +210,10 @@ class TorchInstance(StackingInstance[list[torch.Tensor | None]]):
         self._output_names = [b.tensor.name for b in outputs]
         self._batched = spec.max_batch_size > 0
         self._thread: int | None = None
+        # each GPU instance computes on a stream of its own: instances sharing a GPU overlap
+        self._stream: Any = None
+        if device.type == "cuda":
+            self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
 
     @property
     def device(self) -> torch.device:
@@ -246,13 +253,22 @@ class TorchInstance(StackingInstance[list[torch.Tensor | None]]):
                 raise InvalidInputError(
                     f"unexpected inference input '{input_name}' for '{self._spec.name}'"
                 )
-            tensor = to_torch(array, binding.tensor, self._batched)
-            if self._device.type != "cpu":
-                tensor = tensor.to(self._device)
-            args[binding.position] = tensor
+            args[binding.position] = to_torch(array, binding.tensor, self._batched)
         while args and args[-1] is None:  # absent optional inputs at the end: use defaults
             args.pop()
         return args
+
+    def _on_stream(self) -> contextlib.AbstractContextManager[Any]:
+        if self._stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self._stream)
+
+    def _on_device(self, feeds: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """The batch's tensors copied to the instance's GPU, once per batch (pinned first, so
+        that the copy is a DMA the stream orders; outputs come back by ``to_numpy``)."""
+        return [
+            None if t is None else t.pin_memory().to(self._device, non_blocking=True) for t in feeds
+        ]
 
     def run(self, feeds: list[torch.Tensor | None], output_names: list[str]) -> Outputs:
         """Run one (possibly stacked) batch and return the outputs the configuration gives."""
@@ -261,13 +277,16 @@ class TorchInstance(StackingInstance[list[torch.Tensor | None]]):
             raise InternalError(f"an instance of model '{self._spec.name}' was used after close")
         name = self._spec.name
         try:
-            with self._modes():
+            with self._modes(), self._on_stream():
+                if self._stream is not None:
+                    feeds = self._on_device(feeds)
                 result = module(*feeds)
-            chosen = select_outputs(result, self._outputs, output_names, name)
-            return {
-                out: to_numpy(value, self._output_specs[out], self._batched, name)
-                for out, value in chosen.items()
-            }
+                chosen = select_outputs(result, self._outputs, output_names, name)
+                # on the instance's stream: the copies back wait for its computation
+                return {
+                    out: to_numpy(value, self._output_specs[out], self._batched, name)
+                    for out, value in chosen.items()
+                }
         except Exception as exc:  # translated once, here, at the runtime boundary
             raise FAMILY.translate(exc, name) from exc
         finally:
