@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferd.client.progress import BAR, COUNT, ELAPSED, REMAINING, rich_bar
+
 __all__ = ["LineProgress", "RichProgress"]
 
 
@@ -50,22 +52,8 @@ class RichProgress:
     """A rich bar for the current phase, with the loss averaged over the last steps."""
 
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[loss]}"),
+        self._bar = rich_bar(
+            "{task.description}", BAR, COUNT, ELAPSED, REMAINING, "{task.fields[loss]}"
         )
         self._bar.start()
         self._task: Any = None

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
-from inferd.client.progress import interactive
+from inferd.client.progress import BAR, COUNT, ELAPSED, REMAINING, interactive, rich_bar
 
 __all__ = ["JobProgress", "LineProgress", "RichProgress", "progress_for"]
 
@@ -28,26 +28,17 @@ class JobProgress(Protocol):
 class RichProgress:
     def __init__(self, stream: IO[str] | None = None) -> None:
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
 
         self._bad = 0
-        self._progress: Any = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} rows/s"),
-            TextColumn("{task.fields[bad]} bad"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
+        self._progress: Any = rich_bar(
+            "[bold]{task.description}",
+            BAR,
+            COUNT,
+            "{task.fields[rate]} rows/s",
+            "{task.fields[bad]} bad",
+            ELAPSED,
+            REMAINING,
             console=Console(file=stream or sys.stderr),
-            transient=False,
         )
         self._task: Any = None
 
