@@ -4,7 +4,11 @@ server are in tests/e2e/test_admin_client.py."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ from inferd.errors import (
     ErrorCode,
     InvalidArgumentError,
     PermissionDeniedError,
+    RepositoryCallError,
     ServerPermissionDeniedError,
     ServerUnauthenticatedError,
     ServerUnreachableError,
@@ -78,7 +83,6 @@ def test_the_old_names_still_import() -> None:
     from inferd.tools.analyze.control import LoadFailedError
     from inferd.tools.analyze.control import ServerUnreachableError as Gone
     from inferd.tools.perf.transport import PerfAccessError, PerfRequestError
-    from inferd.tools.repository_client import RepositoryCallError
 
     assert Old is AccessDeniedError
     assert Gone is ServerUnreachableError
@@ -101,3 +105,59 @@ def test_a_missing_ca_file_is_refused_before_any_call(tmp_path: Path) -> None:
     tls = HttpsSettings(ca_file=tmp_path / "absent.pem")
     with pytest.raises(InvalidArgumentError, match="--ssl-https-ca-certificates-file"):
         AdminClient(Endpoint("127.0.0.1", 1, tls))
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    """401 to a call without a bearer token; otherwise the request's path and headers as JSON."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.headers.get("Authorization") is None:
+            body, status = json.dumps({"error": "no token"}).encode(), 401
+        else:
+            body, status = json.dumps({"path": self.path, **self.headers}).encode(), 200
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def refusing_server() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_an_admin_client_from_a_url_sends_its_headers_and_token(refusing_server: int) -> None:
+    client = AdminClient.from_url(
+        f"http://127.0.0.1:{refusing_server}", headers=(("X-Key", "v"),), admin_token="t"
+    )
+    assert client.endpoint == Endpoint("127.0.0.1", refusing_server, None, (("X-Key", "v"),), "t")
+    answer = client.call("POST", "/v2/repository/index", {}, timeout_s=10.0)
+    assert answer["path"] == "/v2/repository/index"
+    assert answer["Authorization"] == "Bearer t"
+    assert answer["X-Key"] == "v"
+    assert json.loads(client.call_raw("POST", "/x", {}))["path"] == "/x"
+    with pytest.raises(InvalidArgumentError, match="-H Authorization and the admin token"):
+        AdminClient.from_url("h:1", headers=(("Authorization", "x"),), admin_token="t")
+
+
+def test_a_call_words_a_refusal_with_its_subject_and_hint(refusing_server: int) -> None:
+    client = AdminClient.from_url(f"127.0.0.1:{refusing_server}")
+    with pytest.raises(ServerUnauthenticatedError) as caught:
+        client.call("POST", "/v2/models/m/rollout", {}, subject="the rollout call", token_hint="H")
+    assert caught.value.message == "the server refused the rollout call (HTTP 401: no token): H"
+    with pytest.raises(ServerUnauthenticatedError, match="refused model control"):
+        client.call_raw("POST", "/v2/repository/index", {})
+    assert issubclass(ServerUnauthenticatedError, AccessDeniedError)
+    assert not issubclass(ServerUnauthenticatedError, RepositoryCallError)

@@ -17,7 +17,7 @@ from inferd.cli.perf_connection import add_connection_arguments, connection_from
 from inferd.errors import InferdError, InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
-    from inferd.tools.repository_client import RepositoryClient
+    from inferd.client.admin import AdminClient
 
 
 def add_model_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -104,16 +104,13 @@ def _common(p: argparse.ArgumentParser, *, model_optional: bool = False) -> None
     add_connection_arguments(p, sent_with="call", grpc=False)
 
 
-def _client(args: argparse.Namespace) -> RepositoryClient:
-    from inferd.tools.repository_client import RepositoryClient
+def _client(args: argparse.Namespace) -> AdminClient:
+    """The server's admin client; -H Authorization with an admin token is refused."""
+    from inferd.client.admin import AdminClient
 
     connection = connection_from_args(args, "http", args.url)
     token = read_admin_token(args.admin_token_file, os.environ)
-    if token is not None and any(name.lower() == "authorization" for name, _ in connection.headers):
-        raise InvalidArgumentError(
-            "-H Authorization and the admin token would both be sent: give one"
-        )
-    return RepositoryClient(
+    return AdminClient.from_url(
         args.url, headers=connection.headers, admin_token=token, tls=connection.https
     )
 

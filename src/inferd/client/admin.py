@@ -20,10 +20,11 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from inferd.client.endpoint import Endpoint
-from inferd.client.tls import handshake_error
+from inferd.client.headers import Headers
+from inferd.client.tls import HttpsSettings, handshake_error
 from inferd.errors import (
     AccessDeniedError,
     RepositoryCallError,
@@ -32,7 +33,10 @@ from inferd.errors import (
     ServerUnreachableError,
 )
 
-__all__ = ["TOKEN_HINT", "AdminClient", "access_message", "is_restricted"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["TOKEN_HINT", "AdminClient", "CallOptions", "access_message", "is_restricted"]
 
 TIMEOUT_S = 600.0  # a load or rollback may load a version and warm it up first
 TOKEN_HINT = (
@@ -78,6 +82,14 @@ def refusal(
     return ServerPermissionDeniedError(message)
 
 
+class CallOptions(TypedDict, total=False):
+    """The options of :meth:`AdminClient.call` and :meth:`AdminClient.call_raw`."""
+
+    subject: str
+    token_hint: str
+    timeout_s: float | None
+
+
 def _quoted(model: str) -> str:
     return urllib.parse.quote(model, safe="")
 
@@ -91,20 +103,25 @@ class AdminClient:
         self._headers = dict(endpoint.all_headers())
         self._context = None if endpoint.tls is None else endpoint.tls.context()
 
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
         *,
-        subject: str = "model control",
-        token_hint: str = TOKEN_HINT,
-        timeout_s: float | None = None,
-    ) -> Any:
-        """One call; the answer's JSON (None for an empty answer)."""
-        raw = self.call_raw(
-            method, path, body, subject=subject, token_hint=token_hint, timeout_s=timeout_s
-        )
+        headers: Headers = (),
+        admin_token: str | None = None,
+        tls: HttpsSettings | None = None,
+        timeout_s: float = TIMEOUT_S,
+    ) -> AdminClient:
+        """The client of the server ``-u URL`` names (:meth:`Endpoint.from_url`), with the
+        connection flags' headers and TLS settings and the admin token."""
+        endpoint = Endpoint.from_url(url, tls=tls, headers=headers, token=admin_token)
+        return cls(endpoint, timeout_s=timeout_s)
+
+    def call(self, method: str, path: str, body: Any = None, **options: Unpack[CallOptions]) -> Any:
+        """One call (with :meth:`call_raw`'s options); the answer's JSON (None for an empty
+        answer)."""
+        raw = self.call_raw(method, path, body, **options)
         return json.loads(raw) if raw.strip() else None
 
     def call_raw(
@@ -117,6 +134,8 @@ class AdminClient:
         token_hint: str = TOKEN_HINT,
         timeout_s: float | None = None,
     ) -> bytes:
+        """One call; the answer's bytes. ``subject`` and ``token_hint`` word a refusal's message;
+        ``timeout_s`` None: the client's timeout."""
         base = self.endpoint.base_url
         headers = dict(self._headers)
         data = None

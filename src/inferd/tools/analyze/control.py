@@ -17,7 +17,7 @@ import asyncio
 from typing import Any, Protocol
 
 from inferd.client.admin import AdminClient, access_message, is_restricted
-from inferd.client.endpoint import Endpoint, format_host, split_url
+from inferd.client.endpoint import format_host, split_url
 from inferd.client.headers import Headers, grpc_metadata
 from inferd.client.tls import GrpcTlsSettings, HttpsSettings
 from inferd.engine import Engine
@@ -74,9 +74,9 @@ class HttpControl:
         admin_token: str | None = None,
         tls: HttpsSettings | None = None,
     ) -> None:
-        host, port = split_url(url, 8000)
-        endpoint = Endpoint(host, port, tls, headers, admin_token)
-        self._client = AdminClient(endpoint, timeout_s=LOAD_TIMEOUT_S)
+        self._client = AdminClient.from_url(
+            url, headers=headers, admin_token=admin_token, tls=tls, timeout_s=LOAD_TIMEOUT_S
+        )
 
     async def load(self, model: str, config_json: str | None = None) -> None:
         try:
