@@ -29,7 +29,7 @@ from inferd.core.devices import (
 )
 from inferd.core.model_spec import InstanceGroupSpec
 from inferd.errors import ConfigError
-from inferd.metrics.gpu import GpuCollector, visible_indices
+from inferd.metrics.gpu import GpuCollector, plain_decimals, visible_indices
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
 from inferd.repository.normalize import normalize_and_validate
@@ -259,3 +259,18 @@ def test_gpu_metrics_are_absent_without_a_gpu() -> None:
     assert collector.gpu_uuids == []
     assert list(collector.collect()) == []
     collector.close()
+
+
+def test_gauges_print_plain_decimals_for_perf_analyzer() -> None:
+    text = (
+        b'nv_gpu_memory_total_bytes{gpu_uuid="GPU-1"} 8.589934592e+010\n'
+        b"nv_cpu_memory_used_bytes 1.6e+010\n"
+        b'nv_gpu_utilization{gpu_uuid="GPU-1"} 0.25\n'
+        b"process_virtual_memory_bytes 1.6e+010\n"
+    )
+    assert plain_decimals(text) == (
+        b'nv_gpu_memory_total_bytes{gpu_uuid="GPU-1"} 85899345920\n'
+        b"nv_cpu_memory_used_bytes 16000000000\n"
+        b'nv_gpu_utilization{gpu_uuid="GPU-1"} 0.25\n'
+        b"process_virtual_memory_bytes 1.6e+010\n"
+    )

@@ -18,7 +18,7 @@ from prometheus_client import (
 from prometheus_client.registry import Collector
 
 from inferd.engine import Engine
-from inferd.metrics.gpu import GpuCollector
+from inferd.metrics.gpu import GpuCollector, plain_decimals
 from inferd.metrics.health import HealthCollector
 from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
 from inferd.metrics.system import SystemCollector
@@ -52,7 +52,7 @@ def render(registry: CollectorRegistry) -> bytes:
     text = generate_latest(registry)
     for name in TRITON_COUNTERS:
         text = text.replace(f" {name}_total ".encode(), f" {name} ".encode())
-    return text
+    return plain_decimals(text)
 
 
 class MetricsApp:

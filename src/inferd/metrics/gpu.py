@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,6 +52,19 @@ def visible_indices(device_count: int, uuids: list[str], cuda_visible: str | Non
             break
         chosen.append(index)
     return chosen
+
+
+# a sample of a GPU or host gauge in Go's exponent form ("8.5899345920e+010")
+_EXPONENT = re.compile(rb"^(nv_(?:gpu|cpu)_\w+(?:\{[^}]*\})?) (\d\.\d+e\+0*\d+)$", re.M)
+
+
+def plain_decimals(text: bytes) -> bytes:
+    """The GPU and host gauges' values as plain decimals, as Triton prints them.
+
+    prometheus_client writes values of 10^7 and above in exponent form, which
+    ``perf_analyzer --collect-metrics`` (regex ``(\\d+\\.?\\d*)``) would cut at the "e"; memory
+    sizes in bytes are whole numbers and are printed as such."""
+    return _EXPONENT.sub(lambda m: m[1] + b" " + str(int(float(m[2]))).encode(), text)
 
 
 def _text(value: Any) -> str:
