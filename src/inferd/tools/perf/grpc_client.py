@@ -34,19 +34,14 @@ from tritonclient.grpc import service_pb2
 
 from inferd.client.endpoint import format_host
 from inferd.client.headers import Headers, grpc_metadata
-from inferd.client.tls import GrpcTlsSettings, handshake_error
-from inferd.errors import InvalidArgumentError
+from inferd.client.tls import GrpcTlsSettings
+from inferd.errors import InvalidArgumentError, PerfAccessError, PerfRequestError
 from inferd.tools.perf import metadata
+from inferd.tools.perf.connect import open_connection
 from inferd.tools.perf.grpc_h2 import Http2Connection, grpc_message, request_headers
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, raw_bytes
-from inferd.tools.perf.transport import (
-    ModelInfo,
-    PerfAccessError,
-    PerfRequestError,
-    RequestData,
-    SequenceFlags,
-)
+from inferd.tools.perf.transport import ModelInfo, RequestData, SequenceFlags
 
 DEFAULT_GRPC_PORT = 8001
 SERVICE = "/inference.GRPCInferenceService/"
@@ -202,29 +197,16 @@ class GrpcTransport:
 
     async def connect(self) -> Http2Connection:
         """A new HTTP/2 connection for unary calls."""
-        loop = asyncio.get_running_loop()
-        where = f"{self._host}:{self._port}"
-        try:
-            link, protocol = await loop.create_connection(
-                lambda: Http2Connection(loop),
-                self._host,
-                self._port,
-                ssl=self._ssl,
-                server_hostname=None if self._ssl is None else self._host,
-            )
-        except ssl.SSLError as exc:
-            assert self._tls is not None
-            raise handshake_error(exc, where, self._tls.hint) from None
-        except OSError as exc:
-            raise PerfRequestError(
-                f"cannot connect to {where} over gRPC ({exc.strerror or exc})"
-            ) from None
+        link, protocol = await open_connection(
+            Http2Connection, self._host, self._port, context=self._ssl, tls=self._tls, over="gRPC"
+        )
         if self._ssl is not None:
             tls_object = link.get_extra_info("ssl_object")
             if tls_object is None or tls_object.selected_alpn_protocol() != "h2":
                 protocol.close()
                 raise PerfRequestError(
-                    f"{where} did not agree to HTTP/2 over TLS (ALPN h2): is it a gRPC server?"
+                    f"{self._host}:{self._port} did not agree to HTTP/2 over TLS (ALPN h2): is "
+                    "it a gRPC server?"
                 )
         return protocol
 

@@ -32,18 +32,13 @@ import orjson
 
 from inferd.client.endpoint import format_host
 from inferd.client.headers import Headers, http_lines
-from inferd.client.tls import HttpsSettings, handshake_error
-from inferd.errors import InvalidArgumentError
+from inferd.client.tls import HttpsSettings
+from inferd.errors import InvalidArgumentError, PerfAccessError, PerfRequestError
 from inferd.tools.perf import metadata
+from inferd.tools.perf.connect import open_connection
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, json_data, raw_bytes
-from inferd.tools.perf.transport import (
-    ModelInfo,
-    PerfAccessError,
-    PerfRequestError,
-    RequestData,
-    SequenceFlags,
-)
+from inferd.tools.perf.transport import ModelInfo, RequestData, SequenceFlags
 
 DEFAULT_HTTP_PORT = 8000
 _Reply = tuple[int, bytes | None]
@@ -175,22 +170,9 @@ class HttpTransport:
 
     # --- connections
     async def connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            _, protocol = await loop.create_connection(
-                lambda: _Connection(loop),
-                self._host,
-                self._port,
-                ssl=self._ssl,
-                server_hostname=None if self._ssl is None else self._host,
-            )
-        except ssl.SSLError as exc:
-            assert self._tls is not None
-            raise handshake_error(exc, f"{self._host}:{self._port}", self._tls.hint) from None
-        except OSError as exc:
-            raise PerfRequestError(
-                f"cannot connect to {self._host}:{self._port} over HTTP ({exc.strerror or exc})"
-            ) from None
+        _, protocol = await open_connection(
+            _Connection, self._host, self._port, context=self._ssl, tls=self._tls, over="HTTP"
+        )
         return protocol
 
     async def _get(self, path: str) -> tuple[int, Any]:
