@@ -16,6 +16,15 @@ def example_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def embedding_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository holding the example embedding model ``minilm_embeddings``, built once per
+    session (tests/helpers/embeddings.py)."""
+    from tests.helpers.embeddings import build_embedding_repo
+
+    return build_embedding_repo(tmp_path_factory)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_module_generators(request: pytest.FixtureRequest) -> None:
     """A test module's random generators (``RNG = np.random.default_rng(seed)`` at module level)
