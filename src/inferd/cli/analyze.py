@@ -18,12 +18,12 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from inferd.cli.analyze_args import CommandOptions, add_analyze_arguments, options_from_args
 from inferd.cli.extras import missing_extra
+from inferd.cli.running import CommandExit, run_reported
 from inferd.client.progress import interactive
-from inferd.errors import InferdError, InvalidArgumentError
+from inferd.errors import InvalidArgumentError
 from inferd.tools.analyze.control import EngineControl, GrpcControl, HttpControl, ModelControl
 from inferd.tools.analyze.memory import MemoryProbe
 from inferd.tools.analyze.outputs import OutputPlan, write_outputs
@@ -153,14 +153,6 @@ async def _analyze(
         return runs
 
 
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is installed wherever inferd serves
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
 def _error(message: str) -> None:
     print(f"inferd analyze: error: {message}", file=sys.stderr, flush=True)
 
@@ -195,24 +187,20 @@ def analyze_command(args: argparse.Namespace) -> int:
     )
     if store.skipped_lines:
         reporter.note(f"{store.skipped_lines} unreadable line(s) of {store.directory} skipped")
+    interrupted = (
+        f"interrupted; the measurements so far are kept in {options.results}: run the same "
+        "command again to resume"
+    )
     try:
-        runs: list[ModelRun] = _run(_analyze(options, store, reporter))
-    except KeyboardInterrupt:
-        reporter.close()
-        _error(
-            f"interrupted; the measurements so far are kept in {options.results}: run the same "
-            "command again to resume"
+        runs: list[ModelRun] = run_reported(
+            _analyze(options, store, reporter),
+            reporter,
+            _error,
+            interrupted=interrupted,
+            failed=EXIT_SERVER,
         )
-        return EXIT_INTERRUPTED
-    except InvalidArgumentError as exc:
-        reporter.close()
-        _error(exc.message)
-        return EXIT_USAGE
-    except InferdError as exc:
-        reporter.close()
-        _error(exc.message)
-        return EXIT_SERVER
-    reporter.close()
+    except CommandExit as exc:
+        return exc.code
     from rich.console import Console
 
     console = Console()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferd.cli.admin_token import read_admin_token
+from inferd.cli.common_args import results_group
 from inferd.cli.perf_connection import Connection, add_connection_arguments, connection_from_args
 from inferd.errors import InvalidArgumentError
 from inferd.tools.analyze.measure import MeasureSettings
@@ -183,27 +184,24 @@ def add_analyze_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME:D1,D2",
         help="the shape of an input with variable dims (repeatable)",
     )
-    out = p.add_argument_group("results")
-    out.add_argument(
-        "--results",
-        type=Path,
+    with results_group(
+        p,
         default=DEFAULT_RESULTS,
-        metavar="DIR",
         help="where measurements are stored as they come (a rerun resumes), with results.csv, "
         f"report.html and configs/ (default: {DEFAULT_RESULTS})",
-    )
-    out.add_argument(
-        "--output-repository",
-        type=Path,
-        metavar="DIR",
-        help="copy each model into DIR with its best config.pbtxt",
-    )
-    out.add_argument(
-        "--apply",
-        action="store_true",
-        help="rewrite each model's config.pbtxt in place (the old one kept as config.pbtxt.orig)",
-    )
-    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    ) as out:
+        out.add_argument(
+            "--output-repository",
+            type=Path,
+            metavar="DIR",
+            help="copy each model into DIR with its best config.pbtxt",
+        )
+        out.add_argument(
+            "--apply",
+            action="store_true",
+            help="rewrite each model's config.pbtxt in place (the old one kept as "
+            "config.pbtxt.orig)",
+        )
     add_connection_arguments(p, sent_with="model control call and request, with -u")
 
 

@@ -8,14 +8,13 @@ not be loaded, 2 usage error, 3 no candidate qualified (the baseline stays), 130
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
-from typing import Any
 
 from inferd.cli.extras import missing_extra
+from inferd.cli.running import CommandExit, run_reported
 from inferd.client.progress import interactive
-from inferd.errors import InferdError, InvalidArgumentError
+from inferd.errors import InvalidArgumentError
 
 EXIT_OK, EXIT_LOAD, EXIT_USAGE, EXIT_KEPT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -54,14 +53,6 @@ def _error(message: str) -> None:
     print(f"inferd optimize: error: {message}", file=sys.stderr, flush=True)
 
 
-def _run(coro: Any) -> Any:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is installed wherever inferd serves
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
 def optimize_command(args: argparse.Namespace) -> int:
     missing = missing_extra("optimize", ("rich", "plotly", "sklearn"))
     if missing is not None:
@@ -85,20 +76,15 @@ def optimize_command(args: argparse.Namespace) -> int:
     live = interactive(quiet=args.quiet)
     reporter: Reporter = RichReporter() if live else LineReporter()
     try:
-        result = _run(optimize(options, running_engine, reporter))
-    except KeyboardInterrupt:
-        reporter.close()
-        _error("interrupted: the repository is unchanged")
-        return EXIT_INTERRUPTED
-    except InvalidArgumentError as exc:
-        reporter.close()
-        _error(exc.message)
-        return EXIT_USAGE
-    except InferdError as exc:
-        reporter.close()
-        _error(exc.message)
-        return EXIT_LOAD
-    reporter.close()
+        result = run_reported(
+            optimize(options, running_engine, reporter),
+            reporter,
+            _error,
+            interrupted="interrupted: the repository is unchanged",
+            failed=EXIT_LOAD,
+        )
+    except CommandExit as exc:
+        return exc.code
     results: Path = options.results
     results.mkdir(parents=True, exist_ok=True)
     (results / "report.json").write_text(

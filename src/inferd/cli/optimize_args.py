@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from inferd.cli.common_args import results_group
 from inferd.errors import InvalidArgumentError
 from inferd.tools.optimize.decide import OBJECTIVES, Goals
 from inferd.tools.optimize.metrics import METRICS, parse_budget
@@ -162,26 +163,19 @@ def add_optimize_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="windows before giving up on stability",
     )
-    out = p.add_argument_group("results")
-    out.add_argument(
-        "--results",
-        type=Path,
-        default=DEFAULT_RESULTS,
-        metavar="DIR",
-        help=f"candidates, report.html, report.json (default: ./{DEFAULT_RESULTS})",
-    )
-    out.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="measure and report, but leave the repository as it is",
-    )
-    out.add_argument(
-        "--output-model",
-        metavar="NAME",
-        help="write the winner as this new model instead of a new version of MODEL (a winner "
-        "on another runtime always becomes a new model, by default MODEL_optimized)",
-    )
-    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    results_help = f"candidates, report.html, report.json (default: ./{DEFAULT_RESULTS})"
+    with results_group(p, default=DEFAULT_RESULTS, help=results_help) as out:
+        out.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="measure and report, but leave the repository as it is",
+        )
+        out.add_argument(
+            "--output-model",
+            metavar="NAME",
+            help="write the winner as this new model instead of a new version of MODEL (a "
+            "winner on another runtime always becomes a new model, by default MODEL_optimized)",
+        )
 
 
 def _share(text: str, flag: str) -> float:

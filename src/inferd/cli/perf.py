@@ -12,10 +12,9 @@ could not be reached, refused the model's metadata (an unknown model...) or fail
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +25,7 @@ from inferd.cli.perf_mlperf import (
     mlperf_options_from_args,
     write_result,
 )
+from inferd.cli.running import run_async
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.tools.perf.driver import PerfRunError
 from inferd.tools.perf.mlperf import MlperfOptions, MlperfResult
@@ -198,14 +198,6 @@ async def _scenario(
     return await _with_transport(options, repository, measure)
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is installed wherever inferd serves
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
 def _error(message: str) -> None:
     print(f"inferd perf: error: {message}", file=sys.stderr, flush=True)
 
@@ -240,7 +232,7 @@ def perf_command(args: argparse.Namespace) -> int:
         if mlperf is not None:
             return _scenario_command(options, mlperf, args.model_repository)
         baseline = _read_baseline(args.baseline) if args.baseline is not None else None
-        result = _run(_measure(options, args.model_repository, args.verbose))
+        result = run_async(_measure(options, args.model_repository, args.verbose))
     except (PerfRunError, PerfRequestError) as exc:
         _error(exc.message)
         return EXIT_UNREACHABLE
@@ -280,7 +272,7 @@ def perf_command(args: argparse.Namespace) -> int:
 def _scenario_command(options: PerfOptions, mlperf: MlperfOptions, repository: Path | None) -> int:
     """``--scenario``: LoadGen's run(s), the result in MLPerf's terms; errors raise to the
     caller's exit-code mapping."""
-    result = _run(_scenario(options, mlperf, repository))
+    result = run_async(_scenario(options, mlperf, repository))
     print(result.text(), flush=True)
     if options.json_file is not None:
         settings = {
