@@ -13,17 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from inferd.tools.analyze.objective import Goals, Measurement, Outcome, pareto_front
+from inferd.tools.report_html import HtmlPage
 
 __all__ = ["render_html", "write_html"]
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; } td.name { text-align: left; }
-tr.best { background: #fff4c2; } tr.default { background: #e8f0fe; }
-.bad { color: #b00020; } .good { color: #1b7f3b; }
-"""
+_ROWS = "tr.best { background: #fff4c2; } tr.default { background: #e8f0fe; }"
 
 
 def write_html(path: Path, outcomes: Sequence[Outcome], title: str, notes: Sequence[str]) -> None:
@@ -31,25 +25,15 @@ def write_html(path: Path, outcomes: Sequence[Outcome], title: str, notes: Seque
 
 
 def render_html(outcomes: Sequence[Outcome], title: str, notes: Sequence[str]) -> str:
-    parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
-    parts += [f"<p>{html.escape(note)}</p>" for note in notes]
-    first = True
+    page = HtmlPage(title, left_cells="td.name", row_styles=_ROWS)
+    page.add(*(f"<p>{html.escape(note)}</p>" for note in notes))
     for outcome in outcomes:
-        parts.append(f"<h2>Model {html.escape(outcome.model)}</h2>")
-        parts.append(_verdict_text(outcome))
-        parts.append(_table(outcome))
-        for figure in (_latency_figure(outcome), _memory_figure(outcome)):
-            if figure is None:
-                continue
-            # the first chart carries plotly.js itself; the others use it
-            parts.append(figure.to_html(full_html=False, include_plotlyjs=first))
-            first = False
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        page.add(
+            f"<h2>Model {html.escape(outcome.model)}</h2>", _verdict_text(outcome), _table(outcome)
+        )
+        page.chart(_latency_figure(outcome))
+        page.chart(_memory_figure(outcome))
+    return page.render()
 
 
 def _verdict_text(outcome: Outcome) -> str:

@@ -13,17 +13,11 @@ from typing import Any
 
 from inferd.tools.optimize.decide import Goals, Outcome
 from inferd.tools.optimize.run import OptimizeResult
+from inferd.tools.report_html import HtmlPage
 
 __all__ = ["render_html", "write_html"]
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f3f3f3; } td.name, td.why { text-align: left; }
-tr.winner { background: #fff4c2; } tr.baseline { background: #e8f0fe; }
-.bad { color: #b00020; } .good { color: #1b7f3b; }
-"""
+_ROWS = "tr.winner { background: #fff4c2; } tr.baseline { background: #e8f0fe; }"
 
 
 def write_html(path: Path, result: OptimizeResult, goals: Goals, model: str) -> None:
@@ -32,11 +26,8 @@ def write_html(path: Path, result: OptimizeResult, goals: Goals, model: str) -> 
 
 def render_html(result: OptimizeResult, goals: Goals, model: str) -> str:
     decision = result.decision
-    title = f"inferd optimize: {model}"
+    page = HtmlPage(f"inferd optimize: {model}", left_cells="td.name, td.why", row_styles=_ROWS)
     parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
         f"<p>CPU: {html.escape(result.cpu_summary)}. Objective: {goals.objective} at batch "
         f"{decision.batch_size}; accuracy budget {goals.budget.fraction * 100:g}%"
         + (
@@ -59,18 +50,11 @@ def render_html(result: OptimizeResult, goals: Goals, model: str) -> str:
             f"{decision.gain:.2f}x the baseline's {goals.objective}{where}.</p>"
         )
     parts.append(_table(result))
-    first = True
-    for figure in (
-        _quality_figure(result, goals),
-        _throughput_figure(result),
-        _sensitivity_figure(result),
-    ):
-        if figure is None:
-            continue
-        parts.append(figure.to_html(full_html=False, include_plotlyjs=first))
-        first = False
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    page.add(*parts)
+    page.chart(_quality_figure(result, goals))
+    page.chart(_throughput_figure(result))
+    page.chart(_sensitivity_figure(result))
+    return page.render()
 
 
 def _table(result: OptimizeResult) -> str:
