@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd.codecs import statistics, v2_http
 from inferd.codecs.repository import (
@@ -39,8 +39,10 @@ from inferd.frontends.http.generate import ClientGone, SseReply, decode_generate
 from inferd.frontends.http.rollout import ROLLOUT_ENDPOINTS, rollout_answer
 from inferd.frontends.http.routes import API, Endpoint, Route, match_route
 from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
-from inferd.frontends.openai.app import OpenAIApp
 from inferd.frontends.shared_memory import SharedMemoryRegistry
+
+if TYPE_CHECKING:  # the /v1 app imports this front end's modules
+    from inferd.frontends.openai.app import OpenAIApp
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
