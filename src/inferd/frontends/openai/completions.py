@@ -184,22 +184,19 @@ def _chunk(prepared: Prepared, choices: list[dict[str, Any]]) -> dict[str, Any]:
 async def chunks(prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
     """The chunks of a streamed answer, in order (``[DONE]`` is the writer's)."""
     texts = [""] * prepared.request.n
-    if prepared.chat:  # the role first, as OpenAI sends it
-        for index in range(prepared.request.n):
-            yield _chunk(
-                prepared,
-                [
-                    {
-                        "index": index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ],
-            )
+    roles = [False] * prepared.request.n
     async with contextlib.aclosing(_merged(prepared)) as merged:
         async for index, delta in merged:
             texts[index] += delta.text
+            if prepared.chat and not roles[index]:
+                # the role first, as OpenAI sends it: once the model answers, so that a request
+                # the model refuses at once is answered with an error status
+                roles[index] = True
+                role = {"role": "assistant", "content": ""}
+                yield _chunk(
+                    prepared,
+                    [{"index": index, "delta": role, "logprobs": None, "finish_reason": None}],
+                )
             if not delta.text and delta.finish_reason is None:
                 continue
             if prepared.chat:
