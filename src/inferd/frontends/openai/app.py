@@ -25,6 +25,7 @@ from inferd.errors import InferdError
 from inferd.frontends.access import AccessPolicy, Api
 from inferd.frontends.http.generate import ClientGone, watched
 from inferd.frontends.openai.completions import answer, chunks, prepare
+from inferd.frontends.openai.embeddings import create_embeddings
 from inferd.frontends.openai.errors import OpenAIError, as_openai_error, invalid
 from inferd.frontends.openai.limits import OpenAILimits
 from inferd.frontends.openai.models import ModelCatalog
@@ -85,6 +86,7 @@ class OpenAIApp:
             MODELS_PREFIX: {"GET": self._retrieve_model},
             "/v1/completions": {"POST": self._completions},
             "/v1/chat/completions": {"POST": self._chat},
+            "/v1/embeddings": {"POST": self._embeddings},
         }
 
     # -- ASGI -----------------------------------------------------------------------------------
@@ -172,6 +174,10 @@ class OpenAIApp:
     async def _chat(self, scope: Scope, receive: Receive, argument: str) -> Answer:
         request = parse_chat(parse_body(await self.read_body(scope, receive)), self._limits)
         return await self._run(request, receive)
+
+    async def _embeddings(self, scope: Scope, receive: Receive, argument: str) -> Answer:
+        body = await self.read_body(scope, receive)
+        return _Json(await watched(create_embeddings(self._engine, body), receive))
 
     async def _run(self, request: Any, receive: Receive) -> Answer:
         prepared = await prepare(self._engine, self.catalog, self._tokenizers, request)
