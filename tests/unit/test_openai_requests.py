@@ -214,3 +214,29 @@ def test_the_openai_group_is_http_only_and_limits_are_checked() -> None:
         ServerConfig(model_repositories=(Path("."),), openai_max_n=0)
     with pytest.raises(InvalidArgumentError, match="--openai-port"):
         ServerConfig(model_repositories=(Path("."),), openai_port=70000)
+
+
+def test_the_serve_flags_reach_the_configuration(tmp_path: Path) -> None:
+    from inferd.cli.main import build_parser
+    from inferd.cli.serve import config_from_args
+
+    def config(*flags: str) -> ServerConfig:
+        args = build_parser().parse_args(["serve", "--model-repository", str(tmp_path), *flags])
+        return config_from_args(args)
+
+    default = config()
+    assert default.openai_port is None
+    assert default.openai_tokenizer is None
+    assert default.openai_limits() == OpenAILimits()
+    chosen = config(
+        "--openai-port=9000",
+        f"--tokenizer={tmp_path}",
+        "--openai-max-tokens=5",
+        "--openai-max-n=2",
+        "--openai-max-body-size=100",
+    )
+    assert chosen.openai_port == 9000
+    assert chosen.openai_tokenizer == tmp_path.resolve()
+    assert chosen.openai_limits() == OpenAILimits(max_tokens=5, max_n=2, max_body_bytes=100)
+    with pytest.raises(InvalidArgumentError, match="--tokenizer"):
+        config(f"--tokenizer={tmp_path / 'missing'}")
