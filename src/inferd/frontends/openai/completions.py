@@ -98,7 +98,13 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
     if n == 1:
         results = [await _choice(prepared)]
     else:
-        results = list(await asyncio.gather(*(_choice(prepared) for _ in range(n))))
+        tasks = [asyncio.ensure_future(_choice(prepared)) for _ in range(n)]
+        try:
+            results = list(await asyncio.gather(*tasks))
+        finally:  # one choice failed, or the client left: the others' requests are cancelled
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     choices = []
     for index, (text, reason) in enumerate(results):
         if prepared.chat:
