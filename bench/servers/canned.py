@@ -3,7 +3,8 @@
     python bench/servers/canned.py MODEL_DIR --http-port 18300 --grpc-port 18301
 
 It runs the stacks inferd runs, set up the way inferd sets them up, with nothing behind them:
-uvicorn's httptools protocol (with ``TCP_NODELAY``) on uvloop serving a raw ASGI 3 app, and
+inferd's own HTTP/1.1 edge (httptools' parser, ``TCP_NODELAY``) on uvloop serving a raw ASGI 3
+app, and
 grpc.aio with inferd's channel options, in one process on one event loop. Every reply is bytes
 computed once at start-up from MODEL_DIR's ``config.pbtxt`` (a Triton model directory): the
 model's metadata and configuration, and one inference reply for a batch-1 request (fixed
@@ -13,29 +14,26 @@ output values of the configured shape and type), in the three forms perf_analyze
 - HTTP JSON (any other request),
 - gRPC ``ModelInferResponse``, serialised once; requests are not parsed.
 
-Request bodies are read to the end and dropped. No inferd code runs per request: inferd is
-imported at start-up only for its gRPC channel options, so both servers use the same ones.
+Request bodies are read to the end and dropped. No inferd code runs per request beyond its HTTP
+edge: inferd is otherwise imported at start-up only for its gRPC channel options, so both servers
+use the same ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import signal
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
-import uvicorn
 import uvloop
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 SERVICE = "inference.GRPCInferenceService"
 JSON = b"application/json"
@@ -196,48 +194,6 @@ class CannedApp:
         await send({"type": "http.response.body", "body": reply.body})
 
 
-class NoDelayProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with ``TCP_NODELAY``, as inferd's edge protocol sets it."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-async def start_http(app: CannedApp, host: str, port: int) -> uvicorn.Server:
-    """uvicorn on the running loop, configured like inferd's HTTP front end."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="none",
-        http=NoDelayProtocol,
-        ws="none",
-        lifespan="off",
-        interface="asgi3",
-        access_log=False,
-        log_config=None,
-        log_level="warning",
-        proxy_headers=False,
-        server_header=False,
-        backlog=2048,
-        timeout_keep_alive=75,
-    )
-    config.load()
-    server = uvicorn.Server(config)
-    server.lifespan = config.lifespan_class(config)
-    await server.startup(sockets=[sock])
-    return server
-
-
 def grpc_handler(replies: dict[str, bytes]) -> grpc.GenericRpcHandler:
     def answer(reply: bytes) -> Any:
         async def rpc(request: bytes, context: Any) -> bytes:
@@ -253,9 +209,9 @@ def grpc_handler(replies: dict[str, bytes]) -> grpc.GenericRpcHandler:
 
 async def serve(canned: Canned, host: str, http_port: int, grpc_port: int) -> None:
     from inferd.frontends.grpc.server import server_options  # start-up only
+    from inferd.frontends.http.server import start_http_server
 
-    http = await start_http(CannedApp(canned), host, http_port)
-    ticker = asyncio.get_running_loop().create_task(http.main_loop())
+    http, _ = await start_http_server(CannedApp(canned), host, http_port)
     rpc = grpc.aio.server(options=server_options())
     rpc.add_generic_rpc_handlers((grpc_handler(canned.grpc_replies()),))
     if rpc.add_insecure_port(f"{host}:{grpc_port}") == 0:
@@ -267,9 +223,7 @@ async def serve(canned: Canned, host: str, http_port: int, grpc_port: int) -> No
     print(f"canned {canned.name}: HTTP {host}:{http_port}, gRPC {host}:{grpc_port}", flush=True)
     await stop.wait()
     await rpc.stop(1)
-    http.should_exit = True
-    await ticker
-    await http.shutdown()
+    await http.stop(1)
 
 
 def main() -> None:

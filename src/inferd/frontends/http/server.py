@@ -1,11 +1,13 @@
-"""Run an ASGI app with uvicorn (httptools parser) on the *current* event loop.
+"""Serve an ASGI 3 app over HTTP/1.1 on the *current* event loop, with inferd's own connection
+protocol (:mod:`.connection`, on httptools' parser) and asyncio's ``loop.create_server``.
 
-The caller owns the loop (uvloop in ``inferd serve``) and the signal handlers: this module never
-calls ``uvicorn.Server.serve``, which would install its own. The listening socket is bound here,
-so port 0 works and the bound port is known before the first request. Header and idle
-timeouts and the connection limit, which never starves health probes, are enforced by the
-connection protocol (``protocol.py``, ``slots.py``);
-TLS, when configured, wraps every connection (``tls.py``).
+The caller owns the loop (uvloop in ``inferd serve``) and the signal handlers. The listening
+socket is bound here, so port 0 works and the bound port is known before the first request.
+Header, body and idle timeouts and the connection limit, which never starves health probes, are
+enforced by the connection protocol (``connection.py``, ``slots.py``); TLS, when configured,
+wraps every connection (``tls.py``). :meth:`HttpServer.stop` stops gracefully: it stops
+accepting, closes idle connections, lets responses in flight finish within a grace period, then
+cancels what remains and closes every connection.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ import logging
 import socket
 from typing import Any
 
-import uvicorn
-
-from inferd.frontends.http.protocol import ConnectionLimits, protocol_class
+from inferd.frontends.http.connection import ConnectionLimits, HttpConnection, ServerState
 from inferd.frontends.http.slots import PROBE_HEAD_TIMEOUT_S, PROBE_SLOTS
 from inferd.frontends.http.tls import server_ssl_context
 from inferd.frontends.tls import TlsSettings
@@ -48,32 +48,46 @@ class HttpServer:
     """Handle of a running HTTP server; ``await stop()`` shuts it down gracefully."""
 
     def __init__(
-        self, server: uvicorn.Server, sock: socket.socket, ticker: asyncio.Task[None]
+        self, server: asyncio.Server, sock: socket.socket, state: ServerState, grace_s: float
     ) -> None:
         self._server = server
-        self._sock = sock
-        self._ticker = ticker
+        self._state = state
+        self._grace_s = grace_s
         self._stopped = False
         address = sock.getsockname()
         self.host: str = address[0]
         self.port: int = address[1]
 
     @property
-    def connections(self) -> set[Any]:
-        """Open connections (uvicorn protocol objects); for diagnostics and tests."""
-        return set(self._server.server_state.connections)
+    def connections(self) -> set[HttpConnection]:
+        """Open connections (refused ones and probe slots' refusals excluded); for diagnostics
+        and tests."""
+        return set(self._state.connections)
 
     async def stop(self, grace_s: float | None = None) -> None:
-        """Stop accepting, let in-flight requests finish for up to ``grace_s`` seconds (default:
-        the server's ``timeout_graceful_shutdown_s``), close idle keep-alive connections."""
+        """Stop accepting, close idle keep-alive connections, let in-flight responses finish for
+        up to ``grace_s`` seconds (default: the server's ``timeout_graceful_shutdown_s``), then
+        cancel what is still running and close every connection."""
         if self._stopped:
             return
         self._stopped = True
-        if grace_s is not None:
-            self._server.config.timeout_graceful_shutdown = max(0.0, grace_s)  # type: ignore[assignment]
-        self._server.should_exit = True
-        await self._ticker
-        await self._server.shutdown(sockets=[self._sock])
+        grace = self._grace_s if grace_s is None else max(0.0, grace_s)
+        state = self._state
+        state.stopping = True
+        self._server.close()  # no new connections; the listening socket is closed
+        for connection in list(state.connections):
+            connection.shutdown()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while state.tasks and loop.time() < deadline:
+            await asyncio.wait(set(state.tasks), timeout=deadline - loop.time())
+        for task in list(state.tasks):
+            task.cancel()
+        for connection in list(state.connections):
+            connection.transport.close()
+        if state.tasks:
+            await asyncio.wait(set(state.tasks), timeout=1.0)
+        await asyncio.sleep(0)  # let the transports' connection_lost callbacks run
 
 
 async def start_http_server(
@@ -81,7 +95,6 @@ async def start_http_server(
     host: str,
     port: int,
     *,
-    log_level: str = "warning",
     timeout_keep_alive_s: float = 75,
     header_timeout_s: float = 10.0,
     body_timeout_s: float = 30.0,
@@ -107,37 +120,17 @@ async def start_http_server(
         probe_head_timeout_s=probe_head_timeout_s,
     )
     context = server_ssl_context(tls) if tls is not None else None
+    state = ServerState(app, limits)
+    loop = asyncio.get_running_loop()
     sock = _bind(host, port, backlog)
     try:
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=sock.getsockname()[1],
-            loop="none",
-            http=protocol_class(limits),
-            ws="none",
-            lifespan="off",
-            interface="asgi3",
-            access_log=False,
-            log_config=None,
-            log_level=log_level,
-            proxy_headers=False,
-            server_header=False,
-            backlog=backlog,
-            timeout_keep_alive=max(1, round(timeout_keep_alive_s)),  # the protocol: exact value
-            ssl_context_factory=None if context is None else (lambda _config, _default: context),
-            timeout_graceful_shutdown=timeout_graceful_shutdown_s,
+        server = await loop.create_server(
+            lambda: HttpConnection(state, loop), sock=sock, ssl=context, backlog=backlog
         )
-        config.load()
-        server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[sock])
     except BaseException:
         sock.close()
         raise
-    # uvicorn's tick loop refreshes the Date header and watches should_exit; the handle owns it.
-    ticker = asyncio.get_running_loop().create_task(server.main_loop(), name="inferd-http-tick")
-    handle = HttpServer(server, sock, ticker)
+    handle = HttpServer(server, sock, state, float(timeout_graceful_shutdown_s))
     _log.info(
         "HTTP server listening on %s:%d%s", handle.host, handle.port, " (TLS)" if context else ""
     )
