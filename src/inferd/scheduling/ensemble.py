@@ -12,6 +12,11 @@ Statistics follow Triton's rules for an ensemble: one success (or failure) per r
 whole duration, the compute times summed over the steps' executions (reported by each step
 request through ``InferRequest.on_timings``), and one execution per successful request; the
 composing models count their own executions.
+
+The scheduler is OPEN until :meth:`EnsembleScheduler.shutdown`, then CLOSING while requests it
+accepted are still running their steps, then CLOSED (:mod:`inferd.scheduling.lifecycle`); a
+request submitted once it is closing fails at once with :class:`~inferd.errors.UnavailableError`
+and runs no step.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from inferd.errors import InferdError, InternalError, RequestCancelledError, Uns
 from inferd.scheduling.ensemble_decoupled import Origins
 from inferd.scheduling.ensemble_graph import EnsembleGraph, describe_step
 from inferd.scheduling.ensemble_shapes import Reshape, ReshapePlan, reshape
+from inferd.scheduling.lifecycle import RunState, Stateful, unloading_error
 from inferd.scheduling.stats import ModelStats
 
 __all__ = ["EnsembleScheduler", "step_error"]
@@ -105,7 +111,7 @@ def _plan(graph: EnsembleGraph, index: int, spec: ModelSpec) -> _StepPlan | None
     return _StepPlan(spec, tuple(checks))
 
 
-class EnsembleScheduler:
+class EnsembleScheduler(Stateful):
     """Runs one ensemble version's requests; implements the scheduler protocol."""
 
     def __init__(
@@ -154,7 +160,14 @@ class EnsembleScheduler:
     def graph(self) -> EnsembleGraph:
         return self._graph
 
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
     async def submit(self, request: InferRequest, rows: int = 1) -> Tensors:
+        if self._state is not RunState.OPEN:
+            self.stats.record_rejection("unloading")
+            raise unloading_error(self.stats.name, self.stats.version)
         clock = self._clock
         start_ns = clock.monotonic_ns()
         times = _ComputeTimes()
@@ -186,10 +199,12 @@ class EnsembleScheduler:
             raise
         finally:
             self._in_flight -= 1
-            if self._in_flight == 0 and self._drained is not None:
-                if not self._drained.done():
-                    self._drained.set_result(None)
-                self._drained = None
+            if self._in_flight == 0:
+                if self._drained is not None:
+                    if not self._drained.done():
+                        self._drained.set_result(None)
+                    self._drained = None
+                self._closed_if_closing()
         self.stats.record_success(
             clock.monotonic_ns() - start_ns, 0, times.input_ns, times.infer_ns, times.output_ns
         )
@@ -340,4 +355,10 @@ class EnsembleScheduler:
         await asyncio.shield(self._drained)
 
     def shutdown(self) -> None:
-        """Nothing waits outside the requests' own tasks."""
+        """Refuse new requests from now on (on the event loop thread). Nothing waits outside
+        the requests' own tasks: those in flight run their remaining steps, each of which its
+        step model answers or fails."""
+        if self._state is RunState.OPEN:
+            self._move(RunState.CLOSING)
+            if self._in_flight == 0:
+                self._move(RunState.CLOSED)

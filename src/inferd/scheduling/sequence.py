@@ -9,6 +9,12 @@ batch together.
 
 A request that reaches its slot keeps running even if its caller gave up: the sequence's state
 must still advance for the requests after it.
+
+The batcher is OPEN until :meth:`SequenceBatcher.shutdown`, then CLOSING while requests it
+dispatched are still in its pools, then CLOSED (:mod:`inferd.scheduling.lifecycle`). Shutting
+down fails the requests still waiting for their turn and forgets every sequence; a request
+submitted once it is closing fails at once with :class:`~inferd.errors.UnavailableError`, and
+one already running gets its answer (or its pool's error).
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ import numpy as np
 from inferd.core.clock import Clock, SystemClock, TimerHandle
 from inferd.core.inference import InferRequest, RequestedOutput
 from inferd.core.model_spec import ModelSpec
-from inferd.errors import InferdError, InvalidArgumentError, OverloadedError, UnavailableError
+from inferd.errors import InferdError, InvalidArgumentError, OverloadedError
 from inferd.scheduling.instances import WorkItem
+from inferd.scheduling.lifecycle import RunState, Stateful, unloading_error
 from inferd.scheduling.pinned import PinnedPools
 from inferd.scheduling.sequence_policy import Batch, Item, Refusal, SequenceSlots, SlotPolicy
 from inferd.scheduling.state import ControlFiller, SequenceId, StateStore
@@ -70,7 +77,7 @@ def sequence_flags(request: InferRequest, model: str) -> tuple[SequenceId, bool,
     return key, bool(params.get("sequence_start", False)), bool(params.get("sequence_end", False))
 
 
-class SequenceBatcher:
+class SequenceBatcher(Stateful):
     def __init__(
         self,
         spec: ModelSpec,
@@ -110,14 +117,13 @@ class SequenceBatcher:
         )
         batched = spec.max_batch_size > 0
         self._controls = ControlFiller(seq, spec.name, batched)
-        self.state = StateStore(seq, spec.name, model_dir, batched)
-        self._state_outputs = self.state.output_names
+        self.implicit_state = StateStore(seq, spec.name, model_dir, batched)
+        self._state_outputs = self.implicit_state.output_names
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._planned = False
-        self._closed = False
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -143,8 +149,9 @@ class SequenceBatcher:
     # -- arrivals --------------------------------------------------------------------------
 
     async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
-        if self._closed:
-            raise UnavailableError(f"model '{self._name}' is unloading")
+        if self._state is not RunState.OPEN:
+            self.stats.record_rejection("unloading")
+            raise self._unloading()
         if rows != 1:
             raise InvalidArgumentError(
                 f"inference request to model '{self._name}' must specify batch-size 1 due to "
@@ -178,6 +185,10 @@ class SequenceBatcher:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle.set()
+                self._closed_if_closing()
+
+    def _unloading(self) -> InferdError:
+        return unloading_error(self._name, self.stats.version)
 
     def _refusal_error(self, refusal: Refusal, key: SequenceId) -> InferdError:
         which = f"inference request for sequence {key} to model '{self._name}'"
@@ -208,19 +219,19 @@ class SequenceBatcher:
 
     def _ask(self) -> None:
         """Plan once at the end of this loop iteration, however often this is called."""
-        if self._planned or self._closed:
+        if self._planned or self._state is not RunState.OPEN:
             return
         self._planned = True
         asyncio.get_running_loop().call_soon(self._plan)
 
     def _plan(self) -> None:
         self._planned = False
-        if self._closed:
+        if self._state is not RunState.OPEN:
             return
         try:
             now = self._clock.monotonic_ns()
             for released in self.slots.release_idle(now):
-                self.state.drop(released.key)  # type: ignore[arg-type]
+                self.implicit_state.drop(released.key)  # type: ignore[arg-type]
             plan = self.slots.plan(now, self._pools.free_instances())
             for batch in plan.batches:
                 self._dispatch(batch)
@@ -309,7 +320,7 @@ class SequenceBatcher:
     ) -> InferRequest:
         inputs = dict(request.inputs)
         inputs.update(self._controls.fill(key, item.start, item.end))
-        inputs.update(self.state.inputs_for(key, item.start))
+        inputs.update(self.implicit_state.inputs_for(key, item.start))
         outputs = request.outputs
         if outputs is not None and self._state_outputs:
             asked = {o.name for o in outputs}
@@ -325,24 +336,29 @@ class SequenceBatcher:
         )
 
     def _finished(self, pending: _Pending, item: Item, done: asyncio.Future[Any]) -> None:
-        """A request has run (on the loop): keep its state output, free its sequence's turn."""
+        """A request has run (on the loop): keep its state output, free its sequence's turn.
+        Once the batcher is closing its sequences are forgotten: the request only gets its
+        answer."""
         key = pending.key
         outcome: BaseException | dict[str, Any]
+        open_ = self._state is RunState.OPEN
         if done.cancelled():
-            outcome = UnavailableError(f"model '{self._name}' is unloading")
+            outcome = self._unloading()
         elif (exc := done.exception()) is not None:
             outcome = exc
         else:
             outputs: dict[str, Any] = done.result()
             outcome = outputs
-            try:
-                self.state.update(key, outputs)
-            except InferdError as error:
-                _log.error("sequence %s of model '%s': %s", key, self._name, error)
-                outcome = error
-        if item.end:
-            self.state.drop(key)
-        self.slots.complete(key, item, self._clock.monotonic_ns())
+            if open_:
+                try:
+                    self.implicit_state.update(key, outputs)
+                except InferdError as error:
+                    _log.error("sequence %s of model '%s': %s", key, self._name, error)
+                    outcome = error
+        if open_:
+            if item.end:
+                self.implicit_state.drop(key)
+            self.slots.complete(key, item, self._clock.monotonic_ns())
         waiter = pending.waiter
         if not waiter.done():
             if isinstance(outcome, BaseException):
@@ -357,12 +373,19 @@ class SequenceBatcher:
         await self._idle.wait()
 
     def shutdown(self) -> None:
-        """Refuse new work, fail what still waits for its turn, stop the timer."""
-        self._closed = True
+        """Refuse new work, fail what still waits for its turn, stop the timer (on the event
+        loop thread); requests already dispatched finish in the pools, or fail there once they
+        close. A second call changes nothing."""
+        if self._state is not RunState.OPEN:
+            return
+        self._move(RunState.CLOSING)
         if self._timer is not None:
             self._timer.cancel()
+            self._timer, self._timer_at = None, None
         self.slots.drain()
         for pending in self._pending.values():
             if not pending.waiter.done():
-                pending.waiter.set_exception(UnavailableError(f"model '{self._name}' was unloaded"))
+                pending.waiter.set_exception(self._unloading())
         self._pending.clear()
+        if self._in_flight == 0:
+            self._move(RunState.CLOSED)
