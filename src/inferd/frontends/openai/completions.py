@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from inferd.core.model_spec import ModelSpec
 from inferd.engine import Engine
 from inferd.frontends.openai.generation import Delta, check_honoured, deltas
 from inferd.frontends.openai.models import ModelCatalog
@@ -29,6 +30,7 @@ class Prepared:
     """A checked request, ready to run: its prompt and what it is answered with."""
 
     engine: Engine
+    spec: ModelSpec
     request: TextRequest
     prompt: str
     tokenizer: TextTokenizer
@@ -59,12 +61,8 @@ async def prepare(
     check_honoured(spec, request, tokenizer)
     prefix = "chatcmpl-" if chat else "cmpl-"
     return Prepared(
-        engine, request, prompt, tokenizer, chat, prefix + uuid.uuid4().hex, int(time.time())
+        engine, spec, request, prompt, tokenizer, chat, prefix + uuid.uuid4().hex, int(time.time())
     )
-
-
-def _spec(prepared: Prepared) -> Any:
-    return prepared.engine.model_config(prepared.request.model)
 
 
 def _usage(prepared: Prepared, completions: list[str]) -> dict[str, int] | None:
@@ -83,7 +81,7 @@ async def _choice(prepared: Prepared) -> tuple[str, str]:
     texts: list[str] = []
     reason = "stop"
     events = deltas(
-        prepared.engine, _spec(prepared), prepared.request, prepared.prompt, prepared.tokenizer
+        prepared.engine, prepared.spec, prepared.request, prepared.prompt, prepared.tokenizer
     )
     async with contextlib.aclosing(events) as stream:
         async for delta in stream:
@@ -135,7 +133,7 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
 
 async def _merged(prepared: Prepared) -> AsyncGenerator[tuple[int, Delta], None]:
     """The deltas of every choice, as they come, with the choice's index."""
-    spec = _spec(prepared)
+    spec = prepared.spec
     n = prepared.request.n
     if n == 1:
         events = deltas(

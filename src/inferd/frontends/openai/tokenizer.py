@@ -178,6 +178,8 @@ class TokenizerStore:
 
     async def get(self, model: str) -> TextTokenizer:
         pending = self._loaded.get(model)
+        if pending is not None and pending.done() and pending.exception() is None:
+            return pending.result()  # the common case: read before
         if pending is None:
             pending = asyncio.ensure_future(asyncio.to_thread(self._load, model))
             self._loaded[model] = pending
