@@ -3,7 +3,8 @@ every tool and command that talks to a server, and the ``HOST:PORT`` rules they 
 
 ``-u`` takes perf_analyzer's form, ``host[:port]`` with an optional ``http://``, ``https://`` or
 ``grpc://``; an IPv6 address is written in brackets (``[::1]:8000``), and
-:func:`format_host` writes it back that way.
+:func:`format_host` (:mod:`inferd.core.hostport`, shared with the servers) writes it back
+that way.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from inferd.client.headers import Headers
 from inferd.client.tls import HttpsSettings
+from inferd.core.hostport import format_host
 from inferd.errors import InvalidArgumentError
 
 __all__ = ["Endpoint", "format_host", "is_https", "split_url"]
@@ -46,13 +48,6 @@ def split_url(url: str, default_port: int) -> tuple[str, int]:
 def is_https(url: str) -> bool:
     """Whether ``-u`` names an HTTPS server (``https://HOST:PORT``)."""
     return url.strip().lower().startswith("https://")
-
-
-def format_host(host: str, port: int | None = None) -> str:
-    """``host:port``, with an IPv6 address in brackets (``[::1]:8000``); without a port, the
-    host alone (bracketed if IPv6), as an HTTP ``Host`` header wants it with its port."""
-    shown = f"[{host}]" if ":" in host else host
-    return shown if port is None else f"{shown}:{port}"
 
 
 def _port(text: str, url: str) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2
 
+from inferd.core.hostport import format_host
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, UnavailableError
 from inferd.frontends.access import AccessPolicy
@@ -58,12 +59,6 @@ class GrpcServer:
 
     async def wait_for_termination(self) -> None:
         await self._server.wait_for_termination()
-
-
-def _address(host: str, port: int) -> str:
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"  # IPv6 literal
-    return f"{host}:{port}"
 
 
 def _add_health_service(
@@ -155,7 +150,7 @@ async def start_grpc_server(
         (service_handler(service_pb2, "GRPCInferenceService", servicer, API_BY_METHOD, access),)
     )
     _add_health_service(server, engine, log, access)
-    address = _address(host, port)
+    address = format_host(host, port)
     try:
         if credentials is None:
             bound = int(server.add_insecure_port(address))
@@ -168,7 +163,7 @@ async def start_grpc_server(
     await server.start()
     log.info(
         "gRPC server listening on %s%s",
-        _address(host, bound),
+        format_host(host, bound),
         "" if tls is None else (" (mutual TLS)" if tls.require_client_cert else " (TLS)"),
     )
     return GrpcServer(server, bound), bound
