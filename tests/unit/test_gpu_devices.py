@@ -274,3 +274,14 @@ def test_gauges_print_plain_decimals_for_perf_analyzer() -> None:
         b'nv_gpu_utilization{gpu_uuid="GPU-1"} 0.25\n'
         b"process_virtual_memory_bytes 1.6e+010\n"
     )
+
+
+def test_the_instance_ceiling_counts_instances_on_every_gpu(tmp_path: Path) -> None:
+    from inferd.repository.ceilings import check_ceilings
+
+    cfg = _normalise(
+        "instance_group [ { kind: KIND_GPU count: 3 gpus: [ 0, 1 ] } ]", tmp_path, gpu_count=2
+    )
+    check_ceilings(cfg, max_instances=6, max_threads=1000, from_request=True)
+    with pytest.raises(ConfigError, match=r"instance_group asks for 6 instances, more than the 5"):
+        check_ceilings(cfg, max_instances=5, max_threads=1000, from_request=True)

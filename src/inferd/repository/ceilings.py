@@ -16,8 +16,11 @@ import logging
 from collections.abc import Sized
 from dataclasses import dataclass
 
+from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
+
 from inferd.backends.threads import available_cores
 from inferd.codecs.model_config import ModelConfig
+from inferd.core.devices import instance_count
 from inferd.errors import ConfigError
 
 __all__ = [
@@ -121,7 +124,13 @@ _REPOSITORY = (
 
 def _excesses(config: ModelConfig, max_instances: int, max_threads: int) -> list[_Excess]:
     found: list[_Excess] = []
-    instances = sum(max(1, int(group.count)) for group in config.instance_group) or 1
+    instances = (  # a KIND_GPU group makes count instances on each listed GPU
+        sum(
+            instance_count(ModelInstanceGroup.Kind.Name(group.kind), group.count, tuple(group.gpus))
+            for group in config.instance_group
+        )
+        or 1
+    )
     if config.instance_group and instances > max_instances:
         found.append(
             _Excess(
