@@ -8,9 +8,10 @@
 #
 # Before the run, here (with network), fetch the wheels the machine lacks into .whl/:
 #   bash bench/device_wheels.sh
-# (tritonclient 2.73.0, grpcio 1.85.3, protobuf 6.33.6, python-rapidjson 1.25, uvicorn 0.54.0, httptools 0.9.0, orjson 3.13.0,
-#  pytest-asyncio 1.5.0, xgboost-cpu 3.2.0: `pip download --no-deps --only-binary=:all:
-#  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 ... -d .whl NAME==V`)
+# (tritonclient 2.73.0, grpcio 1.85.3, protobuf 6.33.6, python-rapidjson 1.25, uvicorn 0.54.0,
+#  httptools 0.9.0, orjson 3.13.0, pytest-asyncio 1.5.0, xgboost-cpu 3.2.0, onnxmltools 1.16.0:
+#  each `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
+#  --implementation cp --platform manylinux_2_28_x86_64 ... -d .whl NAME==VERSION`; about 16 MB)
 #
 # The run (the device tool): about 4 minutes, at most 7 (every step has its own timeout):
 #   run(command="bash bench/device_check.sh", carry=[".whl"], timeout_s=450)

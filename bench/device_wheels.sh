@@ -23,7 +23,8 @@ WHEELS=(
   httptools==0.9.0
   orjson==3.13.0
   pytest-asyncio==1.5.0       # pyproject's asyncio_mode needs it under --strict-config
-  xgboost-cpu==3.2.0          # fraud_xgboost (backend fil, native runtime)
+  xgboost-cpu==3.2.0          # fraud_xgboost (backend fil): reads the model
+  onnxmltools==1.16.0         # and converts it for its default runtime, ONNX Runtime
 )
 for wheel in "${WHEELS[@]}"; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
