@@ -59,6 +59,11 @@ def test_tritonclient_grpc_and_http_get_the_same_embedding(
     assert result.as_numpy("token_count") is None  # only what was asked for
 
 
+def test_the_embedding_model_is_listed(client: object) -> None:
+    ids = [m.id for m in client.models.list()]  # type: ignore[attr-defined]
+    assert MODEL in ids
+
+
 def test_openai_sdk_floats_match_the_v2_answer(client: object, v2_embeddings: np.ndarray) -> None:
     response = client.embeddings.create(model=MODEL, input=TEXTS)  # type: ignore[attr-defined]
     assert response.object == "list"
