@@ -118,7 +118,12 @@ def test_openai_sdk_token_arrays(client: object, v2_embeddings: np.ndarray) -> N
         ({"model": MODEL, "input": [""]}, 400, "input", "input 0 is an empty string"),
         ({"model": MODEL, "input": ["a", 3.5]}, 400, "input", "input 1 must be"),
         ({"model": MODEL, "input": ["x"] * 2049}, 400, "input", "limit of 2048"),
-        ({"model": MODEL, "input": ["ok", "word " * 300]}, 400, "input", "max_length of 256"),
+        (
+            {"model": MODEL, "input": ["ok", "word " * 300]},
+            400,
+            "input",
+            "input 1 has 302 tokens, more than this model's max_length of 256",
+        ),
         ({"model": MODEL, "input": [[101, 999999]]}, 400, "input", "outside the vocabulary"),
         (
             {"model": MODEL, "input": "x", "encoding_format": "hex"},
@@ -153,8 +158,10 @@ def test_refusals_in_openai_shape(
 
 
 def test_the_sdk_raises_its_own_exceptions(client: object) -> None:
-    with pytest.raises(openai.BadRequestError, match="max_length of 256"):
+    with pytest.raises(openai.BadRequestError, match="max_length of 256") as refused:
         client.embeddings.create(model=MODEL, input="word " * 300)  # type: ignore[attr-defined]
+    assert refused.value.code == "context_length_exceeded"
+    assert refused.value.param == "input"
     with pytest.raises(openai.NotFoundError):
         client.embeddings.create(model="nope", input="x")  # type: ignore[attr-defined]
 

@@ -78,7 +78,10 @@ def test_token_ids_give_the_same_embedding_as_their_text(server: InferenceServer
 
 
 def test_an_input_over_max_length_is_refused_naming_the_limit(server: InferenceServer) -> None:
-    with pytest.raises(InvalidArgumentError, match="more than this model's max_length of 256"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match="the input has 302 tokens, more than this model's max_length of 256",
+    ):
         server.infer(MODEL, {"text": _texts(["word " * 300])})
     with pytest.raises(InvalidArgumentError, match=r"outside the vocabulary \[0, 30522\)"):
         server.infer(MODEL, {"tokens": np.array([[101, 99999, 102]], dtype=np.int64)})

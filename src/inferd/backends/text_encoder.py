@@ -58,6 +58,7 @@ __all__ = [
     "PARAMETER_KEYS",
     "TEXT_INPUT",
     "TOKENS_INPUT",
+    "InputTooLongError",
     "TextEncoderSettings",
     "encoder_spec",
     "is_text_encoder",
@@ -83,6 +84,10 @@ PARAMETER_KEYS = (
 _ROLES = ("input_ids", "attention_mask", "token_type_ids")
 _POOLINGS = ("mean", "cls")
 DEFAULT_MAX_LENGTH = 512
+
+
+class InputTooLongError(InvalidArgumentError):
+    """An input has more tokens than the model's ``max_length``."""
 
 
 def is_text_encoder(spec: ModelSpec) -> bool:
@@ -291,9 +296,10 @@ class TextEncoderInstance:
             raise InvalidArgumentError(f"expected input '{TEXT_INPUT}' or '{TOKENS_INPUT}'")
         for index, row in enumerate(rows):
             if len(row) > settings.max_length:
-                raise InvalidArgumentError(
-                    f"input {index} has {len(row)} tokens, more than this model's max_length "
-                    f"of {settings.max_length}"
+                where = "the input" if len(rows) == 1 else f"row {index}"
+                raise InputTooLongError(
+                    f"{where} has {len(row)} tokens, more than this model's max_length of "
+                    f"{settings.max_length}"
                 )
         return rows
 

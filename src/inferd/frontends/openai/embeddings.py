@@ -28,6 +28,7 @@ from inferd.backends.text_encoder import (
     EMBEDDING_OUTPUT,
     TEXT_INPUT,
     TOKENS_INPUT,
+    InputTooLongError,
     is_text_encoder,
 )
 from inferd.core.inference import InferRequest, InferResponse
@@ -129,10 +130,13 @@ def _request(model: str, item: str | list[int], index: int) -> InferRequest:
 async def _embed(engine: EmbeddingEngine, request: InferRequest, index: int) -> InferResponse:
     try:
         return await engine.infer(request)
+    except InputTooLongError as exc:
+        message = exc.message.removeprefix("the input ")
+        raise invalid(
+            f"input {index} {message}", param="input", code="context_length_exceeded"
+        ) from exc
     except InvalidArgumentError as exc:
-        code = "context_length_exceeded" if "max_length" in exc.message else None
-        message = exc.message.replace("input 0 ", "", 1)
-        raise invalid(f"input {index}: {message}", param="input", code=code) from exc
+        raise invalid(f"input {index}: {exc.message}", param="input") from exc
 
 
 def _dimensions(raw: object, spec: ModelSpec) -> int | None:
