@@ -36,7 +36,7 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1 && [ "$CPU_ONLY" != 1 ]; then
 else
   export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
-timeout 30 "$PYTHON" -c "import inferd, tritonclient.grpc, uvicorn, orjson; print('inferd', inferd.__version__)" \
+timeout 30 "$PYTHON" -c "import inferd, tritonclient.grpc, httptools, orjson; print('inferd', inferd.__version__)" \
   || echo "inferd does not import: the steps below will fail"
 timeout 10 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
 
