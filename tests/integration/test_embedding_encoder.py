@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from inferd.backends.base import LoadContext, ModelInstance, Result
-from inferd.backends.onnxruntime import OnnxRuntimeBackend
+from inferd.backends.registry import default_registry
 from inferd.backends.text_encoder import TextEncoderInstance, load_text_encoder
 from inferd.codecs.model_config import spec_from_proto
 from inferd.core.inference import InferRequest
@@ -31,7 +31,7 @@ TABLE = np.arange(len(VOCAB) * DIM, dtype=np.float32).reshape(len(VOCAB), DIM) -
 
 CONFIG = """
 name: "tiny"
-backend: "onnxruntime"
+backend: "{backend}"
 default_model_filename: "model.onnx"
 max_batch_size: 8
 input [ {{ name: "text" data_type: TYPE_STRING dims: [ 1 ] }} ]
@@ -88,15 +88,17 @@ class Recorder:
         self.inner.close()
 
 
-def _instance(tmp_path: Path, extra: str = "") -> tuple[TextEncoderInstance, Recorder]:
+def _instance(
+    tmp_path: Path, extra: str = "", backend: str = "onnxruntime"
+) -> tuple[TextEncoderInstance, Recorder]:
     model_dir = tmp_path / "tiny"
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "1" / "model.onnx").write_bytes(_encoder())
     _tokenizer(model_dir / "tokenizer.json")
-    (model_dir / "config.pbtxt").write_text(CONFIG.format(dim=DIM, extra=extra))
+    (model_dir / "config.pbtxt").write_text(CONFIG.format(dim=DIM, extra=extra, backend=backend))
     spec = spec_from_proto(read_model_config(model_dir))
     ctx = LoadContext(spec=spec, version=1, model_dir=model_dir, version_dir=model_dir / "1")
-    model = load_text_encoder(OnnxRuntimeBackend(), ctx, model_dir / "tokenizer.json")
+    model = load_text_encoder(default_registry().get(backend), ctx, model_dir / "tokenizer.json")
     instance = model.create_instance(InstanceGroupSpec("tiny", "KIND_CPU", 1), 0)
     recorder = Recorder(instance._inner)
     instance._inner = recorder
@@ -114,11 +116,14 @@ def _mean(ids: list[int]) -> np.ndarray[Any, Any]:
     return rows
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_mean_pooling_ignores_the_padding_of_a_batch_padded_to_its_longest(
-    tmp_path: Path,
+    tmp_path: Path, backend: str
 ) -> None:
+    if backend == "openvino":
+        pytest.importorskip("openvino")
     instance, recorder = _instance(
-        tmp_path, 'parameters { key: "normalize" value { string_value: "false" } }'
+        tmp_path, 'parameters { key: "normalize" value { string_value: "false" } }', backend
     )
     first, second = instance.execute([_request("a b c d", "a"), _request("b")])
     assert recorder.shapes == [(3, 6)]  # one run, padded to "[CLS] a b c d [SEP]", not to 16
