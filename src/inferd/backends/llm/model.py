@@ -1,0 +1,390 @@
+"""Our own Llama forward pass over a paged KV cache, reading Hugging Face ``LlamaForCausalLM``
+safetensors.
+
+One :meth:`LlamaModel.step` runs a *batched step*: a mix of prefill chunks and single decode
+tokens from many sequences. The step's tokens are flattened into one ``[T, hidden]`` matrix (the
+projections and the MLP run once for all of them), each token carries its own position (rotary
+embeddings), and attention runs per sequence over that sequence's cached K/V plus its new
+tokens. The K/V of the new tokens are written into the cache first, at the slots the sequence's
+block table gives (``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``);
+each sequence then reads back all of its positions through the same table.
+
+The cache (:class:`KVCache`) is one preallocated tensor per layer for K and one for V, of shape
+``[total_blocks, block_tokens, kv_heads, head_dim]``; which blocks a sequence owns is the
+engine's business (``blocks.BlockAllocator``), this module only follows the tables it is given.
+
+Only the ``llama`` architecture (``LlamaForCausalLM``) is read; anything else is refused with an
+error naming what is supported. Weights come only from safetensors (never a pickle).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from inferd.errors import ConfigError
+
+__all__ = [
+    "SUPPORTED_ARCHITECTURES",
+    "KVCache",
+    "LlamaConfig",
+    "LlamaModel",
+    "StepSequence",
+    "read_llama_config",
+]
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM",)
+SUPPORTED_MODEL_TYPES = ("llama",)
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaConfig:
+    """What the forward pass needs of a Hugging Face ``config.json``."""
+
+    vocab_size: int
+    hidden_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None
+
+
+def _refuse(folder: Path, why: str) -> ConfigError:
+    return ConfigError(f"language model in {folder}: {why}")
+
+
+def _eos_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def read_llama_config(folder: Path) -> LlamaConfig:
+    """The Llama settings of ``folder/config.json``; ConfigError for other architectures or
+    settings this forward pass does not implement (named)."""
+    path = folder / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise _refuse(folder, "config.json (Hugging Face format) is missing") from exc
+    except (OSError, ValueError) as exc:
+        raise _refuse(folder, f"config.json cannot be read: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise _refuse(folder, "config.json must hold a JSON object")
+    archs = raw.get("architectures") or []
+    model_type = raw.get("model_type")
+    supported = ", ".join(SUPPORTED_ARCHITECTURES)
+    if (archs and any(a not in SUPPORTED_ARCHITECTURES for a in archs)) or (
+        model_type not in SUPPORTED_MODEL_TYPES
+    ):
+        found = ", ".join(archs) if archs else f"model_type {model_type!r}"
+        raise _refuse(
+            folder,
+            f"architecture {found} is not supported; this runtime serves {supported} "
+            f"(model_type 'llama')",
+        )
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default")) if rope else "default"
+    if rope_type != "default":
+        raise _refuse(folder, f"rope scaling {rope_type!r} is not supported (only 'default')")
+    theta: Any = rope.get("rope_theta", raw.get("rope_theta")) or 10000.0
+    for flag in ("attention_bias", "mlp_bias"):
+        if raw.get(flag):
+            raise _refuse(folder, f"'{flag}': true is not supported")
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise _refuse(folder, f"hidden_act {act!r} is not supported (only 'silu')")
+    try:
+        hidden = int(raw["hidden_size"])
+        heads = int(raw["num_attention_heads"])
+        kv_heads = int(raw.get("num_key_value_heads") or heads)
+        head_dim = int(raw.get("head_dim") or hidden // heads)
+        config = LlamaConfig(
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=hidden,
+            layers=int(raw["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=int(raw["intermediate_size"]),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            eos_token_ids=_eos_ids(raw.get("eos_token_id")),
+            bos_token_id=raw.get("bos_token_id"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _refuse(folder, f"config.json lacks or garbles {exc}") from exc
+    if heads % kv_heads:
+        raise _refuse(folder, "num_attention_heads must be a multiple of num_key_value_heads")
+    return config
+
+
+class KVCache:
+    """Preallocated K and V per layer: ``[total_blocks, block_tokens, kv_heads, head_dim]``."""
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        total_blocks: int,
+        block_tokens: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        shape = (total_blocks, block_tokens, config.kv_heads, config.head_dim)
+        self.total_blocks = total_blocks
+        self.block_tokens = block_tokens
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
+
+    @staticmethod
+    def block_bytes(config: LlamaConfig, block_tokens: int, dtype: torch.dtype) -> int:
+        """Bytes one block takes over all layers, K and V."""
+        element = torch.empty((), dtype=dtype).element_size()
+        return 2 * config.layers * block_tokens * config.kv_heads * config.head_dim * element
+
+
+@dataclass(frozen=True, slots=True)
+class StepSequence:
+    """One sequence's part of a step: ``tokens`` new tokens at positions ``start`` onwards
+    (``start`` tokens of it are already cached), its cache blocks in order."""
+
+    tokens: Sequence[int]
+    start: int
+    block_table: Sequence[int]
+
+
+_LAYER_KEYS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+)
+
+
+def _safetensors_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise _refuse(folder, f"model.safetensors.index.json cannot be read: {exc}") from exc
+        files = []
+        for name in names:
+            if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith("."):
+                raise _refuse(folder, f"weight shard {name!r} must be a file beside the index")
+            files.append(folder / name)
+        return files
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return [single]
+    raise _refuse(
+        folder,
+        "no model.safetensors (or model.safetensors.index.json) found; weights are read from "
+        "safetensors only",
+    )
+
+
+def _check_inside(path: Path, folder: Path) -> None:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError as exc:
+        raise _refuse(folder, f"{path.name} resolves outside the model folder") from exc
+
+
+class LlamaModel:
+    """A Llama decoder with a batched step over a paged KV cache (inference only)."""
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        weights: dict[str, torch.Tensor],
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.config = config
+        self.dtype = dtype
+        self.device = torch.device(device)
+
+        def take(name: str) -> torch.Tensor:
+            tensor = weights.get(name)
+            if tensor is None:
+                raise ConfigError(f"language model weights lack '{name}'")
+            return tensor.to(device=self.device, dtype=dtype).contiguous()
+
+        self.embed = take("model.embed_tokens.weight")
+        if tuple(self.embed.shape) != (config.vocab_size, config.hidden_size):
+            raise ConfigError(
+                f"language model weights: embed_tokens is {tuple(self.embed.shape)}, config.json "
+                f"says ({config.vocab_size}, {config.hidden_size})"
+            )
+        self.layers: list[dict[str, torch.Tensor]] = []
+        for i in range(config.layers):
+            layer = {key: take(f"model.layers.{i}.{key}") for key in _LAYER_KEYS}
+            # q, k, v as one matrix: one matmul per layer for all three
+            layer["qkv"] = torch.cat(
+                [
+                    layer.pop("self_attn.q_proj.weight"),
+                    layer.pop("self_attn.k_proj.weight"),
+                    layer.pop("self_attn.v_proj.weight"),
+                ]
+            ).contiguous()
+            layer["gate_up"] = torch.cat(
+                [layer.pop("mlp.gate_proj.weight"), layer.pop("mlp.up_proj.weight")]
+            ).contiguous()
+            self.layers.append(layer)
+        self.norm = take("model.norm.weight")
+        if config.tie_word_embeddings or "lm_head.weight" not in weights:
+            self.lm_head = self.embed
+        else:
+            self.lm_head = take("lm_head.weight")
+        half = config.head_dim // 2
+        exponent = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float() / config.head_dim
+        self._inv_freq = (1.0 / (config.rope_theta**exponent)).to(self.device)
+        assert self._inv_freq.shape[0] == half
+
+    @classmethod
+    def load(
+        cls,
+        folder: Path,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> LlamaModel:
+        """Read ``folder`` (Hugging Face layout: config.json, model.safetensors[.index.json]);
+        every file must lie inside the folder once symlinks are resolved."""
+        from safetensors import safe_open
+
+        config = read_llama_config(folder)
+        weights: dict[str, torch.Tensor] = {}
+        for path in _safetensors_files(folder):
+            _check_inside(path, folder)
+            if not path.is_file():
+                raise _refuse(folder, f"weight file {path.name} is missing")
+            try:
+                with safe_open(str(path), framework="pt") as handle:
+                    for key in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
+                        weights[key] = handle.get_tensor(key)
+            except Exception as exc:  # safetensors raises its own error types
+                raise _refuse(folder, f"{path.name} cannot be read: {exc}") from exc
+        return cls(config, weights, dtype=dtype, device=device)
+
+    # -- the forward pass ------------------------------------------------------------------------
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps)
+        return weight * h.to(x.dtype)
+
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[:, None] * self._inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(self.dtype)[:, None, :], emb.sin().to(self.dtype)[:, None, :]
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    @torch.inference_mode()
+    def step(self, seqs: Sequence[StepSequence], cache: KVCache) -> torch.Tensor:
+        """Run the step; the logits (float32) at each sequence's last new token, ``[n, vocab]``."""
+        cfg = self.config
+        bt = cache.block_tokens
+        dev = self.device
+        lengths = [len(s.tokens) for s in seqs]
+        flat_tokens: list[int] = []
+        flat_positions: list[int] = []
+        write_slots: list[int] = []
+        read_slots: list[torch.Tensor] = []
+        for s, n in zip(seqs, lengths, strict=True):
+            end = s.start + n
+            if n == 0:
+                raise ValueError("a step sequence needs at least one token")
+            if math.ceil(end / bt) > len(s.block_table):
+                raise ValueError(f"block table too short for {end} tokens")
+            flat_tokens.extend(s.tokens)
+            positions = range(s.start, end)
+            flat_positions.extend(positions)
+            write_slots.extend(s.block_table[p // bt] * bt + p % bt for p in positions)
+            table = torch.tensor(s.block_table[: math.ceil(end / bt)], dtype=torch.int64)
+            read_slots.append(
+                ((table[:, None] * bt + torch.arange(bt)[None, :]).reshape(-1)[:end]).to(dev)
+            )
+        tokens = torch.tensor(flat_tokens, dtype=torch.int64, device=dev)
+        positions_t = torch.tensor(flat_positions, dtype=torch.int64, device=dev)
+        write = torch.tensor(write_slots, dtype=torch.int64, device=dev)
+        cos, sin = self._rotary(positions_t)
+        masks: list[torch.Tensor | None] = []
+        for s, n in zip(seqs, lengths, strict=True):
+            if n == 1:
+                masks.append(None)  # one query sees every cached key and itself
+            else:
+                keys = torch.arange(s.start + n, device=dev)[None, :]
+                queries = torch.arange(s.start, s.start + n, device=dev)[:, None]
+                masks.append(keys <= queries)
+        x = self.embed[tokens]
+        q_size = cfg.heads * cfg.head_dim
+        kv_size = cfg.kv_heads * cfg.head_dim
+        groups = cfg.heads // cfg.kv_heads
+        total = len(flat_tokens)
+        for index, layer in enumerate(self.layers):
+            h = self._rms(x, layer["input_layernorm.weight"])
+            qkv = h @ layer["qkv"].T
+            q = qkv[:, :q_size].view(total, cfg.heads, cfg.head_dim)
+            k = qkv[:, q_size : q_size + kv_size].view(total, cfg.kv_heads, cfg.head_dim)
+            v = qkv[:, q_size + kv_size :].view(total, cfg.kv_heads, cfg.head_dim)
+            q = self._rotate(q, cos, sin)
+            k = self._rotate(k, cos, sin)
+            k_cache = cache.k[index].view(-1, cfg.kv_heads, cfg.head_dim)
+            v_cache = cache.v[index].view(-1, cfg.kv_heads, cfg.head_dim)
+            k_cache[write] = k
+            v_cache[write] = v
+            outs = []
+            offset = 0
+            for n, slots, mask in zip(lengths, read_slots, masks, strict=True):
+                qs = q[offset : offset + n].transpose(0, 1)[None]  # [1, heads, n, d]
+                ks = k_cache[slots].transpose(0, 1)  # [kv_heads, L, d]
+                vs = v_cache[slots].transpose(0, 1)
+                if groups > 1:
+                    ks = ks.repeat_interleave(groups, dim=0)
+                    vs = vs.repeat_interleave(groups, dim=0)
+                o = F.scaled_dot_product_attention(qs, ks[None], vs[None], attn_mask=mask)
+                outs.append(o[0].transpose(0, 1).reshape(n, q_size))
+                offset += n
+            attn = torch.cat(outs) if len(outs) > 1 else outs[0]
+            x = x + attn @ layer["self_attn.o_proj.weight"].T
+            h = self._rms(x, layer["post_attention_layernorm.weight"])
+            gate_up = h @ layer["gate_up"].T
+            gate = gate_up[:, : cfg.intermediate_size]
+            up = gate_up[:, cfg.intermediate_size :]
+            x = x + (F.silu(gate) * up) @ layer["mlp.down_proj.weight"].T
+        last = torch.tensor(list(itertools.accumulate(lengths)), device=dev) - 1
+        final = self._rms(x[last], self.norm)
+        return (final @ self.lm_head.T).float()

@@ -1,0 +1,136 @@
+"""The generation runtime's own Llama forward pass against Hugging Face's on a random tiny Llama:
+the same logits (float64, untied and tied heads, another rope_theta), a prompt prefilled in
+chunks equal to it prefilled whole, sequences batched in one step equal to each alone, and
+refusals of what it does not implement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+from inferd.backends.llm.model import (  # noqa: E402
+    KVCache,
+    LlamaModel,
+    StepSequence,
+    read_llama_config,
+)
+from inferd.errors import ConfigError  # noqa: E402
+from tests.helpers.tiny_llama import load_hf, write_tiny_llama  # noqa: E402
+
+BLOCK = 4
+
+
+def _cache(model: LlamaModel, blocks: int = 64) -> KVCache:
+    return KVCache(model.config, blocks, BLOCK, model.dtype, model.device)
+
+
+def _hf_logits(hf, ids: list[int]) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    with torch.no_grad():
+        return hf(torch.tensor([ids])).logits[0]
+
+
+@pytest.mark.parametrize(
+    ("tie", "theta", "kv_heads"), [(False, 10000.0, 2), (True, 500000.0, 4), (False, 1e4, 1)]
+)
+def test_logits_equal_hugging_face(tmp_path: Path, tie: bool, theta: float, kv_heads: int) -> None:
+    folder = write_tiny_llama(tmp_path / "m", tie=tie, rope_theta=theta, kv_heads=kv_heads)
+    hf = load_hf(folder)
+    ours = LlamaModel.load(folder, dtype=torch.float64)
+    ids = [5, 17, 42, 99, 3, 250, 7, 8, 61, 13, 14]
+    want = _hf_logits(hf, ids)
+    cache = _cache(ours)
+    # every prefix's last logits: a whole prefill of each prefix
+    for n in (1, 4, 5, len(ids)):
+        got = ours.step([StepSequence(ids[:n], 0, list(range(8)))], cache)
+        torch.testing.assert_close(got[0].double(), want[n - 1], rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_prefill_and_decode_equal_whole_prefill(tmp_path: Path) -> None:
+    folder = write_tiny_llama(tmp_path / "m")
+    hf = load_hf(folder)
+    ours = LlamaModel.load(folder, dtype=torch.float64)
+    ids = list(range(10, 33))
+    want = _hf_logits(hf, ids)
+    cache = _cache(ours)
+    table = [9, 3, 40, 7, 1, 22, 5]  # blocks scattered, not in order
+    got = []
+    start = 0
+    for chunk in (5, 3, 7, 1, 1, 6):  # chunks crossing block edges, then decodes
+        step = ids[start : start + chunk]
+        logits = ours.step([StepSequence(step, start, table)], cache)
+        got.append((start + chunk - 1, logits[0]))
+        start += chunk
+    assert start == len(ids)
+    for position, logits in got:
+        torch.testing.assert_close(logits.double(), want[position], rtol=1e-5, atol=1e-5)
+
+
+def test_batched_step_equals_each_sequence_alone(tmp_path: Path) -> None:
+    folder = write_tiny_llama(tmp_path / "m")
+    hf = load_hf(folder)
+    ours = LlamaModel.load(folder, dtype=torch.float64)
+    cache = _cache(ours)
+    a = [4, 8, 15, 16, 23, 42, 7]
+    b = [100, 101, 102]
+    c = [200, 5, 6, 9, 11, 30, 31, 32, 33]
+    # a: cached 5, decodes... here: prefill a[:5] alone, then a step with a's last 2 tokens,
+    # b's whole prompt and c's first chunk together
+    ours.step([StepSequence(a[:5], 0, [0, 1])], cache)
+    logits = ours.step(
+        [
+            StepSequence(a[5:], 5, [0, 1]),
+            StepSequence(b, 0, [2]),
+            StepSequence(c[:6], 0, [3, 4]),
+        ],
+        cache,
+    )
+    torch.testing.assert_close(logits[0].double(), _hf_logits(hf, a)[-1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[1].double(), _hf_logits(hf, b)[-1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[2].double(), _hf_logits(hf, c[:6])[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_float32_close_to_hugging_face(tmp_path: Path) -> None:
+    folder = write_tiny_llama(tmp_path / "m")
+    hf = load_hf(folder, "float32")
+    ours = LlamaModel.load(folder, dtype=torch.float32)
+    ids = [1, 2, 3, 50, 60, 70, 80]
+    got = ours.step([StepSequence(ids, 0, [0, 1])], _cache(ours))
+    torch.testing.assert_close(got[0], _hf_logits(hf, ids)[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_other_architectures_are_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps({"architectures": ["MistralForCausalLM"], "model_type": "mistral"})
+    )
+    with pytest.raises(ConfigError, match=r"MistralForCausalLM is not supported.*LlamaForCausalLM"):
+        read_llama_config(folder)
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+            }
+        )
+    )
+    with pytest.raises(ConfigError, match="rope scaling 'llama3' is not supported"):
+        read_llama_config(folder)
+
+
+def test_weights_only_from_safetensors_inside_the_folder(tmp_path: Path) -> None:
+    folder = write_tiny_llama(tmp_path / "m")
+    outside = tmp_path / "elsewhere.safetensors"
+    (folder / "model.safetensors").rename(outside)
+    with pytest.raises(ConfigError, match=r"no model\.safetensors"):
+        LlamaModel.load(folder)
+    (folder / "model.safetensors").symlink_to(outside)
+    with pytest.raises(ConfigError, match="resolves outside the model folder"):
+        LlamaModel.load(folder)
