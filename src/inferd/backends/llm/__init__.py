@@ -1,0 +1,1 @@
+"""The generation runtime for causal language models (``backend: "llm"``)."""

@@ -1,0 +1,213 @@
+"""Choosing the next token of every sequence in a batch from its logits (pure torch functions).
+
+One pass over the batch, every per-sequence setting a tensor row:
+
+1. penalties: the repetition penalty (Hugging Face's: a positive logit of a token already in
+   the prompt or the output is divided by it, a negative one multiplied), then the presence and
+   frequency penalties (OpenAI's: ``logit -= frequency * count + presence * (count > 0)`` over
+   the generated tokens);
+2. greedy sequences (temperature below 1e-5) take the argmax, ties to the lowest id;
+3. the others divide by their temperature, then drop tokens below ``min_p`` times the most
+   likely one, keep the ``top_k`` most likely, then the smallest nucleus whose mass reaches
+   ``top_p`` (always at least one token), and draw one token from what is left by inverse
+   transform sampling with one uniform number per sequence. A seeded sequence draws its number
+   from its own :class:`torch.Generator`, and the order it samples in depends only on its own
+   settings, so a seed gives the same tokens whatever the batch around it.
+
+The log-probability returned with each token is that of the distribution actually sampled from
+(vLLM's "processed" log-probabilities: after penalties, temperature and truncation,
+renormalised). For a greedy sequence, whose distribution is a point mass, it is the
+log-probability under the penalised logits at temperature 1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Sequence
+
+import torch
+
+from inferd.backends.llm.params import SamplingParams
+
+
+def seeded_generator(
+    seed: int | None, device: torch.device | str = "cpu"
+) -> torch.Generator | None:
+    """A generator for a sequence's ``seed`` (None: use the global generator)."""
+    if seed is None:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed % 2**64)
+    return generator
+
+
+def _counts(
+    histories: Sequence[Sequence[int]], starts: Sequence[int], vocab: int, device: torch.device
+) -> torch.Tensor:
+    """[n, vocab] how often each token occurs in ``history[start:]`` of each sequence."""
+    counts = torch.zeros((len(histories), vocab), dtype=torch.float32, device=device)
+    parts = [list(h[s:]) for h, s in zip(histories, starts, strict=True)]
+    lengths = [len(p) for p in parts]
+    if sum(lengths) == 0:
+        return counts
+    tokens = torch.tensor(list(itertools.chain.from_iterable(parts)), dtype=torch.int64)
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+        raise ValueError(f"a history holds a token id outside the vocabulary of {vocab}")
+    rows = torch.repeat_interleave(torch.arange(len(parts)), torch.tensor(lengths))
+    counts.index_put_(
+        (rows.to(device), tokens.to(device)),
+        torch.ones(tokens.shape[0], dtype=torch.float32, device=device),
+        accumulate=True,
+    )
+    return counts
+
+
+def apply_penalties(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    histories: Sequence[Sequence[int]],
+    prompt_lens: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """``logits`` with the repetition, presence and frequency penalties applied (a new tensor).
+
+    The repetition penalty looks at the whole history (prompt and output); the presence and
+    frequency penalties at the output only, ``history[prompt_lens[i]:]`` (the whole history when
+    ``prompt_lens`` is None).
+    """
+    n, vocab = logits.shape
+    device = logits.device
+    rep = [p.repetition_penalty for p in params]
+    pres = [p.presence_penalty for p in params]
+    freq = [p.frequency_penalty for p in params]
+    out = logits
+    if any(r != 1.0 for r in rep):
+        seen = _counts(histories, [0] * n, vocab, device) > 0
+        r = torch.tensor(rep, dtype=logits.dtype, device=device)[:, None]
+        penalised = torch.where(logits > 0, logits / r, logits * r)
+        out = torch.where(seen, penalised, out)
+    if any(x != 0.0 for x in pres) or any(x != 0.0 for x in freq):
+        starts = [0] * n if prompt_lens is None else list(prompt_lens)
+        counts = _counts(histories, starts, vocab, device)
+        f = torch.tensor(freq, dtype=logits.dtype, device=device)[:, None]
+        p = torch.tensor(pres, dtype=logits.dtype, device=device)[:, None]
+        out = out - f * counts - p * (counts > 0).to(logits.dtype)
+    return out
+
+
+def _uniforms(
+    rows: Sequence[int], generators: Sequence[torch.Generator | None], device: torch.device
+) -> torch.Tensor:
+    """One uniform number in [0, 1) per row: from the row's generator, else the global one."""
+    u = torch.rand(len(rows), dtype=torch.float64, device=device)
+    for j, i in enumerate(rows):
+        g = generators[i]
+        if g is not None:
+            u[j] = torch.rand((), dtype=torch.float64, generator=g, device=g.device).item()
+    return u
+
+
+def _draw(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse transform sampling: per row, the index where the cumulative mass passes ``u``."""
+    cdf = logp.exp().double().cumsum(-1)
+    total = cdf[:, -1:]
+    index = torch.searchsorted(cdf, u[:, None] * total, right=True)[:, 0]
+    # the first index holding all the mass has a non-zero probability: never step past it
+    full = (cdf >= total).to(torch.int8).argmax(-1)
+    return torch.minimum(index, full)
+
+
+def _truncate(
+    scaled: torch.Tensor, params: Sequence[SamplingParams]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows sorted by descending logit, with min-p, top-k and top-p applied (as -inf)."""
+    vocab = scaled.shape[1]
+    device = scaled.device
+    ordered, order = scaled.sort(dim=-1, descending=True, stable=True)
+    position = torch.arange(vocab, device=device)[None, :]
+    min_p = [p.min_p for p in params]
+    if any(m > 0 for m in min_p):
+        probs = ordered.softmax(-1)
+        floor = torch.tensor(min_p, dtype=probs.dtype, device=device)[:, None] * probs[:, :1]
+        ordered = ordered.masked_fill((probs < floor) & (position > 0), float("-inf"))
+    k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+    ordered = ordered.masked_fill(position >= k[:, None], float("-inf"))
+    top_p = [p.top_p for p in params]
+    if any(t < 1 for t in top_p):
+        probs = ordered.softmax(-1)
+        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
+        limit = torch.tensor(top_p, dtype=probs.dtype, device=device)[:, None]
+        cut = (before > limit) & (limit < 1) & (position > 0)
+        ordered = ordered.masked_fill(cut, float("-inf"))
+    return ordered, order
+
+
+def _truncates(p: SamplingParams) -> bool:
+    return p.top_k > 0 or p.top_p < 1 or p.min_p > 0
+
+
+class Sampler:
+    """Chooses the next token of each sequence of a batch (stateless; safe to share)."""
+
+    def sample(
+        self,
+        logits: torch.Tensor,
+        params: Sequence[SamplingParams],
+        generators: Sequence[torch.Generator | None],
+        histories: Sequence[Sequence[int]],
+        *,
+        prompt_lens: Sequence[int] | None = None,
+        suppress: Sequence[Collection[int]] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chosen ids [n] int64 and their log-probabilities [n] float32.
+
+        ``logits`` is [n, vocab], the last position of each sequence. ``histories`` holds each
+        sequence's prompt and generated ids (for the penalties), ``prompt_lens`` how many of
+        them are the prompt (presence and frequency penalties count only what follows; without
+        it they count the whole history). ``suppress`` names token ids a sequence may not take
+        this step (e.g. EOS before ``min_tokens``, see ``StopChecker.suppressed``).
+        """
+        n = logits.shape[0]
+        if logits.dim() != 2 or not (len(params) == len(generators) == len(histories) == n):
+            raise ValueError("logits must be [n, vocab] with one params, generator, history each")
+        if prompt_lens is not None and len(prompt_lens) != n:
+            raise ValueError("prompt_lens must hold one length per sequence")
+        device = logits.device
+        work = apply_penalties(logits.float(), params, histories, prompt_lens)
+        if suppress is not None and any(suppress):
+            rows = [i for i, ids in enumerate(suppress) for _ in ids]
+            cols = [t for ids in suppress for t in ids]
+            work = work.index_put(
+                (torch.tensor(rows, device=device), torch.tensor(cols, device=device)),
+                torch.tensor(float("-inf"), device=device),
+            )
+        chosen = torch.empty(n, dtype=torch.int64, device=device)
+        logprobs = torch.empty(n, dtype=torch.float32, device=device)
+        greedy = [i for i, p in enumerate(params) if p.greedy]
+        if greedy:
+            index = torch.tensor(greedy, device=device)
+            rows_logits = work[index]
+            ids = rows_logits.argmax(-1)
+            chosen[index] = ids
+            logprobs[index] = rows_logits.log_softmax(-1).gather(1, ids[:, None])[:, 0]
+        for group in (
+            [i for i, p in enumerate(params) if not p.greedy and not _truncates(p)],
+            [i for i, p in enumerate(params) if not p.greedy and _truncates(p)],
+        ):
+            if not group:
+                continue
+            index = torch.tensor(group, device=device)
+            group_params = [params[i] for i in group]
+            temps = torch.tensor([p.temperature for p in group_params], device=device)
+            scaled = work[index] / temps[:, None]
+            if _truncates(group_params[0]):
+                scaled, order = _truncate(scaled, group_params)
+            else:
+                order = None
+            logp = scaled.log_softmax(-1)
+            picked = _draw(logp, _uniforms(group, generators, device))
+            logprobs[index] = logp.gather(1, picked[:, None])[:, 0]
+            chosen[index] = picked if order is None else order.gather(1, picked[:, None])[:, 0]
+        return chosen, logprobs
+
+
+__all__ = ["Sampler", "apply_penalties", "seeded_generator"]
