@@ -6,6 +6,7 @@ racing a close each get one answer or one error."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -252,6 +253,30 @@ async def test_a_decoupled_sequence_stream_started_as_its_model_unloads_ends_wit
         await anext(stream)
     assert instance.ran == []
     assert batcher.state is RunState.CLOSED
+
+
+async def test_an_ensemble_stream_started_as_the_ensemble_unloads_ends_with_an_error() -> None:
+    """As above for a (decoupled) ensemble: the request unloaded in the gap runs no step."""
+    loop = asyncio.get_running_loop()
+    step = _Double()
+    ensemble = _Ensemble([step], loop)
+    spec = dataclasses.replace(ENSEMBLE, decoupled=True)
+    model = ServingModel(spec, 1, ensemble.scheduler, ensemble.stats)
+    stream = stream_model(model, _ensemble_request(1.0), 1)
+    first = asyncio.ensure_future(anext(stream))
+    loop.call_soon(ensemble.scheduler.shutdown)  # after the stream's first step
+    try:
+        event = await asyncio.wait_for(first, ANSWER_S)
+        assert event.final
+        assert isinstance(event.error, UnavailableError)
+        assert "model 'pipe' version 1 is unloading" in str(event.error)
+        with pytest.raises(StopAsyncIteration):
+            await anext(stream)
+        assert step.ran == []
+        assert ensemble.scheduler.state is RunState.CLOSED
+    finally:
+        ensemble.step.shutdown()
+        await asyncio.to_thread(ensemble.pool.close)
 
 
 # -- many threads racing a close --------------------------------------------------------------
