@@ -212,8 +212,8 @@ def bad_headers(draw: st.DrawFn) -> RawCase:
         count = draw(st.sampled_from([200, 2_000, 20_000]))
         data = request(method, target, body, [(f"X-H{i}", "1") for i in range(count)])
         may_succeed = True
-    elif choice == 2:  # invalid bytes in a name or value
-        name = draw(st.sampled_from(["X Bad", "X:Bad", "", "X\x00", "Ünï", "X\tY"]))
+    elif choice == 2:  # invalid bytes in a name or value ("X:Bad: v" is header X, value "Bad: v")
+        name = draw(st.sampled_from(["X Bad", "X(Bad", "", "X\x00", "Ünï", "X\tY"]))
         value = draw(st.text(max_size=20))
         data = request(method, target, body, [(name, value)])
     elif choice == 3:  # a line without a colon, or a continuation line
@@ -568,8 +568,7 @@ def test_http_raw_fuzz(raw_server: ServerProcess, family: str) -> None:
             assert b"not supported" in body, f"answered 501 {body[:500]!r} to {case!r}"
         elif not (case.may_succeed and status < 300):
             assert 400 <= status < 500, f"answered {status} {body[:500]!r} to {case!r}"
-        if status != 400 or body.startswith(b"{"):  # uvicorn answers bad HTTP in plain text
-            assert status < 300 or "error" in json.loads(body), f"{body[:500]!r} to {case!r}"
+        assert status < 300 or "error" in json.loads(body), f"{body[:500]!r} to {case!r}"
 
     try:
         run()

@@ -2,7 +2,7 @@
 responses only as far as the events it can send, plus a bounded number ahead
 (``STREAM_RESPONSES``), and not the whole answer. Runs the real stack (repository manager,
 Python backend, engine) with ``repeat_int32``; the HTTP edge's ``send`` is held by the test, as
-uvicorn holds it while the client's socket is full."""
+the edge's flow control holds it while the client's socket is full."""
 
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ async def test_repository_endpoints(client: httpx.AsyncClient) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# over a real socket: uvicorn + httptools on uvloop, driven by tritonclient
+# over a real socket: inferd's HTTP/1.1 edge (httptools) on uvloop, driven by tritonclient
 # ------------------------------------------------------------------------------------------------
 
 
