@@ -30,12 +30,14 @@ The rules, in order:
    So the oldest running sequence always advances and nothing starves.
 2. Decoding sequences take one token each from the step budget before any prefill, so short
    requests keep decoding while a long prompt is prefilled.
-3. Sequences already mid-prefill keep their place: their chunks grow, oldest first, up to the
-   remaining step budget and free blocks.
+3. Sequences already mid-prefill keep their place: oldest first, each takes a chunk of up to
+   ``long_prefill_tokens`` (default half the step budget) within the free blocks, so a long
+   prompt never holds back the admission of short requests for its whole prefill.
 4. Waiting sequences are admitted strictly first come, first served while ``max_running``, the
    step budget and free blocks allow, each with a first chunk of at most the remaining budget.
    The oldest waiting sequence is never overtaken: if its chunk does not fit, nobody younger is
-   admitted in its place.
+   admitted in its place. Whatever budget the admissions leave goes back to the sequences
+   mid-prefill (a lone long prompt still prefills with the whole budget).
 5. A sequence whose whole need exceeds the cache (``total_blocks``) or ``max_model_len`` is never
    admitted; it is listed in ``abort`` (the runtime refuses such requests up front with
    :func:`check_fits`, so this is a safety net).
@@ -68,6 +70,14 @@ class PolicyConfig:
     block_tokens: int  # tokens per KV block
     total_blocks: int  # the KV budget in blocks
     max_model_len: int
+    # the most tokens a sequence already mid-prefill takes from a step before waiting sequences
+    # are admitted (it takes what they leave afterwards); 0: half of max_step_tokens
+    long_prefill_tokens: int = 0
+
+    @property
+    def prefill_cap(self) -> int:
+        """``long_prefill_tokens`` resolved (0 means half the step budget, at least 1)."""
+        return self.long_prefill_tokens or max(1, self.max_step_tokens // 2)
 
     def __post_init__(self) -> None:
         for name in ("max_running", "max_step_tokens", "block_tokens", "total_blocks"):
@@ -80,6 +90,11 @@ class PolicyConfig:
             raise ConfigError(
                 f"max_step_tokens ({self.max_step_tokens}) must be at least max_running "
                 f"({self.max_running}): every running sequence decodes one token per step"
+            )
+        if not 0 <= self.long_prefill_tokens <= self.max_step_tokens:
+            raise ConfigError(
+                f"long_prefill_tokens must be between 0 (half the step budget) and "
+                f"max_step_tokens ({self.max_step_tokens}), got {self.long_prefill_tokens}"
             )
 
 
@@ -206,21 +221,27 @@ def plan_step(
     if active:  # the step budget ran out (more running sequences than max_step_tokens)
         notes.append(f"{len(active)} running sequences wait for step budget")
 
-    # 2./3. decoders take their token; mid-prefill sequences grow their chunks, oldest first
+    # 2. decoders take their token (reserved above) before any prefill
     decode = [s.seq_id for s in kept if s.computed >= s.prompt_len]
-    prefill: list[tuple[int, int]] = []
-    grow: dict[int, int] = {sid: n for sid, n in need_of.items() if n > 0}
-    for s in kept:
-        if s.computed >= s.prompt_len:
-            continue
-        reserved = need_of[s.seq_id]  # its first token's blocks and budget are reserved
-        chunk = _chunk(s, 1 + budget, s.blocks + reserved + free, bt)
-        total = max(0, blocks_for(s.computed + chunk, bt) - s.blocks)
-        free -= total - reserved
-        budget -= chunk - 1
-        if total:
-            grow[s.seq_id] = total
-        prefill.append((s.seq_id, chunk))
+    prefilling = [s for s in kept if s.computed < s.prompt_len]
+    held = {s.seq_id: s.blocks + need_of[s.seq_id] for s in kept}
+    chunk = {s.seq_id: 1 for s in prefilling}  # their first token is reserved above
+
+    def extend(s: SeqState, limit: int) -> None:
+        """Grow the chunk of ``s`` towards ``limit`` tokens within the budget and free blocks."""
+        nonlocal free, budget
+        current = chunk[s.seq_id]
+        room = (held[s.seq_id] + free) * bt - s.computed
+        new = max(current, min(s.prompt_len - s.computed, current + budget, limit, room))
+        blocks = max(held[s.seq_id], blocks_for(s.computed + new, bt))
+        free -= blocks - held[s.seq_id]
+        budget -= new - current
+        held[s.seq_id] = blocks
+        chunk[s.seq_id] = new
+
+    # 3. sequences mid-prefill keep their place, but leave room for admissions (chunk cap)
+    for s in prefilling:
+        extend(s, cfg.prefill_cap)
 
     # 4./5. admit waiting sequences first come, first served
     slots = cfg.max_running - len(kept) - len(stalled)
@@ -230,32 +251,34 @@ def plan_step(
             abort.append(w.seq_id)
             notes.append(f"abort {why}")
             continue
-        if slots <= 0 or budget <= 0 or free < 0:
+        if slots <= 0 or budget <= 0:
             continue  # keep scanning only to abort sequences that can never run
         want = min(step_tokens(w), budget)
-        need = max(0, blocks_for(w.computed + want, bt) - w.blocks)
-        if need > free:
+        blocks = max(w.blocks, blocks_for(w.computed + want, bt))
+        if blocks - w.blocks > free:
             slots = 0  # the head of the queue waits for blocks; nobody overtakes it
-            notes.append(f"head {w.seq_id} waits for {need} KV blocks ({free} free)")
+            notes.append(f"head {w.seq_id} waits for {blocks - w.blocks} KV blocks ({free} free)")
             continue
-        free -= need
+        free -= blocks - w.blocks
         budget -= want
         slots -= 1
-        if need:
-            grow[w.seq_id] = need
-        prefill.append((w.seq_id, want))
+        held[w.seq_id] = blocks
+        chunk[w.seq_id] = want
+        prefilling.append(w)
 
+    # 3b. what the admissions left goes to the sequences mid-prefill, oldest first
+    for s in prefilling:
+        extend(s, cfg.max_step_tokens)
+
+    everyone = {s.seq_id: s for s in (*kept, *prefilling)}
+    grow = tuple(
+        (sid, n) for sid, blocks in held.items() if (n := blocks - everyone[sid].blocks) > 0
+    )
     return StepPlan(
-        prefill=tuple(prefill),
+        prefill=tuple((s.seq_id, chunk[s.seq_id]) for s in prefilling),
         decode=tuple(decode),
         preempt=tuple(preempt),
-        grow=tuple(grow.items()),
+        grow=grow,
         abort=tuple(abort),
         reason="; ".join(notes),
     )
-
-
-def _chunk(s: SeqState, budget: int, blocks: int, bt: int) -> int:
-    """The largest prefill chunk of ``s`` within ``budget`` tokens and ``blocks`` blocks."""
-    room = blocks * bt - s.computed  # tokens those blocks can take after the computed ones
-    return max(1, min(s.prompt_len - s.computed, budget, room))
