@@ -306,6 +306,44 @@ async def test_stop_after_its_grace_period_closes_what_is_still_running(app: _Ap
     await _close(writer)
 
 
+CHUNK = 1024 * 1024
+
+
+async def test_send_waits_while_the_client_is_not_reading() -> None:
+    """A stream to a client that does not read: the app's ``send`` waits for the transport to
+    drain (``pause_writing``), so the server buffers about one chunk, not the whole answer."""
+    buffered: list[int] = []
+    first_sent = asyncio.Event()
+    handle: HttpServer | None = None
+
+    async def stream(scope: Message, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(48):
+            await send({"type": "http.response.body", "body": b"x" * CHUNK, "more_body": True})
+            assert handle is not None
+            buffered.extend(c.transport.get_write_buffer_size() for c in handle.connections)
+            first_sent.set()
+        await send({"type": "http.response.body", "body": b""})
+
+    handle, _ = await start_http_server(stream, "127.0.0.1", 0)
+    try:
+        reader, writer = await _connect(handle)
+        writer.write(b"GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
+        await asyncio.wait_for(first_sent.wait(), READ_LIMIT_S)
+        await asyncio.sleep(0.2)  # room for the app to run ahead, were nothing holding it
+        received, tail = 0, b""
+        while tail != b"0\r\n\r\n":  # the stream's end
+            raw = await asyncio.wait_for(reader.read(CHUNK), READ_LIMIT_S)
+            assert raw
+            received += len(raw)
+            tail = (tail + raw)[-5:]
+        assert received > 48 * CHUNK
+        assert max(buffered) <= 2 * CHUNK
+        await _close(writer)
+    finally:
+        await handle.stop(0.5)
+
+
 def test_no_module_in_src_imports_uvicorn() -> None:
     """The HTTP edge is inferd's own, on public APIs (httptools, asyncio): no uvicorn internals
     to break with its next release."""
