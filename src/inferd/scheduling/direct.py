@@ -24,22 +24,15 @@ class DirectScheduler(Stateful):
         self._pool = pool
         self._clock = clock or SystemClock()
         self.stats = stats
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._init_work()
         stats.pending_source = lambda: max(0, self._in_flight - pool.size)
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
 
     async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
         if self._state is not RunState.OPEN:
             self.stats.record_rejection("unloading")
             raise unloading_error(self.stats.name, self.stats.version)
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._in_flight += 1
-        self._idle.clear()
+        self._work_begins()
         try:
             self._pool.put(WorkItem([request], [waiter], [self._clock.monotonic_ns()], rows))
             if waiter.done():
@@ -48,19 +41,10 @@ class DirectScheduler(Stateful):
                 await asyncio.sleep(0)
             return await waiter  # type: ignore[no-any-return]
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-                self._closed_if_closing()
-
-    async def drain(self) -> None:
-        """Wait until no request is in flight."""
-        await self._idle.wait()
+            self._work_ends()
 
     def shutdown(self) -> None:
         """Refuse new requests from now on (on the event loop thread); those in flight finish
         in the pool, or fail there once it closes."""
-        if self._state is RunState.OPEN:
-            self._move(RunState.CLOSING)
-            if self._in_flight == 0:
-                self._move(RunState.CLOSED)
+        if self._begin_closing():
+            self._closed_if_idle()

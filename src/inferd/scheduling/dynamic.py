@@ -65,17 +65,11 @@ class DynamicBatcher(Stateful):
         self._wake = asyncio.Event()
         self._timer: TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._init_work()
         self._preserve_ordering = db.preserve_ordering
         self._last_release: asyncio.Future[None] | None = None  # preserve_ordering chain
         pool.on_free = self._wake.set
         stats.pending_source = lambda: len(self._queues)
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
 
     def _ensure_running(self) -> None:
         if self._task is None:
@@ -104,8 +98,7 @@ class DynamicBatcher(Stateful):
         except InferdError:
             self.stats.record_rejection("invalid_parameters")
             raise
-        self._in_flight += 1
-        self._idle.clear()
+        self._work_begins()
         self._wake.set()
         previous, release = self._last_release, None
         if self._preserve_ordering:
@@ -126,10 +119,7 @@ class DynamicBatcher(Stateful):
         finally:
             if release is not None:
                 _release_after(previous, release)
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-                self._closed_if_closing()
+            self._work_ends()
 
     async def _run(self) -> None:
         while self._state is RunState.OPEN:
@@ -191,15 +181,11 @@ class DynamicBatcher(Stateful):
         if wake_at_ns is not None:
             self._timer = self._clock.call_later_ns(wake_at_ns - now, self._wake.set)
 
-    async def drain(self) -> None:
-        await self._idle.wait()
-
     def shutdown(self) -> None:
         """Refuse new work, fail what still waits, stop the task (on the event loop thread);
         batches already dispatched finish in the pool, or fail there once it closes."""
-        if self._state is not RunState.OPEN:
+        if not self._begin_closing():
             return
-        self._move(RunState.CLOSING)
         for entry in self._queues.drain_all():
             if not entry.waiter.done():
                 entry.waiter.set_exception(unloading_error(self._spec.name, self.stats.version))
@@ -207,8 +193,7 @@ class DynamicBatcher(Stateful):
             self._timer.cancel()
         if self._task is not None:
             self._task.cancel()
-        if self._in_flight == 0:
-            self._move(RunState.CLOSED)
+        self._closed_if_idle()
 
 
 def _release_after(previous: asyncio.Future[None] | None, release: asyncio.Future[None]) -> None:

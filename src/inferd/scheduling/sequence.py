@@ -124,16 +124,10 @@ class SequenceBatcher(Stateful):
         self._timer: TimerHandle | None = None
         self._timer_at: int | None = None
         self._planned = False
-        self._in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._init_work()
         pools.on_free = self._ask
         stats.pending_source = lambda: self.slots.queued
         stats.sequence_source = self.sequence_counts
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
 
     def sequence_counts(self) -> dict[str, int]:
         """Sequences now active (holding a slot) and backlogged, and totals since load."""
@@ -176,16 +170,12 @@ class SequenceBatcher(Stateful):
             )
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[item.id] = _Pending(request, waiter, key)
-        self._in_flight += 1
-        self._idle.clear()
+        self._work_begins()
         self._ask()
         try:
             return await waiter  # type: ignore[no-any-return]
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
-                self._closed_if_closing()
+            self._work_ends()
 
     def _unloading(self) -> InferdError:
         return unloading_error(self._name, self.stats.version)
@@ -369,16 +359,12 @@ class SequenceBatcher(Stateful):
 
     # -- shutdown --------------------------------------------------------------------------
 
-    async def drain(self) -> None:
-        await self._idle.wait()
-
     def shutdown(self) -> None:
         """Refuse new work, fail what still waits for its turn, stop the timer (on the event
         loop thread); requests already dispatched finish in the pools, or fail there once they
         close. A second call changes nothing."""
-        if self._state is not RunState.OPEN:
+        if not self._begin_closing():
             return
-        self._move(RunState.CLOSING)
         if self._timer is not None:
             self._timer.cancel()
             self._timer, self._timer_at = None, None
@@ -387,5 +373,4 @@ class SequenceBatcher(Stateful):
             if not pending.waiter.done():
                 pending.waiter.set_exception(self._unloading())
         self._pending.clear()
-        if self._in_flight == 0:
-            self._move(RunState.CLOSED)
+        self._closed_if_idle()
