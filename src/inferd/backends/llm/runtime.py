@@ -1,0 +1,392 @@
+"""The ``llm`` backend: causal language models served with continuous batching.
+
+A model folder's version directory holds a Hugging Face Llama (``config.json``,
+``model.safetensors`` or a sharded ``model.safetensors.index.json``, ``tokenizer.json``,
+optionally ``generation_config.json``); every file read must lie inside it once symlinks are
+resolved. The model takes Triton's vLLM backend's tensors (auto-completed when
+``config.pbtxt`` omits them) and is decoupled:
+
+=========================  ==================  =================================================
+``text_input``             BYTES ``[1]``       the prompt
+``stream``                 BOOL ``[1]``, opt.  true: one response per text delta, then final
+``sampling_parameters``    BYTES ``[1]``, opt. vLLM's sampling parameters as a JSON object
+``exclude_input_in_output`` BOOL ``[1]``, opt. true: the whole answer leaves the prompt out
+``text_output``            BYTES ``[-1]``      the text (a delta when streaming)
+=========================  ==================  =================================================
+
+One :class:`~inferd.backends.llm.engine.GenerationEngine` (its own thread, the model and the
+KV cache) serves every instance of a loaded model: ``execute`` only checks each request, hands
+it to the engine and returns, as decoupled models do (the sink is adopted: the responses go on
+after the batch is over). Configuration parameters: see :data:`PARAMETERS` and docs/llm.md.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inferd.backends.base import LoadContext, Result
+from inferd.backends.parameters import check_keys, int_param
+from inferd.backends.threads import default_intra_op_threads
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
+from inferd.core.streaming import StreamedResponse
+from inferd.errors import ConfigError, InferdError, InvalidArgumentError
+
+__all__ = ["PARAMETERS", "LlmBackend", "LlmSettings", "parse_llm_settings"]
+
+TEXT_INPUT = "text_input"
+STREAM = "stream"
+SAMPLING_PARAMETERS = "sampling_parameters"
+EXCLUDE_INPUT = "exclude_input_in_output"
+TEXT_OUTPUT = "text_output"
+
+#: parameter -> what it sets (the accepted keys; any other is refused)
+PARAMETERS = {
+    "max_model_len": "tokens one sequence may reach, prompt and output (default: the model's "
+    "max_position_embeddings)",
+    "max_running": "sequences decoded together in one batch (default 16)",
+    "max_step_tokens": "tokens one forward pass computes, prefill chunks and decodes (default "
+    "max(256, max_running))",
+    "kv_cache_bytes": "the KV cache's size in bytes (default: room for max_running sequences of "
+    "max_model_len tokens, at most 1 GiB)",
+    "kv_cache_blocks": "the KV cache's size in blocks (instead of kv_cache_bytes)",
+    "block_tokens": "tokens per KV cache block (default 16)",
+    "dtype": "float32 (default), bfloat16, float16 or float64",
+    "device": "cpu (default), cuda or cuda:N",
+    "threads": "intra-op threads of the generation thread (default: the cores shared among "
+    "the model's instances)",
+}
+_DTYPES = ("float32", "bfloat16", "float16", "float64")
+_DEFAULT_CACHE_CAP = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class LlmSettings:
+    max_model_len: int | None  # None: the model's max_position_embeddings
+    max_running: int
+    max_step_tokens: int
+    kv_cache_bytes: int | None
+    kv_cache_blocks: int | None
+    block_tokens: int
+    dtype: str
+    device: str
+    threads: int
+
+
+def parse_llm_settings(spec: ModelSpec) -> LlmSettings:
+    """The backend's parameters of ``spec``; ConfigError naming a wrong or unknown one."""
+    params = dict(spec.parameters)
+    check_keys(params, tuple(PARAMETERS), "llm")
+
+    def number(key: str, default: int | None, minimum: int = 1) -> int | None:
+        return int_param(params, key, default, minimum=minimum)
+
+    max_running = number("max_running", 16)
+    assert max_running is not None
+    if "kv_cache_bytes" in params and "kv_cache_blocks" in params:
+        raise ConfigError("give parameter 'kv_cache_bytes' or 'kv_cache_blocks', not both")
+    dtype = params.get("dtype", "float32").strip().lower()
+    if dtype not in _DTYPES:
+        raise ConfigError(f"parameter 'dtype' must be one of {', '.join(_DTYPES)}, got '{dtype}'")
+    device = params.get("device", "cpu").strip().lower()
+    if not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise ConfigError(f"parameter 'device' must be cpu, cuda or cuda:N, got '{device}'")
+    threads = number("threads", default_intra_op_threads(spec), minimum=0)
+    step = number("max_step_tokens", max(256, max_running))
+    block = number("block_tokens", 16)
+    assert step is not None
+    assert block is not None
+    assert threads is not None
+    return LlmSettings(
+        max_model_len=number("max_model_len", None, minimum=2),
+        max_running=max_running,
+        max_step_tokens=step,
+        kv_cache_bytes=number("kv_cache_bytes", None),
+        kv_cache_blocks=number("kv_cache_blocks", None),
+        block_tokens=block,
+        dtype=dtype,
+        device=device,
+        threads=threads,
+    )
+
+
+def _inside(path: Path, folder: Path, what: str) -> Path:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError as exc:
+        raise ConfigError(
+            f"{what} {path.name} resolves outside the model folder {folder} (a symbolic link "
+            "out of it is refused; copy the file in)"
+        ) from exc
+    return path
+
+
+def _eos_ids(folder: Path, config_eos: Sequence[int]) -> frozenset[int]:
+    ids = set(config_eos)
+    path = folder / "generation_config.json"
+    if path.is_file():
+        _inside(path, folder, "generation config")
+        try:
+            value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"generation_config.json in {folder} cannot be read: {exc}") from exc
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def _one(request: InferRequest, name: str) -> Any | None:
+    array = request.inputs.get(name)
+    if array is None:
+        return None
+    if array.size != 1:
+        raise InvalidArgumentError(
+            f"input '{name}' must hold one element, got {array.size} (shape {list(array.shape)})"
+        )
+    return array.reshape(-1)[0]
+
+
+def _flag(request: InferRequest, name: str) -> bool:
+    value = _one(request, name)
+    if value is None:
+        return False
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"input '{name}' must be BOOL")
+    return bool(value)
+
+
+def _text(value: Any, name: str) -> str:
+    if isinstance(value, (bytes, np.bytes_)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(f"input '{name}' is not valid UTF-8") from exc
+    if isinstance(value, str):
+        return value
+    raise InvalidArgumentError(f"input '{name}' must be BYTES (text)")
+
+
+def _timeout_s(request: InferRequest) -> float | None:
+    value = request.parameters.get("timeout", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(
+            f"request parameter 'timeout' must be microseconds >= 0, got {value!r}"
+        )
+    return value / 1e6 if value else None
+
+
+def _output(text: str) -> dict[str, np.ndarray[Any, Any]]:
+    return {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=object)}
+
+
+class LlmLoadedModel:
+    """A loaded language model: its engine, shared by every instance."""
+
+    def __init__(self, spec: ModelSpec, engine: Any, tokenizer: Any) -> None:
+        self.spec = spec
+        self.engine = engine
+        self._tokenizer = tokenizer
+        self._closed = False
+
+    def create_instance(self, group: InstanceGroupSpec, index: int) -> LlmInstance:
+        return LlmInstance(self)
+
+    def statistics(self) -> Any:
+        return self.engine.statistics()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.engine.close()
+
+    def execute_one(self, request: InferRequest) -> Result:
+        from inferd.backends.llm.engine import Generation
+        from inferd.backends.llm.params import parse_sampling_parameters
+
+        raw = _one(request, TEXT_INPUT)
+        if raw is None:
+            raise InvalidArgumentError(f"input '{TEXT_INPUT}' is required")
+        prompt = _text(raw, TEXT_INPUT)
+        stream = _flag(request, STREAM)
+        exclude = _flag(request, EXCLUDE_INPUT)
+        sampling = _one(request, SAMPLING_PARAMETERS)
+        if sampling is not None and not isinstance(sampling, (bytes, str, np.bytes_)):
+            raise InvalidArgumentError(f"input '{SAMPLING_PARAMETERS}' must be BYTES (JSON)")
+        timeout = _timeout_s(request)
+        ids = self._tokenizer.encode(prompt).ids if prompt else []
+        limit = self.engine.cfg.max_model_len
+        if len(ids) >= limit:
+            raise InvalidArgumentError(
+                f"the prompt is {len(ids)} tokens; the model's max_model_len is {limit}, so it "
+                "leaves no room for any output"
+            )
+        params = parse_sampling_parameters(
+            bytes(sampling) if isinstance(sampling, np.bytes_) else sampling,
+            max_tokens_limit=limit - len(ids),
+        )
+        sink = request.sink
+        done = threading.Event()
+        answer: list[Result] = []
+
+        def respond(text: str | None, error: InferdError | None, final: bool) -> None:
+            if sink is not None:
+                outputs = _output(text) if text is not None else None
+                sink.send(StreamedResponse(outputs, error, final))
+                return
+            if error is not None:
+                answer.append(error)
+            elif text is not None:
+                answer.append(_output(text))
+            if final:
+                done.set()
+
+        gen = Generation(
+            ids,
+            params,
+            respond,
+            stream=stream and sink is not None,
+            prefix="" if exclude else prompt,
+            deadline=None if timeout is None else time.monotonic() + timeout,
+        )
+        handle = self.engine.submit(gen)  # raises for a request that can never fit
+        if sink is None:  # no stream to answer through: wait for the whole answer
+            done.wait()
+            return answer[-1] if answer else {}
+        sink.adopt()
+        sink.watch(handle.cancel)
+        return {}
+
+
+class LlmInstance:
+    """Hands requests to the model's engine; responses go through each request's sink."""
+
+    def __init__(self, model: LlmLoadedModel) -> None:
+        self._model = model
+
+    def execute(self, requests: Sequence[InferRequest]) -> list[Result]:
+        results: list[Result] = []
+        for request in requests:
+            try:
+                results.append(self._model.execute_one(request))
+            except InferdError as exc:
+                results.append(exc)
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+def _auto_io(config: Any) -> None:
+    """Triton's vLLM backend's tensors, decoupled, when the configuration omits them."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    if not config.input:
+        for name, dtype, optional in (
+            (TEXT_INPUT, "TYPE_STRING", False),
+            (STREAM, "TYPE_BOOL", True),
+            (SAMPLING_PARAMETERS, "TYPE_STRING", True),
+            (EXCLUDE_INPUT, "TYPE_BOOL", True),
+        ):
+            tensor = config.input.add()
+            tensor.name = name
+            tensor.data_type = mc.DataType.Value(dtype)
+            tensor.dims.append(1)
+            tensor.optional = optional
+    if not config.output:
+        tensor = config.output.add()
+        tensor.name = TEXT_OUTPUT
+        tensor.data_type = mc.DataType.Value("TYPE_STRING")
+        tensor.dims.append(-1)
+    if not config.HasField("model_transaction_policy"):
+        config.model_transaction_policy.decoupled = True
+
+
+class LlmBackend:
+    """``backend: "llm"``: Llama-architecture language models (see the module docstring)."""
+
+    name = "llm"
+    platforms: tuple[str, ...] = ()
+    default_model_filename = "model.safetensors"
+
+    def auto_complete(self, config: Any, model_path: Path, *, default_max_batch_size: int) -> None:
+        if config.max_batch_size != 0:
+            raise ConfigError("the llm backend batches sequences itself: max_batch_size must be 0")
+        _auto_io(config)
+
+    def load(self, ctx: LoadContext) -> LlmLoadedModel:
+        import tokenizers
+        import torch
+
+        from inferd.backends.llm.blocks import blocks_for
+        from inferd.backends.llm.engine import GenerationEngine
+        from inferd.backends.llm.model import KVCache, LlamaModel
+        from inferd.backends.llm.policy import PolicyConfig
+
+        spec = ctx.spec
+        if not spec.decoupled:
+            raise ConfigError(
+                f"model '{spec.name}': the llm backend answers with a stream of responses; set "
+                "model_transaction_policy { decoupled: true }"
+            )
+        if spec.max_batch_size != 0:
+            raise ConfigError(
+                f"model '{spec.name}': the llm backend batches sequences itself: "
+                "max_batch_size must be 0"
+            )
+        settings = parse_llm_settings(spec)
+        if settings.device != "cpu" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"model '{spec.name}': parameter 'device' is '{settings.device}' but no CUDA "
+                "device is available"
+            )
+        folder = ctx.version_dir
+        _inside(folder, ctx.model_dir, "version folder")
+        tokenizer_path = _inside(folder / "tokenizer.json", folder, "tokenizer")
+        if not tokenizer_path.is_file():
+            raise ConfigError(f"model '{spec.name}': {folder} has no tokenizer.json")
+        _inside(folder / "config.json", folder, "model configuration")
+        dtype = getattr(torch, settings.dtype)
+        model = LlamaModel.load(folder, dtype=dtype, device=settings.device)
+        tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
+        max_len = settings.max_model_len or model.config.max_position_embeddings
+        if max_len > model.config.max_position_embeddings:
+            raise ConfigError(
+                f"model '{spec.name}': max_model_len {max_len} is beyond the model's "
+                f"max_position_embeddings ({model.config.max_position_embeddings})"
+            )
+        block_bytes = KVCache.block_bytes(model.config, settings.block_tokens, dtype)
+        if settings.kv_cache_blocks is not None:
+            blocks = settings.kv_cache_blocks
+        elif settings.kv_cache_bytes is not None:
+            blocks = settings.kv_cache_bytes // block_bytes
+            if blocks < 1:
+                raise ConfigError(
+                    f"model '{spec.name}': kv_cache_bytes {settings.kv_cache_bytes} holds no "
+                    f"block ({block_bytes} bytes each: {settings.block_tokens} tokens)"
+                )
+        else:
+            want = settings.max_running * blocks_for(max_len, settings.block_tokens)
+            blocks = max(1, min(want, _DEFAULT_CACHE_CAP // block_bytes))
+        cfg = PolicyConfig(
+            max_running=settings.max_running,
+            max_step_tokens=settings.max_step_tokens,
+            block_tokens=settings.block_tokens,
+            total_blocks=blocks,
+            max_model_len=max_len,
+        )
+        eos = _eos_ids(folder, model.config.eos_token_ids)
+        engine = GenerationEngine(
+            model, tokenizer, cfg, eos_ids=eos, threads=settings.threads, name=spec.name
+        )
+        engine.start()
+        return LlmLoadedModel(spec, engine, tokenizer)
