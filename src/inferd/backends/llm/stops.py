@@ -4,7 +4,11 @@ Incremental detokenization: the text of each new token is the decoding of the se
 from a prefix offset a few tokens back, minus the decoding of that prefix, so tokenizers whose
 pieces depend on their neighbours (byte-level BPE, Metaspace) decode as a whole text would. A
 token that ends inside a multi-byte UTF-8 character (its decoding ends in U+FFFD) is held until
-the character is complete; U+FFFD is emitted only for bytes that can never form a character.
+the character is complete. When four or more tokens are held, the text is emitted up to the
+last token boundary where it is whole, or, in a run of tokens that each end inside a character
+(byte-level merges across characters), all but its last, incomplete character. U+FFFD is
+emitted only for bytes that can never form a character (and, to bound the window, for 64 held
+tokens that never become whole text).
 
 Stop strings are matched in the emitted text, across token boundaries: the longest tail that
 could still begin a stop string is held back; on a match the text before it is emitted (with
@@ -28,6 +32,8 @@ _PROMPT_CONTEXT = 5
 # held tokens after which a complete-text split is searched for (an incomplete UTF-8
 # character spans at most 4 bytes, hence at most 4 tokens)
 _SPLIT_AFTER = 4
+# held tokens after which they are emitted as they decode, U+FFFD and all
+_FORCE_AFTER = 64
 
 
 class StopChecker:
@@ -50,6 +56,7 @@ class StopChecker:
         self._ids: list[int] = context
         self._read = len(context)
         self._prefix_text = self._decode(self._ids)
+        self._sent = 0  # characters emitted past _prefix_text while tokens are held
         self._stops = params.stop
         self._starts = frozenset(s[0] for s in params.stop)
         self._max_stop = max((len(s) for s in params.stop), default=0)
@@ -74,18 +81,33 @@ class StopChecker:
         text = self._decode(self._ids)
         if not text.endswith(_REPLACEMENT):
             return self._advance(text, len(self._ids))
-        if len(self._ids) - self._read >= _SPLIT_AFTER:
-            # a long run of tokens ending inside characters: emit up to the last token
-            # boundary where the text is whole
+        pending = len(self._ids) - self._read
+        if pending < _SPLIT_AFTER:
+            return ""
+        if self._sent == 0:
+            # emit up to the last token boundary where the text is whole
             for end in range(len(self._ids) - 1, self._read, -1):
                 partial = self._decode(self._ids[:end])
                 if not partial.endswith(_REPLACEMENT):
                     return self._advance(partial, end)
-        return ""
+        if pending >= _FORCE_AFTER:
+            # bytes that never form a character (a model emitting garbage): emit them as
+            # U+FFFD and start afresh, so the window stays bounded
+            new = text[len(self._prefix_text) + self._sent :]
+            self._ids, self._read, self._prefix_text, self._sent = [], 0, "", 0
+            return new
+        # a run of tokens that each end inside a character (byte-level merges across
+        # characters): all but the last, incomplete character is final
+        body = text[len(self._prefix_text) : -1]
+        new = body[self._sent :]
+        self._sent = max(self._sent, len(body))
+        return new
 
     def _advance(self, text: str, end: int) -> str:
-        """Emit ``text`` (the decoding of ``_ids[:end]``) past the prefix; move the offsets."""
-        new = text[len(self._prefix_text) :]
+        """Emit ``text`` (the decoding of ``_ids[:end]``) past the prefix and what was sent
+        of it; move the offsets."""
+        new = text[len(self._prefix_text) + self._sent :]
+        self._sent = 0
         del self._ids[: self._read]
         end -= self._read
         self._read = end
