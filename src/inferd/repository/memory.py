@@ -1,0 +1,227 @@
+"""Memory accounting for on-demand models: the budget, container limits, resident sets.
+
+- :func:`parse_budget` reads ``--model-memory-budget``: bytes with an optional unit
+  (``2GiB``, ``512MiB``, ``1.5G``, ``800000000``) or a share of the container's memory limit
+  (``60%``);
+- :func:`parse_cgroup_v2` / :func:`parse_cgroup_v1` are pure parsers of the cgroup files that
+  hold that limit; :func:`container_limit` finds and reads them;
+- :func:`process_tree_rss` is the resident set of this process and its worker processes (the
+  Python backend's), measured before and after each load;
+- :func:`folder_bytes` is a model folder's size on disk, the estimate of a model never loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferd.errors import InvalidArgumentError
+
+_log = logging.getLogger("inferd.repository")
+
+__all__ = [
+    "MemoryBudget",
+    "container_limit",
+    "folder_bytes",
+    "machine_bytes",
+    "parse_budget",
+    "parse_cgroup_v1",
+    "parse_cgroup_v2",
+    "parse_size",
+    "parse_stat_ppid",
+    "process_tree_rss",
+    "resolve_budget",
+]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+# cgroup v1 writes "no limit" as the largest page-aligned int64; anything this big is no limit
+_V1_UNLIMITED = 2**60
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBudget:
+    """``--model-memory-budget``: a number of bytes, or a share (0 < share <= 1) of the
+    container's memory limit (the machine's memory where no limit is set)."""
+
+    bytes: int | None = None
+    share: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.share * 100:g}%" if self.share is not None else f"{self.bytes} bytes"
+
+
+def parse_size(text: str, what: str = "--model-memory-budget") -> int:
+    """``2GiB`` -> 2147483648; decimal (k, M, G, T) and binary (KiB, MiB, GiB, TiB) units."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise InvalidArgumentError(
+            f"{what} '{text}' is not a size: give bytes with an optional unit "
+            "(e.g. 2GiB, 512MiB, 1.5G) or a share of the container's memory (e.g. 60%)"
+        )
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise InvalidArgumentError(f"{what} '{text}' must be more than 0 bytes")
+    return value
+
+
+def parse_budget(text: str) -> MemoryBudget:
+    """A size (:func:`parse_size`) or a percentage in (0, 100]."""
+    stripped = text.strip()
+    if stripped.endswith("%"):
+        try:
+            percent = float(stripped[:-1])
+        except ValueError:
+            percent = -1.0
+        if not 0 < percent <= 100:
+            raise InvalidArgumentError(
+                f"--model-memory-budget '{text}': a share of the container's memory must be "
+                "more than 0% and at most 100%"
+            )
+        return MemoryBudget(share=percent / 100)
+    return MemoryBudget(bytes=parse_size(stripped))
+
+
+def parse_cgroup_v2(text: str) -> int | None:
+    """The contents of a cgroup v2 ``memory.max``: bytes, or None for ``max`` (no limit)."""
+    value = text.strip()
+    if value == "max":
+        return None
+    if not value.isdigit():
+        raise ValueError(f"unexpected memory.max contents: {value!r}")
+    return int(value)
+
+
+def parse_cgroup_v1(text: str) -> int | None:
+    """The contents of a cgroup v1 ``memory.limit_in_bytes``: bytes, or None for no limit
+    (v1 writes it as a huge page-aligned number)."""
+    value = text.strip()
+    if not value.lstrip("-").isdigit():
+        raise ValueError(f"unexpected memory.limit_in_bytes contents: {value!r}")
+    number = int(value)
+    return None if number < 0 or number >= _V1_UNLIMITED else number
+
+
+def _own_cgroup_paths(proc_cgroup: str) -> tuple[str | None, str | None]:
+    """This process's cgroup v2 path and v1 memory-controller path, from /proc/self/cgroup."""
+    v2 = v1 = None
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            v2 = path
+        elif "memory" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def container_limit(
+    root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")
+) -> int | None:
+    """The memory limit of this process's container (cgroup v2, else v1), None if none."""
+    try:
+        v2, v1 = _own_cgroup_paths(proc_cgroup.read_text())
+    except OSError:
+        v2 = v1 = None
+    candidates: list[tuple[Path, bool]] = []
+    if v2 is not None:
+        candidates.append((root / v2.lstrip("/") / "memory.max", True))
+    candidates.append((root / "memory.max", True))
+    if v1 is not None:
+        candidates.append((root / "memory" / v1.lstrip("/") / "memory.limit_in_bytes", False))
+    candidates.append((root / "memory" / "memory.limit_in_bytes", False))
+    for path, is_v2 in candidates:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        try:
+            return parse_cgroup_v2(text) if is_v2 else parse_cgroup_v1(text)
+        except ValueError as exc:
+            _log.warning("%s: %s", path, exc)
+    return None
+
+
+def resolve_budget(budget: MemoryBudget, limit: int | None, machine_bytes: int) -> int:
+    """The budget in bytes: a share of ``limit`` (the machine's memory when None)."""
+    if budget.bytes is not None:
+        return budget.bytes
+    assert budget.share is not None
+    return int((limit if limit is not None else machine_bytes) * budget.share)
+
+
+def machine_bytes() -> int:
+    """The machine's physical memory."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def parse_stat_ppid(stat: str) -> int:
+    """The parent pid in a ``/proc/<pid>/stat`` line (the command may hold spaces and
+    parentheses: the fields after the last ``)`` are fixed)."""
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def _descendants(pid: int, proc: Path) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = parse_stat_ppid((entry / "stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        out.extend(children)
+        todo.extend(children)
+    return out
+
+
+def process_tree_rss(pid: int | None = None, proc: Path = Path("/proc")) -> int:
+    """The resident set of the process and of all its descendants (the Python backend's
+    worker processes), in bytes, read from ``/proc``."""
+    root = pid if pid is not None else os.getpid()
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for one in [root, *_descendants(root, proc)]:
+        try:
+            total += int((proc / str(one) / "statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue  # a worker that exited meanwhile
+    return total
+
+
+def folder_bytes(path: Path) -> int:
+    """The size of the files under ``path`` (symbolic links not followed)."""
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total

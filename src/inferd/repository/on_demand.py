@@ -1,0 +1,359 @@
+"""Load models on demand within a memory budget, unloading the least recently used idle ones.
+
+The repository manager owns the models; this loader decides when one loads and which leave:
+
+- **one load per model**: the first request for a model that is not loaded starts its load;
+  later requests join it. Each waits at most ``wait_s``, then fails with a 503 that says the
+  model is loading (the load goes on; the next request joins it or finds the model READY);
+- **one load at a time**: loads run one after another, so the resident-set growth measured
+  around each load (this process and its worker processes) is that model's alone, and two
+  loads never both count on the same free bytes;
+- **room first**: with a budget, :func:`inferd.repository.eviction.choose_victims` names the
+  idle models to unload (least recently used first; never one with requests in flight, pinned,
+  or loaded less than ``min_residency_s`` ago). While no choice makes room the load waits (up
+  to ``wait_s``) for requests to finish and residencies to run out, then fails its waiters;
+- **sizes**: a model's size is the largest resident-set growth measured at any of its loads, at
+  least its files' size on disk; the budget also holds the server's own baseline (its resident
+  set before the first on-demand load). A model whose size alone exceeds what the budget leaves
+  for models is refused with a message saying so (and unloaded if it was loaded to find out).
+
+A failed load fails only its own waiters; the warm-up the model's config asks for runs inside
+the load, before any waiter is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from inferd.core.clock import Clock, SystemClock
+from inferd.core.statistics import Histogram
+from inferd.errors import UnavailableError
+from inferd.repository.eviction import Choice, EvictionConfig, Resident, choose_victims
+from inferd.repository.memory import process_tree_rss
+
+_log = logging.getLogger("inferd.repository")
+
+__all__ = ["LOAD_SECONDS_BUCKETS", "OnDemandLoader", "OnDemandSettings", "OnDemandStats"]
+
+LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_ROOM_RETRY_S = 0.02  # how often a load waiting for room looks again
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemandSettings:
+    budget_bytes: int | None = None  # None: load on demand, never evict
+    pins: frozenset[str] = frozenset()
+    min_residency_s: float = 10.0
+    wait_s: float = 30.0
+
+
+@dataclass(slots=True)
+class _Model:
+    size_bytes: int = 0
+    loaded_at_s: float = 0.0
+    last_used_s: float = 0.0
+    loads: int = 0
+    evicted_at: str = ""  # ISO 8601, UTC
+    evicted_reason: str = ""
+    too_big: str = ""  # the refusal, once the model is known to exceed the budget
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemandStats:
+    """A snapshot for the metrics collector."""
+
+    budget_bytes: int | None
+    baseline_bytes: int
+    resident_bytes: dict[str, int]
+    loads: dict[str, int]  # by reason: startup, first_request, after_eviction
+    evictions: int
+    thrash_refusals: int
+    load_seconds: dict[str, Histogram]  # by runtime
+
+
+@dataclass(slots=True)
+class _Counters:
+    loads: dict[str, int] = field(default_factory=dict)
+    evictions: int = 0
+    thrash_refusals: int = 0
+    load_seconds: dict[str, Histogram] = field(default_factory=dict)
+
+
+class OnDemandLoader:
+    """Loads models on first use and unloads idle ones to stay within the budget.
+
+    ``load(name)`` loads the model (warmed up) and returns its runtime's name;
+    ``unload(name, reason)`` unloads it, the reason shown in the repository index;
+    ``loaded()`` maps each loaded model to its requests in flight; ``estimate(name)`` is its
+    size on disk.
+    """
+
+    def __init__(
+        self,
+        settings: OnDemandSettings,
+        *,
+        load: Callable[[str], Awaitable[str]],
+        unload: Callable[[str, str], Awaitable[None]],
+        loaded: Callable[[], dict[str, int]],
+        estimate: Callable[[str], Awaitable[int]],
+        measure: Callable[[], int] = process_tree_rss,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self._load = load
+        self._unload = unload
+        self._loaded = loaded
+        self._estimate = estimate
+        self._measure = measure
+        self._clock = clock if clock is not None else SystemClock()
+        self._models: dict[str, _Model] = {}
+        self._loading: dict[str, asyncio.Future[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._no_room: dict[str, str] = {}  # loads waiting for room: why
+        self._counters = _Counters()
+        self.baseline_bytes = 0
+        self._cfg = EvictionConfig(settings.min_residency_s)
+
+    def _now(self) -> float:
+        return self._clock.monotonic_ns() / 1e9
+
+    async def start(self) -> None:
+        """Measure the server's baseline (before any model loads)."""
+        self.baseline_bytes = await asyncio.to_thread(self._measure)
+
+    def touch(self, name: str) -> None:
+        """A request used the model now (least recently used models leave first)."""
+        model = self._models.get(name)
+        if model is not None:
+            model.last_used_s = self._now()
+
+    # -- loading -------------------------------------------------------------------------------
+
+    async def ensure(self, name: str, *, reason: str = "") -> None:
+        """Return once ``name`` is loaded: start its load or join the one under way; wait at
+        most ``wait_s`` (then a 503 says the model is loading)."""
+        fut = self._loading.get(name)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(_retrieve)
+            self._loading[name] = fut
+            task = asyncio.create_task(self._run(name, fut, reason), name=f"inferd-load-{name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.settings.wait_s)
+        except TimeoutError:
+            held = self._no_room.get(name)
+            if held is not None:
+                raise UnavailableError(held) from None
+            raise UnavailableError(
+                f"model '{name}' is loading on demand and was not ready within "
+                f"{self.settings.wait_s:g} s; retry shortly"
+            ) from None
+
+    def loading(self) -> list[str]:
+        return sorted(self._loading)
+
+    async def _run(self, name: str, fut: asyncio.Future[None], reason: str) -> None:
+        try:
+            async with self._lock:
+                if name not in self._loaded():
+                    await self._load_locked(name, reason)
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            if not fut.done():
+                fut.set_result(None)
+        finally:
+            self._loading.pop(name, None)
+
+    def _room(self) -> int | None:
+        budget = self.settings.budget_bytes
+        return None if budget is None else budget - self.baseline_bytes
+
+    def _too_big(self, name: str, size: int, how: str) -> str:
+        budget = self.settings.budget_bytes
+        return (
+            f"model '{name}' needs {size} bytes ({how}), more than the memory budget of "
+            f"{budget} bytes leaves for models ({self._room()} bytes once the server's own "
+            f"{self.baseline_bytes} bytes are counted): raise --model-memory-budget to serve it"
+        )
+
+    async def _load_locked(self, name: str, reason: str) -> None:
+        model = self._models.setdefault(name, _Model())
+        if model.too_big:
+            raise UnavailableError(model.too_big)
+        on_disk = await self._estimate(name)
+        need = max(model.size_bytes, on_disk)
+        room = self._room()
+        if room is not None:
+            if need > room:
+                how = "measured at an earlier load" if model.size_bytes >= on_disk else "on disk"
+                model.too_big = self._too_big(name, need, how)
+                raise UnavailableError(model.too_big)
+            await self._make_room(name, need, room)
+        reason = reason or ("after_eviction" if model.loads else "first_request")
+        before = await asyncio.to_thread(self._measure)
+        started = self._now()
+        runtime = await self._load(name)
+        elapsed = self._now() - started
+        grown = max(0, await asyncio.to_thread(self._measure) - before)
+        model.size_bytes = max(model.size_bytes, grown, on_disk)
+        model.loads += 1
+        counters = self._counters
+        counters.loads[reason] = counters.loads.get(reason, 0) + 1
+        histogram = counters.load_seconds.get(runtime)
+        if histogram is None:
+            histogram = counters.load_seconds[runtime] = Histogram.with_bounds(LOAD_SECONDS_BUCKETS)
+        histogram.observe(elapsed)
+        model.loaded_at_s = model.last_used_s = self._now()
+        model.evicted_at = model.evicted_reason = ""
+        _log.info(
+            "model '%s' loaded on demand in %.3f s (%s, %d bytes)",
+            name,
+            elapsed,
+            runtime,
+            model.size_bytes,
+        )
+        if room is not None and model.size_bytes > room:
+            model.too_big = self._too_big(name, model.size_bytes, "measured at its load")
+            await self._unload(name, model.too_big)
+            raise UnavailableError(model.too_big)
+        if room is not None:
+            await self._trim(name, room - model.size_bytes)
+
+    async def _trim(self, name: str, room: int) -> None:
+        """After a load that measured more than its estimate: unload idle models until the
+        others fit in ``room`` again (or say why they cannot yet)."""
+        choice = self._choose(name, 0, room)
+        if not choice.fits:
+            _log.warning(
+                "model '%s' measured more than its estimate: resident models exceed the memory "
+                "budget until idle ones can be unloaded",
+                name,
+            )
+            return
+        for victim in choice.victims:
+            await self._evict(victim, name)
+
+    async def _make_room(self, name: str, need: int, room: int) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.wait_s
+        counted = False
+        try:
+            while True:
+                choice = self._choose(name, need, room)
+                if choice.fits:
+                    for victim in choice.victims:
+                        await self._evict(victim, name)
+                    return
+                self._no_room[name] = (
+                    f"model '{name}' cannot load now: the memory budget is held by models with "
+                    "requests in flight, pinned, or loaded less than "
+                    f"{self.settings.min_residency_s:g} s ago; retry later"
+                )
+                if choice.held_by_residency and not counted:
+                    counted = True  # once per load, however long it waits
+                    self._counters.thrash_refusals += 1
+                    _log.warning(
+                        "model '%s' waits for room: %s loaded less than %g s ago (raise the "
+                        "budget, or lower --model-min-residency-secs)",
+                        name,
+                        ", ".join(repr(n) for n in choice.held_by_residency),
+                        self.settings.min_residency_s,
+                    )
+                if loop.time() >= deadline:
+                    raise UnavailableError(self._no_room[name])
+                await asyncio.sleep(_ROOM_RETRY_S)
+        finally:
+            self._no_room.pop(name, None)
+
+    def residents(self, exclude: str = "") -> list[Resident]:
+        out = []
+        for other, in_flight in self._loaded().items():
+            if other == exclude:
+                continue
+            m = self._models.setdefault(other, _Model())
+            out.append(
+                Resident(
+                    other,
+                    m.size_bytes,
+                    m.last_used_s,
+                    m.loaded_at_s,
+                    in_flight,
+                    other in self.settings.pins,
+                )
+            )
+        return out
+
+    def _choose(self, name: str, need: int, room: int) -> Choice:
+        return choose_victims(self.residents(exclude=name), need, room, self._now(), self._cfg)
+
+    async def _evict(self, victim: str, for_name: str) -> None:
+        when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        reason = (
+            f"evicted at {when} to make room for '{for_name}' within the memory budget "
+            f"(least recently used, idle); loads again on its next request"
+        )
+        model = self._models.setdefault(victim, _Model())
+        _log.info("model '%s' %s", victim, reason)
+        await self._unload(victim, reason)
+        model.evicted_at, model.evicted_reason = when, reason
+        self._counters.evictions += 1
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def details(self, name: str, loaded: bool) -> tuple[tuple[str, str], ...]:
+        """Extra fields of the model's repository-index rows."""
+        model = self._models.get(name)
+        if name in self._loading:
+            state = "loading"
+        elif loaded:
+            state = "resident"
+        elif model is not None and model.too_big:
+            state = "too_big"
+        else:
+            state = "available"
+        rows: list[tuple[str, str]] = [("on_demand", state)]
+        if name in self.settings.pins:
+            rows.append(("pinned", "true"))
+        if model is not None and model.size_bytes:
+            rows.append(("memory_bytes", str(model.size_bytes)))
+        if model is not None and model.evicted_at and not loaded:
+            rows.append(("evicted_at", model.evicted_at))
+        return tuple(rows)
+
+    def statistics(self) -> OnDemandStats:
+        c = self._counters
+        loaded = self._loaded()
+        return OnDemandStats(
+            budget_bytes=self.settings.budget_bytes,
+            baseline_bytes=self.baseline_bytes,
+            resident_bytes={
+                n: self._models[n].size_bytes for n in sorted(loaded) if n in self._models
+            },
+            loads=dict(c.loads),
+            evictions=c.evictions,
+            thrash_refusals=c.thrash_refusals,
+            load_seconds={k: h.copy() for k, h in c.load_seconds.items()},
+        )
+
+    async def close(self) -> None:
+        """Cancel loads under way (the server is stopping)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """A load nobody waits for any more still has its outcome read (no asyncio warning)."""
+    if not fut.cancelled():
+        fut.exception()

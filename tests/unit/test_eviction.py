@@ -1,0 +1,318 @@
+"""The eviction policy (pure, on a simulated clock) and the on-demand loader's guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferd.errors import UnavailableError
+from inferd.repository.eviction import EvictionConfig, Resident, choose_victims
+from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
+from inferd.testing import FakeClock
+
+MODELS = [f"m{i}" for i in range(6)]
+
+
+@dataclass
+class _Sim:
+    """Models resident under a budget, driven by requests, completions and time."""
+
+    sizes: dict[str, int]
+    budget: int
+    pins: frozenset[str]
+    cfg: EvictionConfig
+    now: float = 0.0
+    resident: dict[str, Resident] = field(default_factory=dict)
+    loads: int = 0
+
+    def view(self, exclude: str) -> list[Resident]:
+        return [r for n, r in self.resident.items() if n != exclude]
+
+    def request(self, name: str) -> None:
+        r = self.resident.get(name)
+        if r is not None:
+            self.resident[name] = Resident(
+                name, r.size_bytes, self.now, r.loaded_at_s, r.in_flight + 1, r.pinned
+            )
+            return
+        size = self.sizes[name]
+        others = self.view(name)
+        choice = choose_victims(others, size, self.budget, self.now, self.cfg)
+        by_name = {r.name: r for r in others}
+        for victim in choice.victims:
+            gone = by_name[victim]
+            assert gone.in_flight == 0, "evicted a model with requests in flight"
+            assert not gone.pinned, "evicted a pinned model"
+            assert self.now - gone.loaded_at_s >= self.cfg.min_residency_s, "evicted too young"
+        if not choice.fits:
+            assert choice.victims == []  # nothing leaves for a load that cannot happen
+            return
+        kept = [r for r in others if r.name not in choice.victims]
+        # least recently used first: every allowed survivor was used after every victim
+        allowed_kept = [
+            r
+            for r in kept
+            if r.in_flight == 0
+            and not r.pinned
+            and self.now - r.loaded_at_s >= self.cfg.min_residency_s
+        ]
+        for victim in choice.victims:
+            for survivor in allowed_kept:
+                assert (by_name[victim].last_used_s, victim) <= (
+                    survivor.last_used_s,
+                    survivor.name,
+                )
+        # no more victims than needed: without the last one, the load would not fit
+        if choice.victims:
+            short = sum(r.size_bytes for r in kept) + by_name[choice.victims[-1]].size_bytes
+            assert short + size > self.budget
+        for victim in choice.victims:
+            del self.resident[victim]
+        self.resident[name] = Resident(name, size, self.now, self.now, 1, name in self.pins)
+        self.loads += 1
+        assert sum(r.size_bytes for r in self.resident.values()) <= self.budget
+
+    def finish(self, name: str) -> None:
+        r = self.resident.get(name)
+        if r is not None and r.in_flight > 0:
+            self.resident[name] = Resident(
+                name, r.size_bytes, r.last_used_s, r.loaded_at_s, r.in_flight - 1, r.pinned
+            )
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("request"), st.sampled_from(MODELS)),
+        st.tuples(st.just("finish"), st.sampled_from(MODELS)),
+        st.tuples(st.just("advance"), st.floats(0.0, 30.0)),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 100), min_size=len(MODELS), max_size=len(MODELS)),
+    budget=st.integers(100, 400),
+    pins=st.sets(st.sampled_from(MODELS), max_size=2),
+    residency=st.sampled_from([0.0, 10.0]),
+    steps=ops,
+)
+def test_simulated_policy_never_evicts_busy_pinned_or_young_and_holds_the_budget(
+    sizes: list[int], budget: int, pins: set[str], residency: float, steps: list[tuple[str, object]]
+) -> None:
+    sim = _Sim(
+        dict(zip(MODELS, sizes, strict=True)), budget, frozenset(pins), EvictionConfig(residency)
+    )
+    for op, arg in steps:
+        if op == "request":
+            sim.request(str(arg))
+        elif op == "finish":
+            sim.finish(str(arg))
+        else:
+            assert isinstance(arg, float)
+            sim.now += arg
+
+
+def test_least_recently_used_goes_first_and_only_as_many_as_needed() -> None:
+    resident = [
+        Resident("a", 40, last_used_s=5, loaded_at_s=0),
+        Resident("b", 40, last_used_s=1, loaded_at_s=0),
+        Resident("c", 40, last_used_s=3, loaded_at_s=0),
+    ]
+    choice = choose_victims(resident, 50, 120, 100, EvictionConfig(10))
+    assert choice.fits
+    assert choice.victims == ["b", "c"]
+    assert choose_victims(resident, 10, 130, 100, EvictionConfig(10)).victims == []
+    assert choose_victims(resident, 50, 130, 100, EvictionConfig(10)).victims == ["b"]
+
+
+def test_a_model_too_big_for_the_budget_evicts_nothing() -> None:
+    resident = [Resident("a", 40, 0, 0)]
+    choice = choose_victims(resident, 200, 100, 100, EvictionConfig(0))
+    assert not choice.fits
+    assert choice.victims == []
+
+
+def test_residency_holds_a_young_model_and_says_so() -> None:
+    resident = [Resident("hot", 80, last_used_s=99, loaded_at_s=95)]
+    choice = choose_victims(resident, 50, 100, 100, EvictionConfig(10))
+    assert not choice.fits
+    assert choice.victims == []
+    assert choice.held_by_residency == ["hot"]
+    # once its residency ran out it may leave
+    assert choose_victims(resident, 50, 100, 106, EvictionConfig(10)).victims == ["hot"]
+
+
+def test_in_flight_and_pinned_models_stay_even_when_nothing_else_fits() -> None:
+    resident = [Resident("busy", 60, 0, 0, in_flight=1), Resident("pin", 30, 0, 0, pinned=True)]
+    choice = choose_victims(resident, 50, 100, 100, EvictionConfig(0))
+    assert not choice.fits
+    assert choice.victims == []
+    assert choice.held_by_residency == []
+
+
+# -- the on-demand loader ---------------------------------------------------------------------
+
+
+class _Host:
+    """The repository manager's side of the loader: loads gated by an event, sizes by name."""
+
+    def __init__(
+        self, sizes: dict[str, int], fail: set[str] | None = None, on_disk: bool = True
+    ) -> None:
+        self.sizes = sizes
+        self.on_disk = on_disk
+        self.fail = fail or set()
+        self.loaded: dict[str, int] = {}  # name -> in flight
+        self.load_calls: dict[str, int] = {}
+        self.unloaded: list[tuple[str, str]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.rss = 1000
+        self.clock = FakeClock()
+
+    async def load(self, name: str) -> str:
+        self.load_calls[name] = self.load_calls.get(name, 0) + 1
+        await self.gate.wait()
+        if name in self.fail:
+            raise UnavailableError(f"failed to load '{name}': broken")
+        self.loaded[name] = 0
+        self.rss += self.sizes[name]
+        return "onnxruntime"
+
+    async def unload(self, name: str, reason: str) -> None:
+        del self.loaded[name]
+        self.rss -= self.sizes[name] // 2  # freed memory rarely all returns to the system
+        self.unloaded.append((name, reason))
+
+    async def estimate(self, name: str) -> int:
+        return self.sizes[name] if self.on_disk else 0
+
+    def loader(self, budget: int | None, **kw: object) -> OnDemandLoader:
+        return OnDemandLoader(
+            OnDemandSettings(budget_bytes=budget, **kw),  # type: ignore[arg-type]
+            load=self.load,
+            unload=self.unload,
+            loaded=lambda: dict(self.loaded),
+            estimate=self.estimate,
+            measure=lambda: self.rss,
+            clock=self.clock,
+        )
+
+
+async def test_one_load_per_model_however_many_waiters() -> None:
+    host = _Host({"a": 100})
+    loader = host.loader(None)
+    await loader.start()
+    host.gate.clear()
+    waiters = [asyncio.create_task(loader.ensure("a")) for _ in range(50)]
+    await asyncio.sleep(0.01)
+    assert loader.loading() == ["a"]
+    host.gate.set()
+    await asyncio.gather(*waiters)
+    assert host.load_calls == {"a": 1}
+    assert loader.statistics().loads == {"first_request": 1}
+    assert loader.statistics().resident_bytes == {"a": 100}  # the measured growth
+
+
+async def test_waiters_are_bounded_and_the_load_goes_on() -> None:
+    host = _Host({"a": 100})
+    loader = host.loader(None, wait_s=0.05)
+    await loader.start()
+    host.gate.clear()
+    with pytest.raises(UnavailableError, match="'a' is loading on demand"):
+        await loader.ensure("a")
+    host.gate.set()
+    await loader.ensure("a")  # joins the same load
+    assert host.load_calls == {"a": 1}
+
+
+async def test_a_failed_load_fails_only_its_waiters() -> None:
+    host = _Host({"a": 100, "bad": 100}, fail={"bad"})
+    loader = host.loader(None)
+    await loader.start()
+    results = await asyncio.gather(
+        loader.ensure("bad"), loader.ensure("bad"), loader.ensure("a"), return_exceptions=True
+    )
+    assert [type(r) for r in results] == [UnavailableError, UnavailableError, type(None)]
+    assert host.loaded == {"a": 0}
+    assert host.load_calls == {"bad": 1, "a": 1}
+
+
+async def test_eviction_makes_room_lru_first_and_the_index_says_why() -> None:
+    host = _Host({"a": 100, "b": 100, "c": 100})
+    loader = host.loader(1000 + 250, min_residency_s=0.0)
+    await loader.start()  # baseline: 1000
+    await loader.ensure("a")
+    await loader.ensure("b")
+    host.clock.advance(10**9)
+    loader.touch("a")  # b is now the least recently used
+    await loader.ensure("c")
+    assert [name for name, _ in host.unloaded] == ["b"]
+    assert "to make room for 'c'" in host.unloaded[0][1]
+    assert dict(loader.details("b", loaded=False))["on_demand"] == "available"
+    assert "evicted_at" in dict(loader.details("b", loaded=False))
+    await loader.ensure("b")  # a reload
+    assert loader.statistics().loads == {"first_request": 3, "after_eviction": 1}
+    assert loader.statistics().evictions == 2
+
+
+@pytest.mark.parametrize("on_disk", [True, False], ids=["known-on-disk", "measured"])
+async def test_a_model_larger_than_the_budget_is_refused_and_unloaded(on_disk: bool) -> None:
+    host = _Host({"small": 10, "huge": 500}, on_disk=on_disk)
+    loader = host.loader(1000 + 100)
+    await loader.start()
+    with pytest.raises(UnavailableError, match=r"'huge' needs 500 bytes .*budget of 1100"):
+        await loader.ensure("huge")
+    assert "huge" not in host.loaded
+    # loaded only when its files did not tell: measured, then unloaded
+    assert host.load_calls.get("huge", 0) == (0 if on_disk else 1)
+    with pytest.raises(UnavailableError, match="raise --model-memory-budget"):
+        await loader.ensure("huge")  # known now: refused at once, without loading again
+    assert host.load_calls.get("huge", 0) == (0 if on_disk else 1)
+    assert dict(loader.details("huge", loaded=False))["on_demand"] == "too_big"
+    await loader.ensure("small")
+
+
+async def test_busy_models_make_a_load_wait_then_fail_with_a_clear_503() -> None:
+    host = _Host({"a": 100, "b": 100})
+    loader = host.loader(1000 + 150, min_residency_s=0.0, wait_s=0.1)
+    await loader.start()
+    await loader.ensure("a")
+    host.loaded["a"] = 1  # a request in flight
+    with pytest.raises(UnavailableError, match="'b' cannot load now"):
+        await loader.ensure("b")
+    assert host.unloaded == []
+    host.loaded["a"] = 0
+    await loader.ensure("b")  # once idle, it leaves
+    assert [name for name, _ in host.unloaded] == ["a"]
+
+
+async def test_residency_refusals_are_counted_as_thrash() -> None:
+    host = _Host({"a": 100, "b": 100})
+    loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.05)
+    await loader.start()
+    await loader.ensure("a")
+    with pytest.raises(UnavailableError):
+        await loader.ensure("b")
+    assert loader.statistics().thrash_refusals == 1
+    host.clock.advance(61 * 10**9)
+    await loader.ensure("b")
+    assert [name for name, _ in host.unloaded] == ["a"]
+
+
+async def test_a_load_larger_than_its_estimate_unloads_idle_models_after_it() -> None:
+    host = _Host({"a": 100, "b": 100, "c": 100}, on_disk=False)  # nothing known before loads
+    loader = host.loader(1000 + 250, min_residency_s=0.0)
+    await loader.start()
+    for name in ("a", "b", "c"):
+        await loader.ensure(name)
+    assert [name for name, _ in host.unloaded] == ["a"]
+    assert sorted(host.loaded) == ["b", "c"]
+    await loader.ensure("a")  # its size is known now: room is made before it loads
+    assert [name for name, _ in host.unloaded] == ["a", "b"]
