@@ -148,6 +148,9 @@ class OnDemandLoader:
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.settings.wait_s)
         except TimeoutError:
+            failure = fut.exception() if fut.done() and not fut.cancelled() else None
+            if failure is not None:  # the load failed as the wait ran out
+                raise failure from None
             held = self._no_room.get(name)
             if held is not None:
                 raise UnavailableError(held) from None
