@@ -150,7 +150,13 @@ def test_every_perf_flag_and_option_is_read() -> None:
     cli_read = _attributes_read(
         [
             SRC / "cli" / name
-            for name in ("perf.py", "perf_args.py", "perf_mlperf.py", "perf_connection.py")
+            for name in (
+                "perf.py",
+                "perf_args.py",
+                "perf_mlperf.py",
+                "perf_connection.py",
+                "perf_llm.py",
+            )
         ]
     )
     dests = {

@@ -28,9 +28,10 @@ from inferd.cli.perf_mlperf import (
 from inferd.cli.running import run_async
 from inferd.errors import InferdError, InvalidArgumentError
 from inferd.tools.perf.driver import PerfRunError
+from inferd.tools.perf.llm_metrics import LlmFigures
 from inferd.tools.perf.mlperf import MlperfOptions, MlperfResult
 from inferd.tools.perf.options import PerfOptions
-from inferd.tools.perf.progress import progress_for
+from inferd.tools.perf.progress import llm_window_text, progress_for
 from inferd.tools.perf.report import (
     csv_text,
     gate_failures,
@@ -98,6 +99,12 @@ class _Reporter:
                 flush=True,
             )
 
+    def llm_window(self, index: int, figures: LlmFigures) -> None:
+        if self._live is not None:
+            self._live.llm_window(index, figures)
+        if self._verbose:
+            print(f"  Pass [{index}] {llm_window_text(figures)}", flush=True)
+
     def end_point(self, point: LoadPoint) -> None:
         if self._live is not None:
             self._live.end_point(point)
@@ -128,6 +135,10 @@ def _settings_block(settings: dict[str, Any]) -> str:
 
 
 async def _network_transport(options: PerfOptions) -> Transport:
+    if options.transport == "openai":
+        from inferd.cli.perf_llm import openai_transport
+
+        return openai_transport(options)
     if options.transport.startswith("http"):
         from inferd.tools.perf.http_client import HttpTransport
 
@@ -230,6 +241,10 @@ def perf_command(args: argparse.Namespace) -> int:
         options = options_from_args(args)
         mlperf = mlperf_options_from_args(args)
         if mlperf is not None:
+            if options.transport == "openai":
+                raise InvalidArgumentError(
+                    "--scenario measures tensor models: leave it out with -i openai"
+                )
             return _scenario_command(options, mlperf, args.model_repository)
         baseline = _read_baseline(args.baseline) if args.baseline is not None else None
         result = run_async(_measure(options, args.model_repository, args.verbose))
@@ -254,6 +269,11 @@ def perf_command(args: argparse.Namespace) -> int:
             _write(options.csv_file, csv_text(points, verbose=options.verbose_csv))
         if options.json_file is not None:
             _write(options.json_file, json_text(points, result.settings, result.notes))
+        failed = [p for p in points if p.request_count == 0]  # -i openai reports them
+        if failed:
+            errors = "; ".join(failed[0].errors) or "no message"
+            _error(f"every request failed at {failed[0].mode} {failed[0].level_label}: {errors}")
+            return EXIT_UNREACHABLE
         if baseline is None:
             return EXIT_OK
         failures = gate_failures(points, baseline, args.fail_below, check_p99=args.fail_p99)

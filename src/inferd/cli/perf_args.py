@@ -8,25 +8,28 @@ from pathlib import Path
 
 from inferd.cli.perf_connection import add_connection_arguments, connection_from_args
 from inferd.cli.perf_flags import add_refused_flags, positive_float, positive_int
+from inferd.cli.perf_llm import add_llm_arguments, llm_options_from_args
 from inferd.cli.perf_mlperf import add_mlperf_arguments
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.inputs import parse_shape_options
 from inferd.tools.perf.options import Distribution, LoadMode, PerfOptions, parse_range
 from inferd.tools.perf.schedules import read_intervals
 
-DEFAULT_URLS = {"http": "localhost:8000", "grpc": "localhost:8001"}
+DEFAULT_URLS = {"http": "localhost:8000", "grpc": "localhost:8001", "openai": "localhost:8000"}
 
 
 def _protocol(text: str) -> str:
     value = text.lower()
-    if value not in ("http", "grpc", "in-process"):
-        raise argparse.ArgumentTypeError(f"'{text}' is not one of http, grpc, in-process")
+    if value not in ("http", "grpc", "in-process", "openai"):
+        raise argparse.ArgumentTypeError(f"'{text}' is not one of http, grpc, in-process, openai")
     return value
 
 
 def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     target = p.add_argument_group("model and server")
-    target.add_argument("-m", dest="model", required=True, help="the model to load (required)")
+    target.add_argument(
+        "-m", "--model", dest="model", required=True, help="the model to load (required)"
+    )
     target.add_argument("-x", dest="model_version", default="", help="its version (default latest)")
     target.add_argument(
         "-u",
@@ -39,7 +42,8 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         dest="protocol",
         type=_protocol,
         default="http",
-        help="http (default), grpc, or in-process (inferd here, with --model-repository)",
+        help="http (default), grpc, in-process (inferd here, with --model-repository), or "
+        "openai (the server's OpenAI-compatible /v1 API: LLM load and figures)",
     )
     target.add_argument(
         "--model-repository",
@@ -78,7 +82,11 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         choices=("binary", "json"),
         help="HTTP: must match the input format (answers come in the format asked for)",
     )
-    wire.add_argument("--streaming", action="store_true", help="gRPC: the bidi stream")
+    wire.add_argument(
+        "--streaming",
+        action="store_true",
+        help="gRPC: the bidi stream; -i openai: streamed answers (server-sent events)",
+    )
     wire.add_argument(
         "-a",
         "--async",
@@ -220,6 +228,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         help="no live display and no per-point text: the summary lines only",
     )
     out.add_argument("-v", dest="verbose", action="store_true", help="print every window")
+    add_llm_arguments(p)
     add_connection_arguments(p)
     add_mlperf_arguments(p)
     add_refused_flags(p)
@@ -228,8 +237,8 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
 def _transport(args: argparse.Namespace) -> str:
     protocol = args.protocol
     fmt = args.tensor_format
-    if args.streaming and protocol != "grpc":
-        raise InvalidArgumentError("--streaming needs -i grpc")
+    if args.streaming and protocol not in ("grpc", "openai"):
+        raise InvalidArgumentError("--streaming needs -i grpc or -i openai")
     if fmt is not None and protocol != "http":
         raise InvalidArgumentError("--binary / --json / --input-tensor-format need -i http")
     if args.output_tensor_format is not None and args.output_tensor_format != (fmt or "binary"):
@@ -244,6 +253,8 @@ def _transport(args: argparse.Namespace) -> str:
         return "http-json" if fmt == "json" else "http-binary"
     if protocol == "grpc":
         return "grpc-stream" if args.streaming else "grpc"
+    if protocol == "openai":
+        return "openai"
     return "in-process"
 
 
@@ -292,6 +303,7 @@ def options_from_args(args: argparse.Namespace) -> PerfOptions:
     if args.zero and args.input_data:
         raise InvalidArgumentError("-z and --input-data cannot be combined: choose one")
     transport = _transport(args)
+    llm = llm_options_from_args(args)
     connection = connection_from_args(args, args.protocol, args.url)
     input_data = tuple(args.input_data or (["zero"] if args.zero else ["random"]))
     return PerfOptions(
@@ -322,5 +334,6 @@ def options_from_args(args: argparse.Namespace) -> PerfOptions:
         verbose_csv=args.verbose_csv,
         json_file=args.json_output,
         quiet=args.quiet,
+        llm=llm,
         **_load(args),  # type: ignore[arg-type]
     )

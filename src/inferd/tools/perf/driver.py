@@ -17,17 +17,19 @@ three windows are stable or after ``max_trials`` windows (:mod:`stability`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from inferd.errors import PerfRunError as PerfRunError
 from inferd.tools.perf.cost import CostProbe, CostSample
+from inferd.tools.perf.llm_metrics import LlmFigures, LlmSample, llm_figures
 from inferd.tools.perf.options import LoadMode, PerfOptions
 from inferd.tools.perf.schedules import file_gaps, gaps
 from inferd.tools.perf.server_split import delta
@@ -48,6 +50,13 @@ class Progress(Protocol):
     def window(self, index: int, throughput: float, latency_us: float, in_flight: int) -> None: ...
 
     def end_point(self, point: LoadPoint) -> None: ...
+
+
+@runtime_checkable
+class LlmProgress(Protocol):
+    """A progress sink that also shows the LLM figures of each window (``openai`` transport)."""
+
+    def llm_window(self, index: int, figures: LlmFigures) -> None: ...
 
 
 class NoProgress:
@@ -74,6 +83,7 @@ class _Tally:
     """What every request of one load point adds to; windows read it by difference."""
 
     latencies: array[int] = field(default_factory=lambda: array("q"))
+    llm: list[LlmSample] = field(default_factory=list)  # openai transport: one per answer
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
     sequences_ended: int = 0
@@ -95,6 +105,7 @@ class _Cut:
 
     at_ns: int
     answered: int
+    llm: int
     errors: int
     sequences_ended: int
     sent: int
@@ -117,6 +128,7 @@ class Driver:
         progress: Progress | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
         stop_grace_s: float = STOP_GRACE_S,
+        llm: bool = False,
     ) -> None:
         if request_count < 1:
             raise ValueError("the driver needs at least one prepared request")
@@ -128,6 +140,9 @@ class Driver:
         self._progress = progress or NoProgress()
         self._clock = clock
         self._stop_grace_s = stop_grace_s
+        # the transport gives LLM samples: every point carries LLM figures, and a point whose
+        # every request failed is reported (an error row) instead of raised
+        self._llm = llm
         self._idle: list[Channel] = []
         self._all: list[Channel] = []
         self._sequence_ids: Iterator[int] = itertools.count(1)
@@ -144,7 +159,7 @@ class Driver:
             for level in self._options.load_levels():
                 point = await self.measure(level)
                 points.append(point)
-                if self._above_threshold(point):
+                if point.request_count == 0 or self._above_threshold(point):
                     break
         finally:
             await self.close()
@@ -190,6 +205,10 @@ class Driver:
                     figures[-1].latency_ns / 1000,
                     self._tally.in_flight,
                 )
+                if window.llm and isinstance(self._progress, LlmProgress):
+                    self._progress.llm_window(
+                        len(windows), llm_figures(window.llm, window.duration_ns)
+                    )
                 if should_stop(figures, opts.stability_ratio, opts.max_trials):
                     break
         finally:
@@ -205,8 +224,12 @@ class Driver:
             stable=stable,
             percentile=opts.percentile,
         )
+        if self._llm and point.llm is None:
+            point = dataclasses.replace(point, llm=llm_figures([], int(point.duration_s * 1e9)))
         self._progress.end_point(point)
         if point.request_count == 0:
+            if point.error_count and self._llm:
+                return point
             if point.error_count:
                 raise PerfRunError(
                     f"every request failed at {label}: {'; '.join(point.errors) or 'no message'}"
@@ -241,10 +264,10 @@ class Driver:
         t = self._tally
         at = self._clock()
         answered, errors, ended = len(t.latencies), t.errors, t.sequences_ended
-        sent, late = t.sent, t.late
+        sent, late, llm = t.sent, t.late, len(t.llm)
         cost = await self._probe.sample()
         stats = await self._transport.statistics()
-        return _Cut(at, answered, errors, ended, sent, late, cost, stats)
+        return _Cut(at, answered, llm, errors, ended, sent, late, cost, stats)
 
     def _window(self, a: _Cut, b: _Cut) -> Window:
         t = self._tally
@@ -254,6 +277,7 @@ class Driver:
         window = Window(
             duration_ns=b.at_ns - a.at_ns,
             latencies_ns=latencies,
+            llm=tuple(t.llm[a.llm : b.llm]),
             errors=b.errors - a.errors,
             error_samples=tuple(t.error_samples),
             sequences_ended=b.sequences_ended - a.sequences_ended,
@@ -331,11 +355,13 @@ class Driver:
             while not self._stopping:
                 start = clock()
                 try:
-                    await channel.infer(index)
+                    sample = await channel.infer(index)
                 except PerfRequestError as exc:
                     tally.error(str(exc))
                 else:
                     append(clock() - start)
+                    if sample is not None:
+                        tally.llm.append(sample)
                 index = index + 1 if index + 1 < n else 0
         finally:
             tally.in_flight -= 1
@@ -423,13 +449,15 @@ class Driver:
                 tally.late += 1
             tally.max_slip_ns = max(tally.max_slip_ns, slip)
         try:
-            await channel.infer(index, flags)
+            sample = await channel.infer(index, flags)
         except PerfRequestError as exc:
             if due is not None:
                 tally.error(str(exc))
         else:
             if due is not None:
                 tally.latencies.append(clock() - start)
+                if sample is not None:
+                    tally.llm.append(sample)
         finally:
             tally.in_flight -= 1
             self._release(channel)

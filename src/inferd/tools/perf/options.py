@@ -13,6 +13,7 @@ from pathlib import Path
 from inferd.client.headers import Headers
 from inferd.client.tls import GrpcTlsSettings, HttpsSettings
 from inferd.errors import InvalidArgumentError
+from inferd.tools.perf.llm_inputs import LlmOptions
 
 
 class LoadMode(enum.Enum):
@@ -113,6 +114,7 @@ class PerfOptions:
     verbose_csv: bool = False
     json_file: Path | None = None
     quiet: bool = False
+    llm: LlmOptions | None = None  # the openai transport: endpoint, prompts, token counting
 
     @property
     def stability_ratio(self) -> float:

@@ -10,6 +10,7 @@ import sys
 from typing import IO, Any
 
 from inferd.client.progress import interactive
+from inferd.tools.perf.llm_metrics import LlmFigures
 from inferd.tools.perf.summary import LoadPoint
 
 
@@ -24,6 +25,7 @@ class LiveProgress:
         self._live: Any = Live(console=self._console, transient=True, auto_refresh=False)
         self._label = ""
         self._max = 0
+        self._line = ""
 
     def start_point(self, label: str, max_trials: int) -> None:
         self._label, self._max = label, max_trials
@@ -31,11 +33,16 @@ class LiveProgress:
         self._show(f"[bold]{label}[/bold]: first window…")
 
     def window(self, index: int, throughput: float, latency_us: float, in_flight: int) -> None:
-        self._show(
+        self._line = (
             f"[bold]{self._label}[/bold]  window {index}/{self._max}  "
             f"{throughput:,.1f} infer/sec  latency {latency_us:,.0f} usec  "
             f"in flight {in_flight}"
         )
+        self._show(self._line)
+
+    def llm_window(self, index: int, figures: LlmFigures) -> None:
+        """The window's LLM figures after its throughput and latency (openai transport)."""
+        self._show(self._line + "  " + llm_window_text(figures))
 
     def end_point(self, point: LoadPoint) -> None:
         self._live.stop()
@@ -55,3 +62,10 @@ def progress_for(quiet: bool, stream: IO[str] | None = None) -> LiveProgress | N
         return LiveProgress(stream)
     except ImportError:
         return None
+
+
+def llm_window_text(figures: LlmFigures) -> str:
+    """One window's TTFT, ITL and token rate, for the live display and ``-v``."""
+    ttft = "n/a" if figures.ttft_us is None else f"{figures.ttft_us.percentiles[50]:,.0f} usec"
+    itl = "n/a" if figures.itl_us is None else f"{figures.itl_us.percentiles[50]:,.0f} usec"
+    return f"TTFT p50 {ttft}  ITL p50 {itl}  {figures.output_tokens_per_s:,.1f} output tokens/sec"

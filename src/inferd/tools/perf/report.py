@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from inferd.errors import InvalidArgumentError
+from inferd.tools.perf.llm_metrics import LLM_PERCENTILES, LlmFigures, Spread
 from inferd.tools.perf.summary import LoadPoint
 
 JSON_FORMAT = "inferd-perf/1"
@@ -51,6 +52,48 @@ def csv_header(mode: str, percentile: int | None, verbose: bool) -> list[str]:
     return header
 
 
+def llm_csv_header() -> list[str]:
+    """The columns the ``openai`` transport adds (times in usec, as the others)."""
+    pcts = [f"p{p}" for p in LLM_PERCENTILES]
+    return [
+        "Requests/Second",
+        "Output Tokens/Second",
+        "Failed Requests",
+        "Avg Input Tokens",
+        "Avg Output Tokens",
+        "Avg Time To First Token",
+        *(f"{p} Time To First Token" for p in pcts),
+        "Avg Inter Token Latency",
+        *(f"{p} Inter Token Latency" for p in pcts),
+        *(f"{p} Request Latency" for p in pcts),
+        "Avg Output Tokens/Second/Request",
+        *(f"{p} Output Tokens/Second/Request" for p in pcts),
+    ]
+
+
+def _spread_cells(spread: Spread | None, *, avg: bool, integer: bool) -> list[str]:
+    """The average (if asked) and percentiles; empty cells when not defined."""
+    count = len(LLM_PERCENTILES) + (1 if avg else 0)
+    if spread is None:
+        return [""] * count
+    values = ([spread.avg] if avg else []) + [spread.percentiles[p] for p in LLM_PERCENTILES]
+    return [str(int(v)) if integer else _number(v) for v in values]
+
+
+def llm_csv_cells(llm: LlmFigures, error_count: int) -> list[str]:
+    return [
+        _number(llm.requests_per_s),
+        _number(llm.output_tokens_per_s),
+        str(error_count),
+        _number(llm.avg_input_tokens),
+        _number(llm.avg_output_tokens),
+        *_spread_cells(llm.ttft_us, avg=True, integer=True),
+        *_spread_cells(llm.itl_us, avg=True, integer=True),
+        *_spread_cells(llm.latency_us, avg=False, integer=True),
+        *_spread_cells(llm.tokens_per_s_per_request, avg=True, integer=False),
+    ]
+
+
 def csv_text(points: Sequence[LoadPoint], *, verbose: bool = False) -> str:
     """The load points as perf_analyzer writes them with ``-f`` (rows by rising throughput)."""
     if not points:
@@ -59,7 +102,8 @@ def csv_text(points: Sequence[LoadPoint], *, verbose: bool = False) -> str:
     percentile = points[0].stabilising_percentile
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(csv_header(mode, percentile, verbose))
+    llm = any(p.llm is not None for p in points)
+    writer.writerow(csv_header(mode, percentile, verbose) + (llm_csv_header() if llm else []))
     for p in sorted(points, key=lambda p: p.throughput):
         s = p.server
         level = str(int(p.level)) if mode == "concurrency" else _number(p.level)
@@ -79,6 +123,8 @@ def csv_text(points: Sequence[LoadPoint], *, verbose: bool = False) -> str:
             if percentile is None:
                 row.append(str(_us(p.avg_latency_us)))
             row += ["0", str(_us(p.avg_latency_us))]
+        if p.llm is not None:
+            row += llm_csv_cells(p.llm, p.error_count)
         writer.writerow(row)
     return out.getvalue()
 
@@ -88,6 +134,7 @@ def point_dict(point: LoadPoint) -> dict[str, Any]:
     data["percentiles_us"] = {str(k): v for k, v in point.percentiles_us.items()}
     data["late_share"] = point.late_share
     data["errors"] = list(point.errors)
+    data["llm"] = None if point.llm is None else point.llm.as_dict()
     return data
 
 
@@ -211,6 +258,8 @@ def point_text(point: LoadPoint, *, in_process: bool = False) -> str:
         )
     for p, value in sorted(point.percentiles_us.items()):
         lines.append(f"    p{p} latency: {int(value)} usec")
+    if point.llm is not None:
+        lines += llm_lines(point.llm)
     lines.append(f"    Client CPU: {point.client_cpu_share:.0%} of one core")
     s = point.server
     if s is not None:
@@ -247,6 +296,26 @@ def point_text(point: LoadPoint, *, in_process: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _pcts(spread: Spread | None, unit: str, fmt: str = ".0f") -> str:
+    if spread is None:
+        return "n/a"
+    shown = ", ".join(f"p{p} {v:{fmt}}" for p, v in spread.percentiles.items())
+    return f"avg {spread.avg:{fmt}} {unit} ({shown})"
+
+
+def llm_lines(llm: LlmFigures) -> list[str]:
+    """The LLM figures of one point, for the terminal."""
+    return [
+        f"    Requests/second: {llm.requests_per_s:.2f}",
+        f"    Output tokens/second: {llm.output_tokens_per_s:.1f} "
+        f"(avg {llm.avg_output_tokens:.1f} output, {llm.avg_input_tokens:.1f} input tokens "
+        "per request)",
+        f"    Time to first token: {_pcts(llm.ttft_us, 'usec')}",
+        f"    Inter-token latency: {_pcts(llm.itl_us, 'usec')}",
+        f"    Output tokens/second per request: {_pcts(llm.tokens_per_s_per_request, '', '.1f')}",
+    ]
+
+
 def summary_text(points: Sequence[LoadPoint]) -> str:
     """perf_analyzer's closing lines: one per load point."""
     lines = ["Inferences/Second vs. Client Average Batch Latency"]
@@ -258,5 +327,12 @@ def summary_text(points: Sequence[LoadPoint]) -> str:
         )
         lines.append(
             f"{first}, throughput: {p.throughput:g} infer/sec, latency {int(p.avg_latency_us)} usec"
+            + (_llm_summary(p.llm) if p.llm is not None else "")
         )
     return "\n".join(lines)
+
+
+def _llm_summary(llm: LlmFigures) -> str:
+    ttft = "n/a" if llm.ttft_us is None else f"{int(llm.ttft_us.percentiles[50])} usec"
+    itl = "n/a" if llm.itl_us is None else f"{int(llm.itl_us.percentiles[50])} usec"
+    return f", TTFT p50 {ttft}, ITL p50 {itl}, {llm.output_tokens_per_s:.1f} output tokens/sec"

@@ -16,6 +16,8 @@ from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.cost import CostProbe
 from inferd.tools.perf.driver import Driver, Progress
 from inferd.tools.perf.inputs import load_input_data
+from inferd.tools.perf.llm_inputs import EndpointType, LlmOptions
+from inferd.tools.perf.openai_client import OpenAITransport
 from inferd.tools.perf.options import LoadMode, PerfOptions
 from inferd.tools.perf.summary import LoadPoint
 from inferd.tools.perf.transport import ModelInfo, Transport
@@ -73,6 +75,24 @@ def settings_of(options: PerfOptions, model: ModelInfo, probe: CostProbe) -> dic
         "slip_bound_us": options.slip_bound_us,
         "server_cpu_source": probe.server_cpu_source,
         "energy_source": probe.energy_source,
+        "llm": _llm_settings(options.llm),
+    }
+
+
+def _llm_settings(llm: LlmOptions | None) -> dict[str, Any] | None:
+    if llm is None:
+        return None
+    return {
+        "endpoint_type": llm.endpoint.value,
+        "streaming": llm.streaming,
+        "input_file": str(llm.input_file) if llm.input_file else None,
+        "synthetic_input_tokens_mean": None if llm.input_file else llm.input_tokens_mean,
+        "synthetic_input_tokens_stddev": None if llm.input_file else llm.input_tokens_stddev,
+        "output_tokens_mean": llm.output_tokens_mean,
+        "output_tokens_stddev": llm.output_tokens_stddev,
+        "num_prompts": None if llm.input_file else llm.num_prompts,
+        "tokenizer": str(llm.tokenizer) if llm.tokenizer else None,
+        "server_token_count": llm.server_token_count,
     }
 
 
@@ -80,6 +100,9 @@ async def prepare(options: PerfOptions, transport: Transport) -> tuple[ModelInfo
     """Read the model, check the options against it, build its requests once; the model and
     how many distinct requests were prepared."""
     model = await transport.model_info()
+    if isinstance(transport, OpenAITransport):  # prompts, built with the transport
+        await transport.prepare([], 1, None)
+        return model, transport.request_count
     check_model(model, options)
     data = load_input_data(
         model,
@@ -122,9 +145,18 @@ async def run_perf(
         sequence=model.sequence,
         probe=probe,
         progress=progress,
+        llm=isinstance(transport, OpenAITransport),
     )
     points = await driver.run()
     notes = []
+    if isinstance(transport, OpenAITransport):
+        notes += transport.notes
+        llm = transport.options
+        notes.append(f"input tokens {transport.counter.description}")
+        if llm.server_token_count:
+            notes.append("output tokens counted by the server (usage.completion_tokens)")
+        elif llm.endpoint is not EndpointType.EMBEDDINGS:
+            notes.append(f"output tokens {transport.counter.description}")
     if probe.server_cpu_source == "unknown":
         notes.append(
             "server CPU unknown: give --server-pid for a local server, or --metrics-url of a "

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from inferd.tools.perf.llm_metrics import LlmFigures, LlmSample, llm_figures
 from inferd.tools.perf.server_split import ServerDelta, ServerSplit, split
 from inferd.tools.perf.stability import STABILITY_WINDOWS, WindowFigures
 
@@ -36,6 +37,7 @@ class Window:
 
     duration_ns: int
     latencies_ns: np.ndarray[Any, Any]  # of the requests answered in the window (int64)
+    llm: tuple[LlmSample, ...] = ()  # openai transport: one per answered request
     errors: int = 0
     error_samples: tuple[str, ...] = ()
     sequences_ended: int = 0
@@ -97,6 +99,7 @@ class LoadPoint:
     server: ServerSplit | None = None
     errors: tuple[str, ...] = ()
     cost: dict[str, Any] = field(default_factory=dict)
+    llm: LlmFigures | None = None  # openai transport: TTFT, ITL, tokens per second
 
     @property
     def late_share(self) -> float:
@@ -162,7 +165,14 @@ def merge(
         server=server,
         errors=tuple(samples[:5]),
         cost=_cost(taken, inferences),
+        llm=_llm(taken, duration_ns),
     )
+
+
+def _llm(windows: Sequence[Window], duration_ns: int) -> LlmFigures | None:
+    """The LLM figures of the windows' samples; None when they carry none."""
+    samples = [s for w in windows for s in w.llm]
+    return llm_figures(samples, duration_ns) if samples else None
 
 
 def _server_split(windows: Sequence[Window], client_avg_ns: float) -> ServerSplit | None:

@@ -17,8 +17,9 @@ import numpy as np
 
 from inferd.errors import PerfAccessError as PerfAccessError
 from inferd.errors import PerfRequestError as PerfRequestError
+from inferd.tools.perf.llm_metrics import LlmSample
 
-TRANSPORT_NAMES = ("http-json", "http-binary", "grpc", "grpc-stream", "in-process")
+TRANSPORT_NAMES = ("http-json", "http-binary", "grpc", "grpc-stream", "in-process", "openai")
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,9 @@ class SequenceFlags:
 class Channel(Protocol):
     """One in-flight request at a time (perf_analyzer's "context"): one connection or stream."""
 
-    async def infer(self, index: int, sequence: SequenceFlags | None = None) -> None:
-        """Send prepared request ``index``; return when the (final) response has arrived.
+    async def infer(self, index: int, sequence: SequenceFlags | None = None) -> LlmSample | None:
+        """Send prepared request ``index``; return when the (final) response has arrived, with
+        the request's LLM figures for the ``openai`` transport (None for the others).
 
         Raise :class:`PerfRequestError` with the server's message on an error answer (the driver
         counts it); connection failures raise :class:`PerfRequestError` too.
