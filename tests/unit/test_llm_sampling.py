@@ -296,3 +296,17 @@ def test_a_history_token_outside_the_vocabulary_is_refused() -> None:
 def test_mismatched_lengths_are_refused() -> None:
     with pytest.raises(ValueError, match="one params"):
         SAMPLER.sample(torch.zeros((2, 4)), [SamplingParams()], [None], [[]])
+
+
+def test_histories_as_tensors_give_the_same_penalties() -> None:
+    logits = logit_rows(3, 20, seed=4)
+    params = [SamplingParams(repetition_penalty=1.5, frequency_penalty=0.5, presence_penalty=1)] * 3
+    lists = [[1, 2, 2, 5], [], [19, 0, 0, 0]]
+    tensors = [torch.tensor(h, dtype=torch.int64) for h in lists]
+    expected = apply_penalties(logits, params, lists, [1, 0, 2])
+    assert torch.equal(apply_penalties(logits, params, tensors, [1, 0, 2]), expected)
+    mixed: list[list[int] | torch.Tensor] = [tensors[0], lists[1], tensors[2]]
+    assert torch.equal(apply_penalties(logits, params, mixed, [1, 0, 2]), expected)
+    for i, h in enumerate(lists):
+        reference = naive_penalties(logits[i].tolist(), params[i], h, [1, 0, 2][i])
+        torch.testing.assert_close(expected[i], torch.tensor(reference))

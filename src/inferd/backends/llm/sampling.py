@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Sequence
 
+import numpy as np
 import torch
 
 from inferd.backends.llm.params import SamplingParams
@@ -41,34 +42,41 @@ def seeded_generator(
     return generator
 
 
-def _counts(
-    histories: Sequence[Sequence[int]], starts: Sequence[int], vocab: int, device: torch.device
-) -> torch.Tensor:
-    """[n, vocab] how often each token occurs in ``history[start:]`` of each sequence."""
-    counts = torch.zeros((len(histories), vocab), dtype=torch.float32, device=device)
-    parts = [list(h[s:]) for h, s in zip(histories, starts, strict=True)]
-    lengths = [len(p) for p in parts]
-    if sum(lengths) == 0:
-        return counts
-    tokens = torch.tensor(list(itertools.chain.from_iterable(parts)), dtype=torch.int64)
-    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
-        raise ValueError(f"a history holds a token id outside the vocabulary of {vocab}")
-    rows = torch.repeat_interleave(torch.arange(len(parts)), torch.tensor(lengths))
-    counts.index_put_(
-        (rows.to(device), tokens.to(device)),
-        torch.ones(tokens.shape[0], dtype=torch.float32, device=device),
-        accumulate=True,
-    )
-    return counts
+History = Sequence[int] | torch.Tensor  # a sequence's ids, a list or a 1-D int tensor
+
+
+def _flatten(
+    histories: Sequence[History], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every history's ids in one tensor, with each id's row and position in its history."""
+    lists = [h for h in histories if not isinstance(h, torch.Tensor)]
+    if len(lists) == len(histories):
+        flat = list(itertools.chain.from_iterable(lists))
+        tokens = torch.from_numpy(np.array(flat, dtype=np.int64).reshape(-1)).to(device)
+    else:
+        tokens = torch.cat(
+            [
+                h.reshape(-1).to(device=device, dtype=torch.int64)
+                if isinstance(h, torch.Tensor)
+                else torch.tensor(list(h), dtype=torch.int64, device=device)
+                for h in histories
+            ]
+        )
+    lengths = torch.tensor([len(h) for h in histories], dtype=torch.int64, device=device)
+    rows = torch.repeat_interleave(torch.arange(len(histories), device=device), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    positions = torch.arange(tokens.shape[0], device=device) - starts[rows]
+    return tokens, rows, positions
 
 
 def apply_penalties(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
-    histories: Sequence[Sequence[int]],
+    histories: Sequence[History],
     prompt_lens: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """``logits`` with the repetition, presence and frequency penalties applied (a new tensor).
+    """``logits`` with the repetition, presence and frequency penalties applied (a new tensor;
+    ``logits`` itself when no sequence has a penalty).
 
     The repetition penalty looks at the whole history (prompt and output); the presence and
     frequency penalties at the output only, ``history[prompt_lens[i]:]`` (the whole history when
@@ -79,15 +87,29 @@ def apply_penalties(
     rep = [p.repetition_penalty for p in params]
     pres = [p.presence_penalty for p in params]
     freq = [p.frequency_penalty for p in params]
+    repeating = any(r != 1.0 for r in rep)
+    counting = any(x != 0.0 for x in pres) or any(x != 0.0 for x in freq)
+    if not (repeating or counting):
+        return logits
+    tokens, rows, positions = _flatten(histories, device)
+    if tokens.numel() == 0:
+        return logits
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+        raise ValueError(f"a history holds a token id outside the vocabulary of {vocab}")
     out = logits
-    if any(r != 1.0 for r in rep):
-        seen = _counts(histories, [0] * n, vocab, device) > 0
+    if repeating:
+        seen = torch.zeros((n, vocab), dtype=torch.bool, device=device)
+        seen[rows, tokens] = True
         r = torch.tensor(rep, dtype=logits.dtype, device=device)[:, None]
-        penalised = torch.where(logits > 0, logits / r, logits * r)
-        out = torch.where(seen, penalised, out)
-    if any(x != 0.0 for x in pres) or any(x != 0.0 for x in freq):
-        starts = [0] * n if prompt_lens is None else list(prompt_lens)
-        counts = _counts(histories, starts, vocab, device)
+        out = torch.where(seen, torch.where(logits > 0, logits / r, logits * r), out)
+    if counting:
+        if prompt_lens is None:
+            generated = torch.ones_like(tokens, dtype=logits.dtype)
+        else:
+            firsts = torch.tensor(list(prompt_lens), dtype=torch.int64, device=device)
+            generated = (positions >= firsts[rows]).to(logits.dtype)
+        counts = torch.zeros((n, vocab), dtype=logits.dtype, device=device)
+        counts.index_put_((rows, tokens), generated, accumulate=True)
         f = torch.tensor(freq, dtype=logits.dtype, device=device)[:, None]
         p = torch.tensor(pres, dtype=logits.dtype, device=device)[:, None]
         out = out - f * counts - p * (counts > 0).to(logits.dtype)
@@ -97,12 +119,16 @@ def apply_penalties(
 def _uniforms(
     rows: Sequence[int], generators: Sequence[torch.Generator | None], device: torch.device
 ) -> torch.Tensor:
-    """One uniform number in [0, 1) per row: from the row's generator, else the global one."""
+    """One uniform number in [0, 1) per row: from the row's generator, else the global one
+    (no synchronisation with the device)."""
     u = torch.rand(len(rows), dtype=torch.float64, device=device)
-    for j, i in enumerate(rows):
-        g = generators[i]
-        if g is not None:
-            u[j] = torch.rand((), dtype=torch.float64, generator=g, device=g.device).item()
+    seeded = [(j, g) for j, i in enumerate(rows) if (g := generators[i]) is not None]
+    if seeded:
+        draws = [
+            torch.rand(1, dtype=torch.float64, generator=g, device=g.device) for _, g in seeded
+        ]
+        at = torch.tensor([j for j, _ in seeded], device=device)
+        u[at] = torch.cat([d.to(device) for d in draws])
     return u
 
 
@@ -153,7 +179,7 @@ class Sampler:
         logits: torch.Tensor,
         params: Sequence[SamplingParams],
         generators: Sequence[torch.Generator | None],
-        histories: Sequence[Sequence[int]],
+        histories: Sequence[History],
         *,
         prompt_lens: Sequence[int] | None = None,
         suppress: Sequence[Collection[int]] | None = None,
