@@ -179,7 +179,6 @@ def _check_plan(
 
     # aborted: exactly the sequences that can never fit
     assert all(_never_fits(by_id[sid], cfg) for sid in plan.abort)
-    assert all(q.seq_id in plan.abort for q in waiting if _never_fits(q, cfg))
     # preemption takes the youngest running sequences
     survivors = [q for q in running if q.seq_id not in {*plan.preempt, *plan.abort}]
     for sid in plan.preempt:
@@ -188,23 +187,26 @@ def _check_plan(
     queue = sorted((q for q in waiting if q.seq_id not in plan.abort), key=lambda q: q.age)
     admitted = [sid for sid in prefill_ids if sid in wait_ids]
     assert admitted == [q.seq_id for q in queue[: len(admitted)]], "a younger one overtook"
-    if queue and not admitted:
-        # the head waits only when a slot, the budget or the blocks are missing
-        head = queue[0]
-        cap = cfg.prefill_cap
-        chunks = dict(plan.prefill)
-        budget = cfg.max_step_tokens - len(plan.decode) - sum(min(n, cap) for n in chunks.values())
-        used = sum(n for sid, n in plan.grow if sid in plan.decode)
-        for sid, n in chunks.items():
-            q = by_id[sid]
-            used += max(0, blocks_for(q.computed + min(n, cap), cfg.block_tokens) - len(q.blocks))
-        left = free + freed - used
-        want = min(head.prompt_len, budget)
-        assert (
-            len(survivors) >= cfg.max_running
-            or budget <= 0
-            or blocks_for(want, cfg.block_tokens) > left
-        ), f"the head {head.seq_id} could have been admitted: {plan}"
+    # the next in line waits only when a slot, the budget or the blocks are missing
+    cap = cfg.prefill_cap
+    budget = cfg.max_step_tokens - len(plan.decode)
+    used = sum(n for sid, n in plan.grow if sid in plan.decode)
+    for sid, n in plan.prefill:
+        q = by_id[sid]
+        first = min(n, cap) if sid in run_ids else n  # what it took before the admissions
+        budget -= first
+        used += max(0, blocks_for(q.computed + first, cfg.block_tokens) - len(q.blocks))
+    closed = len(survivors) + len(admitted) >= cfg.max_running or budget <= 0
+    rest = queue[len(admitted) :]
+    if rest:
+        head = rest[0]
+        if _never_fits(head, cfg):  # aborted once it reaches the head of an open queue
+            assert closed, f"{head.seq_id} can never fit yet was not aborted: {plan}"
+        else:
+            want = min(head.prompt_len, budget)
+            assert closed or blocks_for(want, cfg.block_tokens) > free + freed - used, (
+                f"the head {head.seq_id} could have been admitted: {plan}"
+            )
 
 
 @st.composite
@@ -409,3 +411,20 @@ def test_check_fits_names_the_limit() -> None:
     check_fits(60, 5, small)  # 64 KV tokens: exactly 4 blocks
     with pytest.raises(InvalidArgumentError, match=r"more than the KV cache holds \(65 tokens\)"):
         check_fits(60, 6, small)
+
+
+def test_impossible_states_are_refused() -> None:
+    cfg = PolicyConfig(
+        max_running=4, max_step_tokens=16, block_tokens=4, total_blocks=8, max_model_len=512
+    )
+    ok = SeqState(1, 0.0, 8, 0, 0, 4, 0)
+    with pytest.raises(ValueError, match="free_blocks must not be negative"):
+        plan_step([ok], [], -1, cfg)
+    with pytest.raises(ValueError, match="a seq_id appears twice"):
+        plan_step([ok], [ok], 4, cfg)
+    with pytest.raises(ValueError, match="sequence 2 holds 1 KV blocks for 8 computed tokens"):
+        plan_step([], [SeqState(2, 0.0, 8, 8, 1, 4, 1)], 4, cfg)
+    with pytest.raises(ValueError, match="prompt_len must be at least 1"):
+        SeqState(3, 0.0, 0, 0, 0, 4, 0)
+    with pytest.raises(ValueError, match="negative token or block count"):
+        SeqState(3, 0.0, 4, 0, 0, 4, -1)

@@ -39,8 +39,8 @@ The rules, in order:
    admitted in its place. Whatever budget the admissions leave goes back to the sequences
    mid-prefill (a lone long prompt still prefills with the whole budget).
 5. A sequence whose whole need exceeds the cache (``total_blocks``) or ``max_model_len`` is never
-   admitted; it is listed in ``abort`` (the runtime refuses such requests up front with
-   :func:`check_fits`, so this is a safety net).
+   admitted; it is listed in ``abort`` when it reaches the head of the queue (the runtime
+   refuses such requests up front with :func:`check_fits`, so this is a safety net).
 """
 
 from __future__ import annotations
@@ -109,6 +109,12 @@ class SeqState:
     generated: int
     max_new_tokens: int
     blocks: int  # KV blocks it holds now
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 1:
+            raise ValueError(f"sequence {self.seq_id}: prompt_len must be at least 1")
+        if min(self.computed, self.generated, self.max_new_tokens, self.blocks) < 0:
+            raise ValueError(f"sequence {self.seq_id}: negative token or block count in {self}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +185,7 @@ def plan_step(
     cfg: PolicyConfig,
 ) -> StepPlan:
     """Plan the next forward pass (see the module docstring for the rules)."""
+    _check_inputs(waiting, running, free_blocks, cfg)
     bt = cfg.block_tokens
     free = free_blocks
     budget = cfg.max_step_tokens
@@ -246,19 +253,19 @@ def plan_step(
     # 4./5. admit waiting sequences first come, first served
     slots = cfg.max_running - len(kept) - len(stalled)
     for w in sorted(waiting, key=_age):
+        if slots <= 0 or budget <= 0:
+            break
         why = _never_fits(w, cfg)
         if why is not None:
             abort.append(w.seq_id)
             notes.append(f"abort {why}")
             continue
-        if slots <= 0 or budget <= 0:
-            continue  # keep scanning only to abort sequences that can never run
         want = min(step_tokens(w), budget)
         blocks = max(w.blocks, blocks_for(w.computed + want, bt))
         if blocks - w.blocks > free:
-            slots = 0  # the head of the queue waits for blocks; nobody overtakes it
+            # the head of the queue waits for blocks; nobody overtakes it
             notes.append(f"head {w.seq_id} waits for {blocks - w.blocks} KV blocks ({free} free)")
-            continue
+            break
         free -= blocks - w.blocks
         budget -= want
         slots -= 1
@@ -282,3 +289,19 @@ def plan_step(
         abort=tuple(abort),
         reason="; ".join(notes),
     )
+
+
+def _check_inputs(
+    waiting: Sequence[SeqState], running: Sequence[SeqState], free_blocks: int, cfg: PolicyConfig
+) -> None:
+    """Refuse states no correct runtime produces, rather than plan on them."""
+    if free_blocks < 0:
+        raise ValueError(f"free_blocks must not be negative, got {free_blocks}")
+    ids = {s.seq_id for s in waiting} | {s.seq_id for s in running}
+    if len(ids) != len(waiting) + len(running):
+        raise ValueError("a seq_id appears twice among the waiting and running sequences")
+    for s in running:
+        if s.blocks < blocks_for(s.computed, cfg.block_tokens):
+            raise ValueError(
+                f"sequence {s.seq_id} holds {s.blocks} KV blocks for {s.computed} computed tokens"
+            )
