@@ -29,7 +29,8 @@ def test_allocate_and_free_count_blocks() -> None:
     alloc = BlockAllocator(8)
     assert (alloc.total, alloc.free_count, alloc.used_count) == (8, 8, 0)
     first = alloc.allocate(3)
-    assert len(set(first)) == 3 and all(0 <= b < 8 for b in first)
+    assert len(set(first)) == 3
+    assert all(0 <= b < 8 for b in first)
     assert (alloc.free_count, alloc.used_count) == (5, 3)
     rest = alloc.allocate(5)
     assert set(first) | set(rest) == set(range(8))
