@@ -147,7 +147,10 @@ class Engine:
             route = self._routes.get(request.model_name)
             if route is not None:
                 return await self._infer_routed(request, route)
-        model = self._manager.get(request.model_name, parse_version(request.model_version))
+        # on-demand mode loads the model first when it is not loaded (a 503 while it loads)
+        model = await self._manager.acquire(
+            request.model_name, parse_version(request.model_version)
+        )
         return (await self._serve(request, model))[0]
 
     async def _serve(

@@ -13,6 +13,7 @@ from pathlib import Path
 from inferd.cli.admin_token import read_admin_token, read_feedback_token
 from inferd.cli.flag_values import parse_bool
 from inferd.cli.serve_drift import add_drift_flags, drift_settings
+from inferd.cli.serve_memory import add_on_demand_flags, on_demand_fields
 from inferd.cli.serve_observability import (
     add_observability_flags,
     payload_log_settings,
@@ -87,7 +88,9 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         choices=[m.value for m in ControlMode],
         default="none",
         help="none: load every model at start; poll: also follow changes on disk; explicit: load "
-        "only --load-model models and allow the load/unload API (default: none)",
+        "only --load-model models and allow the load/unload API; on-demand: load --load-model "
+        "and --model-pin models at start, any other on its first request, within "
+        "--model-memory-budget (default: none)",
     )
     repo.add_argument(
         "--repository-poll-secs",
@@ -101,7 +104,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="append",
         default=[],
         metavar="NAME",
-        help="explicit mode: a model to load at start; repeatable; '*' loads all",
+        help="explicit and on-demand modes: a model to load at start; repeatable; '*' loads all",
     )
     repo.add_argument(
         "--model-config-name",
@@ -455,6 +458,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
     add_observability_flags(p)
     add_drift_flags(p)
+    add_on_demand_flags(p)
 
     log = p.add_argument_group("logging")
     log.add_argument(
@@ -592,6 +596,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         payload_log=payload_log_settings(args),
         tracing=trace_settings(args),
         drift=drift_settings(args),
+        **on_demand_fields(args),
     )
 
 

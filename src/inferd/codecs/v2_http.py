@@ -463,6 +463,7 @@ def repository_index_list(entries: Sequence[IndexEntry]) -> list[dict[str, str]]
             row["state"] = entry.state
         if entry.reason:
             row["reason"] = entry.reason
+        row.update(entry.details)
         rows.append(row)
     return rows
 

@@ -36,3 +36,5 @@ class IndexEntry:
     version: str | None = None
     state: str | None = None
     reason: str = ""
+    # inferd's own fields after Triton's (HTTP JSON only), e.g. on-demand state and memory
+    details: tuple[tuple[str, str], ...] = ()

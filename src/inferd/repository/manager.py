@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from inferd.backends.registry import BackendRegistry
@@ -32,6 +33,8 @@ from inferd.repository.layout import duplicated, find_models
 from inferd.repository.lifecycle import VersionLifecycle
 from inferd.repository.loader import LoadOptions, prepare
 from inferd.repository.manager_types import ServingModel
+from inferd.repository.memory import folder_bytes
+from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings, OnDemandStats
 from inferd.repository.poll import fingerprint
 from inferd.repository.recent import RecentRequests
 from inferd.repository.records import (
@@ -73,6 +76,7 @@ class RepositoryManager:
         response_cache: ResponseCache | None = None,
         recent: RecentRequests | None = None,
         on_change: Callable[[str, Path | None], Awaitable[None]] | None = None,
+        on_demand: OnDemandSettings | None = None,
     ) -> None:
         self._roots = [Path(r) for r in roots]
         self._allow_model_upload = allow_model_upload
@@ -106,6 +110,16 @@ class RepositoryManager:
         self._grace_spent = False
         # told of each model loaded (with its folder) or unloaded (None): its traffic policy
         self._on_change = on_change
+        # on-demand mode: loads on first request, unloads idle models to fit the memory budget
+        self._on_demand: OnDemandLoader | None = None
+        if mode is ControlMode.ON_DEMAND:
+            self._on_demand = OnDemandLoader(
+                on_demand if on_demand is not None else OnDemandSettings(),
+                load=self._load_on_demand,
+                unload=self._evict,
+                loaded=self._in_flight_by_model,
+                estimate=self._size_on_disk,
+            )
 
     @property
     def mode(self) -> ControlMode:
@@ -134,6 +148,57 @@ class RepositoryManager:
                 f"Request for unknown model: '{name}' version {version} is not found"
             )
         return serving
+
+    async def acquire(self, name: str, version: int | None) -> ServingModel:
+        """:meth:`get`, loading the model first in on-demand mode when it is not loaded."""
+        loader = self._on_demand
+        if loader is None:
+            return self.get(name, version)
+        if name not in self._ready:
+            check_model_name(name)
+            dirs, problems = await asyncio.to_thread(self._scan)
+            if name not in dirs:
+                return self.get(name, version)  # the unknown-model answer
+            if name in problems:
+                raise NotFoundError(f"Request for unknown model: '{name}', {problems[name]}")
+            await loader.ensure(name)
+        loader.touch(name)
+        return self.get(name, version)
+
+    def on_demand_statistics(self) -> OnDemandStats | None:
+        return self._on_demand.statistics() if self._on_demand is not None else None
+
+    async def _load_on_demand(self, name: str) -> str:
+        """Load ``name`` from the repository for the on-demand loader; its runtime's name."""
+        dirs, problems = await asyncio.to_thread(self._scan)
+        if name in problems:
+            raise ModelLoadError(f"failed to load '{name}', {problems[name]}")
+        await self._load(name, dirs.get(name))
+        spec = self.get(name, None).spec
+        return "ensemble" if spec.is_ensemble else spec.backend
+
+    async def _evict(self, name: str, reason: str) -> None:
+        """Unload ``name`` for the on-demand loader; the index shows ``reason``."""
+        await self._unload(name)
+        record = self._records.get(name)
+        if record is not None:
+            for version, status in list(record.status.items()):
+                if status.state is ModelState.UNAVAILABLE:
+                    record.move(version, ModelState.UNAVAILABLE, reason)
+        await self._unload_dependents_of(name)
+
+    def _in_flight_by_model(self) -> dict[str, int]:
+        """Each loaded model's requests in flight (all its versions)."""
+        return {
+            name: sum(int(getattr(lv.scheduler, "in_flight", 0)) for lv in r.loaded.values())
+            for name, r in self._records.items()
+            if r.loaded
+        }
+
+    async def _size_on_disk(self, name: str) -> int:
+        dirs, _ = await asyncio.to_thread(self._scan)
+        model_dir = dirs.get(name)
+        return 0 if model_dir is None else await asyncio.to_thread(folder_bytes, model_dir)
 
     def ready_versions(self, name: str) -> list[int]:
         entry = self._ready.get(name)
@@ -164,7 +229,11 @@ class RepositoryManager:
         """Every model of the repository with its versions' states; the scan of the
         repository's folders runs off the event loop."""
         dirs, _ = await asyncio.to_thread(self._scan)
-        return index_entries(sorted(set(dirs) | set(self._records)), self._records, ready_only)
+        entries = index_entries(sorted(set(dirs) | set(self._records)), self._records, ready_only)
+        loader = self._on_demand
+        if loader is None:
+            return entries
+        return [replace(e, details=loader.details(e.name, e.name in self._ready)) for e in entries]
 
     # -- startup, load, unload -----------------------------------------------------------------
 
@@ -172,6 +241,8 @@ class RepositoryManager:
         """Load the models the control mode asks for; return failures by model name."""
         dirs, problems = await asyncio.to_thread(self._scan)
         wanted = list(load_models)
+        if self._on_demand is not None:
+            return await self._start_on_demand(self._on_demand, wanted, dirs, problems)
         if self._mode is ControlMode.EXPLICIT:
             names = sorted(dirs) if "*" in wanted else wanted
         else:
@@ -196,6 +267,32 @@ class RepositoryManager:
             self._expected = set()  # poll mode readiness follows what loaded
         return failures
 
+    async def _start_on_demand(
+        self,
+        loader: OnDemandLoader,
+        wanted: list[str],
+        dirs: dict[str, Path],
+        problems: dict[str, str],
+    ) -> dict[str, str]:
+        """On-demand mode: measure the baseline, then load the named and the pinned models."""
+        await loader.start()
+        names = sorted(dirs) if "*" in wanted else sorted(set(wanted))
+        names = sorted(set(names) | loader.settings.pins)
+        failures: dict[str, str] = {}
+        for name in names:
+            if name not in dirs:
+                failures[name] = f"no model directory named '{name}' in the model repository"
+                continue
+            if name in problems:
+                self._mark_unavailable(name, problems[name])
+                failures[name] = problems[name]
+                continue
+            try:
+                await loader.ensure(name, reason="startup")
+            except InferdError as exc:
+                failures[name] = str(exc)
+        return failures
+
     def _mark_unavailable(self, name: str, reason: str) -> None:
         record = self._records.setdefault(name, ModelRecord(name))
         if record.status.get(MODEL_LEVEL) != VersionStatus(ModelState.UNAVAILABLE, reason):
@@ -206,10 +303,7 @@ class RepositoryManager:
         self, name: str, *, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         check_model_name(name)
-        if self._mode is not ControlMode.EXPLICIT:
-            raise UnavailableError(
-                "explicit model load / unload is not allowed if polling is enabled"
-            )
+        self._check_explicit()
         if config_json is not None:
             check_client_config(name, config_json)
         if files:
@@ -220,6 +314,17 @@ class RepositoryManager:
                 raise ModelLoadError(f"failed to load '{name}', {problems[name]}")
             await self._load(name, dirs.get(name), override_json=config_json)
         self._expected.add(name)
+
+    def _check_explicit(self) -> None:
+        if self._mode is ControlMode.ON_DEMAND:
+            raise UnavailableError(
+                "explicit model load / unload is not allowed in on-demand mode: a request "
+                "loads its model, and the memory budget unloads idle ones"
+            )
+        if self._mode is not ControlMode.EXPLICIT:
+            raise UnavailableError(
+                "explicit model load / unload is not allowed if polling is enabled"
+            )
 
     async def _load_upload(
         self, name: str, config_json: str | None, files: dict[str, bytes]
@@ -321,10 +426,7 @@ class RepositoryManager:
 
     async def unload(self, name: str, *, unload_dependents: bool = False) -> None:
         check_model_name(name)
-        if self._mode is not ControlMode.EXPLICIT:
-            raise UnavailableError(
-                "explicit model load / unload is not allowed if polling is enabled"
-            )
+        self._check_explicit()
         await self._unload(name)
         self._expected.discard(name)
         await self._unload_dependents_of(name)
@@ -467,6 +569,8 @@ class RepositoryManager:
         """Unload everything: each version drains its in-flight requests first, as an unload
         does (not again once :meth:`drain` ran out of its grace period)."""
         timeout_s = 0.0 if self._grace_spent else None
+        if self._on_demand is not None:
+            await self._on_demand.close()
         for name in list(self._records):
             record = self._records[name]
             await self._versions.retire_all(record, drain_timeout_s=timeout_s)

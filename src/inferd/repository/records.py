@@ -22,6 +22,7 @@ class ControlMode(enum.Enum):
     NONE = "none"
     POLL = "poll"
     EXPLICIT = "explicit"
+    ON_DEMAND = "on-demand"  # a request loads its model; a memory budget unloads idle ones
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from inferd.frontends.tls import TlsSettings
 from inferd.monitoring.payload_log.settings import PayloadLogSettings
 from inferd.monitoring.tracing.settings import TraceSettings
 from inferd.repository.manager import ControlMode
+from inferd.repository.memory import MemoryBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +77,20 @@ class ServerConfig:
     payload_log: PayloadLogSettings | None = None  # --payload-log DIR and its options
     tracing: TraceSettings | None = None  # --trace-config level=TIMESTAMPS...; None: off
     drift: DriftSettings | None = None  # --monitor-drift and its options; None: off
+    model_memory_budget: MemoryBudget | None = None  # on-demand mode: None, never unload
+    model_pins: tuple[str, ...] = ()  # on-demand mode: loaded at start, never unloaded
+    model_min_residency_s: float = 10.0  # on-demand mode: loaded at least this long
+    model_load_wait_s: float = 30.0  # on-demand mode: a request waits this long for a load
 
     def __post_init__(self) -> None:
-        if self.model_control_mode is not ControlMode.EXPLICIT and self.load_models:
+        if (
+            self.model_control_mode not in (ControlMode.EXPLICIT, ControlMode.ON_DEMAND)
+            and self.load_models
+        ):
             raise InvalidArgumentError(
-                "--load-model can only be used with --model-control-mode=explicit"
+                "--load-model can only be used with --model-control-mode=explicit (or on-demand)"
             )
+        self._check_on_demand()
         if "*" in self.load_models and len(self.load_models) > 1:
             raise InvalidArgumentError("--load-model=* must be the only --load-model given")
         if not self.model_repositories:
@@ -152,6 +161,35 @@ class ServerConfig:
         # built here so that a bad combination fails at start, not on the first request
         self.http_access()
         self.grpc_access()
+
+    def _check_on_demand(self) -> None:
+        on_demand = self.model_control_mode is ControlMode.ON_DEMAND
+        given = [
+            flag
+            for flag, used in (
+                ("--model-memory-budget", self.model_memory_budget is not None),
+                ("--model-pin", bool(self.model_pins)),
+                ("--model-min-residency-secs", self.model_min_residency_s != 10.0),
+                ("--model-load-wait-secs", self.model_load_wait_s != 30.0),
+            )
+            if used
+        ]
+        if given and not on_demand:
+            raise InvalidArgumentError(
+                f"{', '.join(given)} only apply to --model-control-mode=on-demand (none and poll "
+                "load every model at start; explicit loads only through the load API)"
+            )
+        if self.model_memory_budget is None:
+            needs = [f for f in given if f in ("--model-pin", "--model-min-residency-secs")]
+            if needs:
+                raise InvalidArgumentError(
+                    f"{', '.join(needs)} need --model-memory-budget (without a budget nothing "
+                    "is unloaded)"
+                )
+        if self.model_min_residency_s < 0:
+            raise InvalidArgumentError("--model-min-residency-secs must be >= 0")
+        if self.model_load_wait_s <= 0:
+            raise InvalidArgumentError("--model-load-wait-secs must be > 0")
 
     def http_access(self) -> AccessPolicy:
         return AccessPolicy(

@@ -28,6 +28,8 @@ from inferd.monitoring.drift.monitor import DriftMonitor
 from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
+from inferd.repository.memory import container_limit, machine_bytes, resolve_budget
+from inferd.repository.on_demand import OnDemandSettings
 from inferd.repository.recent import RecentRequests
 from inferd.rollout.service import Rollout
 from inferd.scheduling.response_cache import ResponseCache
@@ -99,6 +101,7 @@ class Server:
             response_cache=self.response_cache,
             recent=recent,
             on_change=lambda name, model_dir: self.rollout.model_changed(name, model_dir),
+            on_demand=_on_demand_settings(cfg),
         )
         self.rollout = Rollout(self.manager)
         self.shared_memory = SharedMemoryRegistry(
@@ -281,6 +284,10 @@ class Server:
         from inferd.metrics.rollout import RolloutCollector
 
         collectors: list[Any] = [RolloutCollector(self.rollout.statistics)]
+        if self.config.model_control_mode is ControlMode.ON_DEMAND:
+            from inferd.metrics.on_demand import OnDemandCollector
+
+            collectors.append(OnDemandCollector(self.manager.on_demand_statistics))
         if self.payload_log is not None:
             from inferd.metrics.payload_log import PayloadLogCollector
 
@@ -362,6 +369,26 @@ async def _starting(service: str, address: str, port: int, flag: str) -> AsyncIt
             f"cannot start the {service} service on {address}:{port}: {reason} "
             f"(is another server using the port? choose another with {flag})"
         ) from None
+
+
+def _on_demand_settings(cfg: ServerConfig) -> OnDemandSettings | None:
+    """On-demand mode's settings, the budget in bytes (a share: of the container's limit)."""
+    if cfg.model_control_mode is not ControlMode.ON_DEMAND:
+        return None
+    budget = None
+    if cfg.model_memory_budget is not None:
+        limit = container_limit()
+        budget = resolve_budget(cfg.model_memory_budget, limit, machine_bytes())
+        of = ""
+        if cfg.model_memory_budget.share is not None:
+            of = " of the container's limit" if limit is not None else " of the machine's memory"
+        _log.info("memory budget: %d bytes (%s%s)", budget, cfg.model_memory_budget, of)
+    return OnDemandSettings(
+        budget_bytes=budget,
+        pins=frozenset(cfg.model_pins),
+        min_residency_s=cfg.model_min_residency_s,
+        wait_s=cfg.model_load_wait_s,
+    )
 
 
 def _write_ready_file(path: Path, ports: dict[str, int]) -> None:

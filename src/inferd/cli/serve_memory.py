@@ -1,0 +1,65 @@
+"""``inferd serve``'s on-demand loading flags: the memory budget, pins and residency."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from inferd.repository.memory import parse_budget
+
+__all__ = ["add_on_demand_flags", "on_demand_fields"]
+
+
+def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group(
+        "on-demand loading (--model-control-mode=on-demand; see docs/multi-model.md)"
+    )
+    group.add_argument(
+        "--model-memory-budget",
+        metavar="SIZE|PERCENT",
+        help="the memory the server and its models may hold: bytes with an optional unit "
+        "(2GiB, 512MiB, 1.5G) or a share of the container's memory limit read from cgroups "
+        "(60%%; the machine's memory where no limit is set). Before a load would exceed it, "
+        "idle models are unloaded, least recently used first (default: no budget, nothing is "
+        "unloaded)",
+    )
+    group.add_argument(
+        "--model-pin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a model loaded at start and never unloaded to make room; repeatable (needs "
+        "--model-memory-budget)",
+    )
+    group.add_argument(
+        "--model-min-residency-secs",
+        "--model-min-residency-s",
+        dest="model_min_residency_secs",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a model stays loaded at least this long before it may be unloaded to make room, "
+        "so two busy models that do not fit together cannot unload each other on every "
+        "request (needs --model-memory-budget; default: 10)",
+    )
+    group.add_argument(
+        "--model-load-wait-secs",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a request waits for its model to load on demand (or for room to load "
+        "it) before a 503 says it is loading; the load goes on (default: 30)",
+    )
+
+
+def on_demand_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The ServerConfig fields the flags give (those not given keep their defaults, so the
+    config can tell a flag given outside on-demand mode)."""
+    fields: dict[str, Any] = {"model_pins": tuple(dict.fromkeys(args.model_pin))}
+    if args.model_memory_budget is not None:
+        fields["model_memory_budget"] = parse_budget(args.model_memory_budget)
+    if args.model_min_residency_secs is not None:
+        fields["model_min_residency_s"] = args.model_min_residency_secs
+    if args.model_load_wait_secs is not None:
+        fields["model_load_wait_s"] = args.model_load_wait_secs
+    return fields

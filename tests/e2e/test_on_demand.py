@@ -1,0 +1,272 @@
+"""On-demand loading within a memory budget: ``inferd serve --model-control-mode on-demand``
+driven by tritonclient: reloads after eviction, one load for concurrent requests, a model too
+big for the budget, a failed load failing only its own requests, eviction under load."""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper, numpy_helper
+from tritonclient.utils import InferenceServerException
+
+from inferd.testing import ServerProcess, running_server
+from tests.e2e.conftest import raw_request
+from tests.helpers.models import finish
+
+pytestmark = pytest.mark.e2e
+
+ROWS = 256 * 1024  # a 16 MiB table of float32: each model holds about that much
+MODELS = {"m1": 1.0, "m2": 2.0, "m3": 3.0, "m4": 4.0}  # name -> the value its table holds
+CONFIG = """
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {{ name: "X" data_type: TYPE_FP32 dims: [ 1, 16 ] }},
+  {{ name: "I" data_type: TYPE_INT64 dims: [ 1 ] }}
+]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1, 16 ] }} ]
+"""
+
+
+def table_model(value: float) -> bytes:
+    """Y = X + table[I]: the table (ROWS x 16 float32) stays in memory, as a model's weights."""
+    table = numpy_helper.from_array(np.full((ROWS, 16), value, np.float32), "table")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "I"], ["row"], axis=0),
+            helper.make_node("Add", ["X", "row"], ["Y"]),
+        ],
+        "table",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["b", 1, 16]),
+            helper.make_tensor_value_info("I", TensorProto.INT64, ["b", 1]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["b", 1, 16])],
+        initializer=[table],
+    )
+    return finish(graph)
+
+
+def write(repo: Path, name: str, model: bytes) -> Path:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.onnx").write_bytes(model)
+    (repo / name / "config.pbtxt").write_text(CONFIG.format(name=name))
+    return repo / name
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("on_demand_repo")
+    for name, value in MODELS.items():
+        write(root, name, table_model(value))
+    # too big: a sparse 1 TiB weights file beside a valid model (no disk space used)
+    huge = write(root, "huge", table_model(9.0))
+    with (huge / "1" / "weights.bin").open("wb") as f:
+        f.truncate(1 << 40)
+    # broken: its model file is not ONNX
+    write(root, "broken", b"this is not an onnx model")
+    return root
+
+
+def _metrics(server: ServerProcess) -> str:
+    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    pattern = rf"^{re.escape(name)}{re.escape(labels)} (\S+)$"
+    match = re.search(pattern, text, re.MULTILINE)
+    assert match is not None, f"{name}{labels} not in the metrics"
+    return float(match.group(1))
+
+
+def _index(server: ServerProcess) -> dict[str, dict[str, Any]]:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        return {e["name"]: e for e in client.get_model_repository_index()}
+
+
+def _inputs(module: Any, rows: int = 1) -> list[Any]:
+    x = module.InferInput("X", [rows, 1, 16], "FP32")
+    x.set_data_from_numpy(np.arange(rows * 16, dtype=np.float32).reshape(rows, 1, 16))
+    i = module.InferInput("I", [rows, 1], "INT64")
+    i.set_data_from_numpy(np.zeros((rows, 1), np.int64))
+    return [x, i]
+
+
+def _infer_http(server: ServerProcess, name: str) -> None:
+    with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client:
+        y = client.infer(name, _inputs(httpclient)).as_numpy("Y")
+    expected = np.arange(16, dtype=np.float32).reshape(1, 1, 16) + MODELS[name]
+    np.testing.assert_array_equal(y, expected)
+
+
+@pytest.fixture(scope="module")
+def sizes(repo: Path) -> Iterator[dict[str, int]]:
+    """Each model's measured size and the server's baseline, from a server with no eviction
+    (a budget of all the machine's memory), so the budget below holds three of the four."""
+    args = ["--model-control-mode", "on-demand", "--model-memory-budget", "100%"]
+    with running_server([repo], args) as proc:
+        for name in MODELS:
+            _infer_http(proc, name)
+        index = _index(proc)
+        found = {name: int(index[name]["memory_bytes"]) for name in MODELS}
+        found["baseline"] = int(_metric(_metrics(proc), "inferd_model_memory_baseline_bytes"))
+        yield found
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path, sizes: dict[str, int]) -> Iterator[ServerProcess]:
+    models = sorted(sizes[n] for n in MODELS)
+    # room for the three largest models, not for all four: some model is always evicted
+    budget = sizes["baseline"] + sum(models[1:]) + models[0] // 2
+    args = [
+        "--model-control-mode",
+        "on-demand",
+        "--model-memory-budget",
+        str(budget),
+        "--model-min-residency-secs",
+        "0",
+        "--exit-on-error",
+        "false",
+    ]
+    with running_server([repo], args) as proc:
+        yield proc
+
+
+def test_a_request_for_an_evicted_model_is_answered_after_its_reload(
+    server: ServerProcess,
+) -> None:
+    for name in MODELS:
+        _infer_http(server, name)
+    index = _index(server)
+    evicted = [n for n in MODELS if index[n].get("on_demand") == "available"]
+    assert evicted, index
+    entry = index[evicted[0]]
+    # Triton's fields keep their meaning; inferd's say why and when
+    assert entry["state"] == "UNAVAILABLE"
+    assert "evicted at" in entry["reason"]
+    assert "to make room for" in entry["reason"]
+    assert entry["evicted_at"]
+    assert int(entry["memory_bytes"]) > 0
+    assert index["m4"]["on_demand"] == "resident"
+    assert index["m4"]["state"] == "READY"
+    before = _metrics(server)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:  # and over gRPC
+        y = client.infer(evicted[0], _inputs(grpcclient)).as_numpy("Y")
+    assert float(y[0, 0, 0]) == MODELS[evicted[0]]
+    after = _metrics(server)
+    reloads = 'inferd_model_loads_total{reason="after_eviction"}'
+    assert _metric(after, reloads) == _metric(before, reloads) + 1
+    assert _metric(after, "inferd_model_evictions_total") >= 2
+    assert _metric(after, "inferd_model_memory_budget_bytes") > 0
+    assert _metric(after, "inferd_model_resident_bytes", f'{{model="{evicted[0]}"}}') > 0
+    assert _metric(after, "inferd_model_load_duration_seconds_count", '{runtime="onnxruntime"}')
+
+
+def test_concurrent_requests_during_a_load_share_one_load(server: ServerProcess) -> None:
+    index = _index(server)
+    target = next(n for n in MODELS if index[n].get("on_demand") != "resident")
+    key = 'inferd_model_loads_total{reason="after_eviction"}'
+    before = _metric(_metrics(server), key) + _metric(
+        _metrics(server), 'inferd_model_loads_total{reason="first_request"}'
+    )
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda _: _infer_http(server, target), range(16)))
+    text = _metrics(server)
+    after = _metric(text, key) + _metric(text, 'inferd_model_loads_total{reason="first_request"}')
+    assert after == before + 1
+
+
+def test_a_model_too_big_for_the_budget_is_refused_saying_so(server: ServerProcess) -> None:
+    body = (
+        b'{"inputs":[{"name":"X","shape":[1,1,16],"datatype":"FP32","data":['
+        + b",".join([b"0"] * 16)
+        + b']},{"name":"I","shape":[1,1],"datatype":"INT64","data":[0]}]}'
+    )
+    reply = raw_request(server.http_url, "POST", "/v2/models/huge/infer", body)
+    assert reply.status == 503
+    assert re.search(r"'huge' needs \d{13} bytes \(on disk\)", reply.error), reply.error
+    assert "more than the memory budget" in reply.error
+    assert _index(server)["huge"]["on_demand"] == "too_big"
+    _infer_http(server, "m1")  # the others are served
+
+
+def test_a_failed_load_fails_only_its_own_requests(server: ServerProcess) -> None:
+    def broken(_: int) -> str:
+        with (
+            httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client,
+            pytest.raises(InferenceServerException) as caught,
+        ):
+            client.infer("broken", _inputs(httpclient))
+        return str(caught.value)
+
+    with ThreadPoolExecutor(8) as pool:
+        failures = [pool.submit(broken, i) for i in range(4)]
+        served = [pool.submit(_infer_http, server, name) for name in ("m2", "m3", "m4", "m1")]
+        messages = [f.result() for f in failures]
+        for f in served:
+            f.result()
+    assert all("broken" in m for m in messages), messages
+    assert _index(server)["broken"]["state"] == "UNAVAILABLE"
+
+
+def test_eviction_under_load_fails_no_request(server: ServerProcess) -> None:
+    names = list(MODELS)
+    evictions = _metric(_metrics(server), "inferd_model_evictions_total")
+
+    def client(k: int) -> None:
+        for j in range(12):
+            _infer_http(server, names[(k + j) % len(names)])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(client, range(8)))  # raises on the first failed request
+    assert _metric(_metrics(server), "inferd_model_evictions_total") > evictions
+
+
+def test_explicit_load_is_refused_in_on_demand_mode(server: ServerProcess) -> None:
+    with (
+        httpclient.InferenceServerClient(server.http_url) as client,
+        pytest.raises(InferenceServerException, match="not allowed in on-demand mode"),
+    ):
+        client.load_model("m1")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model-memory-budget", "1GiB"], "only apply to --model-control-mode=on-demand"),
+        (
+            ["--model-control-mode", "on-demand", "--model-pin", "m1"],
+            "--model-pin need --model-memory-budget",
+        ),
+        (
+            ["--model-control-mode", "on-demand", "--model-memory-budget", "lots"],
+            "--model-memory-budget 'lots' is not a size",
+        ),
+    ],
+)
+def test_flags_that_make_no_sense_are_refused(repo: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "inferd.cli.main", "serve", "--model-repository", str(repo), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+        check=False,
+    )
+    assert done.returncode != 0
+    assert message in done.stderr
