@@ -311,6 +311,34 @@ def test_a_long_prompt_is_chunked_while_short_requests_decode_and_start() -> Non
     assert res.first_token[0] > max(res.first_token[sid] for sid in range(1, 11))
 
 
+@given(
+    st.integers(48, 128),
+    st.integers(100, 3000),
+    st.lists(st.tuples(st.integers(1, 1000), st.integers(1, 40)), min_size=1, max_size=8),
+)
+@settings(max_examples=100, deadline=None)
+def test_short_requests_start_in_their_first_step_whatever_the_long_prompt(
+    step_tokens: int, long_len: int, shorts: list[tuple[int, int]]
+) -> None:
+    cfg = PolicyConfig(
+        max_running=16,
+        max_step_tokens=step_tokens,
+        block_tokens=16,
+        total_blocks=4096,
+        max_model_len=4096,
+    )
+    # short prompts fit in what one step leaves: half the budget minus the other shorts' decodes
+    room = step_tokens - cfg.prefill_cap - len(shorts)
+    workload = [(0, long_len, 2)] + [
+        (step, 1 + size % room, new) for step, (size, new) in enumerate(shorts, start=1)
+    ]
+    res = simulate(cfg, workload)
+    assert set(res.outcome.values()) == {"done"}
+    assert res.skipped_decodes == 0
+    for sid, (arrival, _, _) in enumerate(workload[1:], start=1):
+        assert res.first_token[sid] == arrival
+
+
 def test_a_lone_long_prompt_uses_the_whole_step_budget() -> None:
     cfg = PolicyConfig(
         max_running=4, max_step_tokens=64, block_tokens=16, total_blocks=200, max_model_len=4096
