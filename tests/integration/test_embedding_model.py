@@ -172,3 +172,15 @@ async def test_a_wrong_configuration_is_refused_naming_the_problem(
             await engine.load_model(MODEL, config_json=_as_json(config.replace(*change)))
     finally:
         await manager.close()
+
+
+def test_the_builder_command_refuses_to_replace_a_model_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from inferd.examples.embedding_models import main
+
+    (tmp_path / MODEL).mkdir()
+    (tmp_path / MODEL / "keep.txt").write_text("mine")
+    assert main(["--output", str(tmp_path)]) == 1
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert (tmp_path / MODEL / "keep.txt").read_text() == "mine"
