@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
 
 from inferd.codecs import v2_http
@@ -38,6 +38,7 @@ from inferd.core.metadata import TensorMetadata
 from inferd.core.streaming import ResponseBudget
 from inferd.engine import Engine
 from inferd.errors import InferdError, InvalidArgumentError
+from inferd.frontends.http.asgi import Message, Receive, Send
 from inferd.frontends.http.body import OffLoop
 from inferd.frontends.http.errors import describe_exception, status_for
 
@@ -50,9 +51,6 @@ __all__ = [
     "watched",
 ]
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 T = TypeVar("T")
 
 #: (response, error, final): one response of the model as the routes see it

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -23,6 +23,7 @@ from inferd.core.names import check_model_name
 from inferd.engine import Engine
 from inferd.errors import InferdError
 from inferd.frontends.access import AccessPolicy, Api
+from inferd.frontends.http.asgi import JSON, Message, Receive, Scope, Send, header_lookup
 from inferd.frontends.http.generate import ClientGone, watched
 from inferd.frontends.openai.completions import answer, chunks, prepare
 from inferd.frontends.openai.embeddings import create_embeddings
@@ -32,12 +33,6 @@ from inferd.frontends.openai.models import ModelCatalog
 from inferd.frontends.openai.schemas import parse_body, parse_chat, parse_completion
 from inferd.frontends.openai.tokenizer import TokenizerStore
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-JSON = b"application/json"
 SSE = b"text/event-stream; charset=utf-8"
 PREFIX = "/v1/"
 MODELS_PREFIX = "/v1/models/"
@@ -128,7 +123,7 @@ class OpenAIApp:
         if methods is None:
             raise OpenAIError(404, f"Unknown request URL: {scope['method']} {path}")
         if self._guarded:
-            self._access.check(Api.OPENAI, _header_lookup(scope))
+            self._access.check(Api.OPENAI, header_lookup(scope))
         handler = methods.get(scope["method"])
         if handler is None:
             raise OpenAIError(
@@ -202,19 +197,6 @@ def _too_large(limit: int) -> OpenAIError:
         "(--openai-max-body-size)",
         code="request_too_large",
     )
-
-
-def _header_lookup(scope: Scope) -> Callable[[str], str | None]:
-    headers = scope.get("headers", ())
-
-    def lookup(name: str) -> str | None:
-        wanted = name.encode("latin-1")
-        for key, value in headers:
-            if key == wanted:
-                return str(value.decode("latin-1"))
-        return None
-
-    return lookup
 
 
 async def _write_stream(
