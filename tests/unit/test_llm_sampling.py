@@ -310,3 +310,73 @@ def test_histories_as_tensors_give_the_same_penalties() -> None:
     for i, h in enumerate(lists):
         reference = naive_penalties(logits[i].tolist(), params[i], h, [1, 0, 2][i])
         torch.testing.assert_close(expected[i], torch.tensor(reference))
+
+
+def reference_kept(row: list[float], p: SamplingParams) -> tuple[set[int], list[float]]:
+    """The tokens min-p, top-k and top-p keep, by a stable descending sort (ties to the lowest
+    id), and the values that sit at a cut (for the caller to avoid rounding ties)."""
+    scaled = [x / p.temperature for x in row]
+    kept = sorted(range(len(row)), key=lambda i: (-scaled[i], i))
+    edges: list[float] = []
+    if p.min_p > 0:
+        floor = scaled[kept[0]] + math.log(p.min_p)
+        edges += [x - floor for x in scaled]
+        kept = [i for i in kept if scaled[i] >= floor]
+    if p.top_k > 0:
+        kept = kept[: p.top_k]
+    if p.top_p < 1:
+        top = scaled[kept[0]]
+        weights = [math.exp(scaled[i] - top) for i in kept]
+        total = sum(weights)
+        nucleus, before = [], 0.0
+        for i, w in zip(kept, weights, strict=True):
+            edges.append(before - p.top_p)
+            if before > p.top_p and nucleus:
+                break
+            nucleus.append(i)
+            before += w / total
+        kept = nucleus
+    return set(kept), edges
+
+
+@given(
+    st.lists(st.integers(-12, 12), min_size=2, max_size=40),
+    st.integers(0, 6),
+    st.sampled_from([1.0, 0.3, 0.5, 0.77, 0.9, 0.95]),
+    st.sampled_from([0.0, 0.05, 0.3]),
+    st.sampled_from([0.5, 1.0, 1.7]),
+    st.sampled_from([3, 1024]),
+)
+@settings(max_examples=300, deadline=None)
+def test_truncation_keeps_what_a_stable_sort_keeps(
+    values: list[int], top_k: int, top_p: float, min_p: float, temperature: float, width: int
+) -> None:
+    from hypothesis import assume
+
+    from inferd.backends.llm.sampling import _truncate
+
+    row = [v / 4 for v in values]
+    params = SamplingParams(top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature)
+    expected, edges = reference_kept(row, params)
+    assume(all(abs(e) > 1e-4 for e in edges))  # no cut decided by rounding
+    scaled = torch.tensor([row]) / temperature
+    k = top_k if 0 < top_k < len(row) else 0
+    masked = _truncate(scaled, [params], k, nucleus_width=width)
+    kept = {i for i, x in enumerate(masked[0].tolist()) if x != float("-inf")}
+    assert kept == expected
+    # the rows of a batch are cut independently of one another
+    other = SamplingParams(top_k=top_k, top_p=0.5, min_p=0.0, temperature=temperature)
+    batch = _truncate(torch.cat([scaled, scaled.flip(-1)]), [params, other], k, width)
+    assert torch.equal(batch[0], masked[0])
+
+
+def test_a_nucleus_wider_than_the_first_look_is_found_whole() -> None:
+    vocab = 1500
+    logits = torch.zeros((400, vocab))  # flat: this nucleus is 1351 tokens, past the first 1024
+    top_p = (1350 + 0.5) / vocab  # half a token from either cut, far above float32 rounding
+    ids, logprobs = SAMPLER.sample(
+        logits, [SamplingParams(top_p=top_p)] * 400, [seeded_generator(2)] * 400, [[]] * 400
+    )
+    assert int(ids.max()) >= 1024
+    assert int(ids.max()) < 1351
+    torch.testing.assert_close(logprobs, torch.full((400,), -math.log(1351)))

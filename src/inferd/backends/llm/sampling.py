@@ -23,6 +23,7 @@ log-probability under the penalised logits at temperature 1.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Collection, Sequence
 
 import numpy as np
@@ -142,29 +143,67 @@ def _draw(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(index, full)
 
 
+# top-p looks for its nucleus among this many most likely tokens first, sorting the whole
+# vocabulary only for a row whose nucleus is wider
+NUCLEUS_WIDTH = 1024
+
+
+def _keep_first(x: torch.Tensor, value: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Per row, the tokens above ``value`` and those equal to it, lowest ids first, up to
+    ``count`` in all: the first ``count`` of a stable descending sort, without sorting."""
+    above = x > value[:, None]
+    ties = x == value[:, None]
+    need = count - above.sum(-1)
+    rank = ties.to(torch.int64).cumsum(-1)
+    return above | (ties & (rank <= need[:, None]))
+
+
+def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """How many of each row's descending ``probs`` its nucleus holds (at least one)."""
+    before = probs.cumsum(-1) - probs  # the mass of the more likely tokens
+    return (before <= top_p[:, None]).sum(-1).clamp(min=1)
+
+
 def _truncate(
-    scaled: torch.Tensor, params: Sequence[SamplingParams]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows sorted by descending logit, with min-p, top-k and top-p applied (as -inf)."""
+    scaled: torch.Tensor,
+    params: Sequence[SamplingParams],
+    k: int,
+    nucleus_width: int = NUCLEUS_WIDTH,
+) -> torch.Tensor:
+    """``scaled`` with min-p, top-k (``k``, shared by the rows; 0: off) and top-p applied as
+    -inf, in vocabulary order. Ties at a cut go to the lowest ids."""
     vocab = scaled.shape[1]
     device = scaled.device
-    ordered, order = scaled.sort(dim=-1, descending=True, stable=True)
-    position = torch.arange(vocab, device=device)[None, :]
-    min_p = [p.min_p for p in params]
-    if any(m > 0 for m in min_p):
-        probs = ordered.softmax(-1)
-        floor = torch.tensor(min_p, dtype=probs.dtype, device=device)[:, None] * probs[:, :1]
-        ordered = ordered.masked_fill((probs < floor) & (position > 0), float("-inf"))
-    k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
-    ordered = ordered.masked_fill(position >= k[:, None], float("-inf"))
-    top_p = [p.top_p for p in params]
-    if any(t < 1 for t in top_p):
-        probs = ordered.softmax(-1)
-        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
-        limit = torch.tensor(top_p, dtype=probs.dtype, device=device)[:, None]
-        cut = (before > limit) & (limit < 1) & (position > 0)
-        ordered = ordered.masked_fill(cut, float("-inf"))
-    return ordered, order
+    neg = float("-inf")
+    x = scaled
+    if any(p.min_p > 0 for p in params):
+        logs = [math.log(p.min_p) if p.min_p > 0 else neg for p in params]
+        floor = x.max(-1).values + torch.tensor(logs, dtype=x.dtype, device=device)
+        x = x.masked_fill(x < floor[:, None], neg)
+    top_p = torch.tensor([p.top_p for p in params], dtype=x.dtype, device=device)
+    open_rows = (top_p >= 1)[:, None]
+    nucleus = any(p.top_p < 1 for p in params)
+    if k > 0:
+        values = x.topk(k, dim=-1).values  # descending
+        x = x.masked_fill(~_keep_first(x, values[:, -1], torch.full_like(top_p, k).long()), neg)
+        if nucleus:
+            count = _nucleus(values.softmax(-1), top_p)
+            cutoff = values.gather(1, (count - 1)[:, None])[:, 0]
+            x = x.masked_fill(~(_keep_first(x, cutoff, count) | open_rows), neg)
+        return x
+    if not nucleus:
+        return x
+    width = min(vocab, nucleus_width)
+    values = x.topk(width, dim=-1).values
+    count = _nucleus((values - x.logsumexp(-1, keepdim=True)).exp(), top_p)
+    cutoff = values.gather(1, (count - 1)[:, None])[:, 0]
+    wide = ((count >= width) & ~open_rows[:, 0]).nonzero()[:, 0] if width < vocab else None
+    if wide is not None and wide.numel():
+        ordered = x[wide].sort(dim=-1, descending=True).values
+        wide_count = _nucleus(ordered.softmax(-1), top_p[wide])
+        count[wide] = wide_count
+        cutoff[wide] = ordered.gather(1, (wide_count - 1)[:, None])[:, 0]
+    return x.masked_fill(~(_keep_first(x, cutoff, count) | open_rows), neg)
 
 
 def _truncates(p: SamplingParams) -> bool:
@@ -215,25 +254,24 @@ class Sampler:
             ids = rows_logits.argmax(-1)
             chosen[index] = ids
             logprobs[index] = rows_logits.log_softmax(-1).gather(1, ids[:, None])[:, 0]
-        for group in (
-            [i for i, p in enumerate(params) if not p.greedy and not _truncates(p)],
-            [i for i, p in enumerate(params) if not p.greedy and _truncates(p)],
-        ):
-            if not group:
-                continue
+        vocab = logits.shape[1]
+        groups: dict[int | None, list[int]] = {}  # top-k (0: none) of truncating rows, or None
+        for i, p in enumerate(params):
+            if not p.greedy:
+                key = (p.top_k if 0 < p.top_k < vocab else 0) if _truncates(p) else None
+                groups.setdefault(key, []).append(i)
+        for key, group in groups.items():
             index = torch.tensor(group, device=device)
             group_params = [params[i] for i in group]
             temps = torch.tensor([p.temperature for p in group_params], device=device)
             scaled = work[index] / temps[:, None]
-            if _truncates(group_params[0]):
-                scaled, order = _truncate(scaled, group_params)
-            else:
-                order = None
+            if key is not None:
+                scaled = _truncate(scaled, group_params, key)
             logp = scaled.log_softmax(-1)
             picked = _draw(logp, _uniforms(group, generators, device))
             logprobs[index] = logp.gather(1, picked[:, None])[:, 0]
-            chosen[index] = picked if order is None else order.gather(1, picked[:, None])[:, 0]
+            chosen[index] = picked
         return chosen, logprobs
 
 
-__all__ = ["Sampler", "apply_penalties", "seeded_generator"]
+__all__ = ["NUCLEUS_WIDTH", "Sampler", "apply_penalties", "seeded_generator"]
