@@ -48,6 +48,8 @@ class Api(enum.Enum):
     FEEDBACK = "feedback"
     # the OpenAI-compatible API under /v1 (models, completions, chat, embeddings)
     OPENAI = "openai"
+    # the web console under /console: its page, assets, summary and live event stream
+    CONSOLE = "console"
 
 
 # The groups that change what the server serves or how it behaves: the admin token guards them.
@@ -96,6 +98,30 @@ def parse_api(name: str, *, flag: str) -> Api:
             f"{', '.join(a.value for a in Api)}"
         )
     return api
+
+
+def cross_site_refusal(header: HeaderLookup) -> str | None:
+    """Why a state-changing request looks sent by another site's page (a cross-site request
+    forgery), or None. Browsers say where a request comes from: ``Sec-Fetch-Site`` (anything
+    but ``same-origin`` or ``none`` is refused) or, from older ones, an ``Origin`` whose host
+    is not the ``Host`` the request was sent to. Clients that are not browsers send neither."""
+    site = header("sec-fetch-site")
+    if site is not None and site.strip().lower() not in ("same-origin", "none"):
+        return (
+            f"refused a state-changing request sent from another site (Sec-Fetch-Site: {site}); "
+            "send it from the console on this server or from a client that is not a browser"
+        )
+    origin = header("origin")
+    if origin is not None and site is None:
+        host = (header("host") or "").strip().lower()
+        _, _, origin_host = origin.strip().lower().partition("://")
+        if origin.strip().lower() == "null" or origin_host.rstrip("/") != host:
+            return (
+                f"refused a state-changing request from origin '{origin}', which is not this "
+                "server's; send it from the console on this server or from a client that is "
+                "not a browser"
+            )
+    return None
 
 
 def closed_message(api: Api) -> str:
@@ -201,6 +227,15 @@ class AccessPolicy:
                     f"with {which}"
                 )
 
+    def describe(self, api: Api) -> str:
+        """How ``api`` is guarded, in one word for the console: ``closed``, ``restricted``,
+        ``token``, ``restricted+token`` or ``open``."""
+        if api in self._closed:
+            return "closed"
+        restricted, token = api in self._by_api, api in self._tokens
+        parts = [w for w, on in (("restricted", restricted), ("token", token)) if on]
+        return "+".join(parts) or "open"
+
     def unguarded(self, apis: Iterable[Api] = ADMIN_APIS) -> list[Api]:
         """The APIs among ``apis`` that any client may call (for the startup warning)."""
         return [api for api in apis if not self.guards(api)]
@@ -214,6 +249,7 @@ __all__ = [
     "HeaderLookup",
     "Restriction",
     "closed_message",
+    "cross_site_refusal",
     "parse_api",
     "parse_restriction",
 ]

@@ -151,7 +151,7 @@ class ServerConfig:
         http_only = sorted(
             api.value
             for r in self.grpc_restricted_protocols
-            for api in r.apis & (CLOSED_APIS | {Api.OPENAI})
+            for api in r.apis & (CLOSED_APIS | {Api.OPENAI, Api.CONSOLE})
         )
         if http_only:
             raise InvalidArgumentError(

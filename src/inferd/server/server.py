@@ -201,6 +201,25 @@ class Server:
             access=cfg.http_access(),
         )
 
+    def _console_app(self) -> Any:
+        """The web console, served on the HTTP port under /console."""
+        from inferd.frontends.console.app import ConsoleApp, ConsoleInfo
+
+        cfg = self.config
+        info = ConsoleInfo(
+            control_mode=cfg.model_control_mode.value,
+            ports=self.ports,
+            drift=self.drift is not None,
+            rollout=True,
+            stopping=lambda: self._stopped,
+        )
+        return ConsoleApp(
+            self.engine,
+            info=info,
+            log=logging.getLogger("inferd.console"),
+            access=cfg.http_access(),
+        )
+
     async def _start_listeners(self) -> None:
         cfg = self.config
         openai = self._openai_app() if cfg.allow_http or cfg.openai_port is not None else None
@@ -218,6 +237,7 @@ class Server:
                 drift_report=self._drift_report if self.drift is not None else None,
                 rollout=self.rollout,
                 openai=openai,
+                console=self._console_app(),
             )
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(

@@ -21,7 +21,7 @@ from inferd.codecs.repository import (
 from inferd.core.routing import RolloutAdmin
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, NotFoundError
-from inferd.frontends.access import AccessPolicy
+from inferd.frontends.access import ADMIN_APIS, AccessPolicy, cross_site_refusal
 from inferd.frontends.http.body import (
     OFF_LOOP_COMPRESSED_BYTES,
     OffLoop,
@@ -37,11 +37,12 @@ from inferd.frontends.http.compression import (
 from inferd.frontends.http.errors import HttpStatusError, describe_exception
 from inferd.frontends.http.generate import ClientGone, SseReply, decode_generate, generate_once
 from inferd.frontends.http.rollout import ROLLOUT_ENDPOINTS, rollout_answer
-from inferd.frontends.http.routes import API, Endpoint, Route, match_route
+from inferd.frontends.http.routes import API, METHOD, Endpoint, Route, match_route
 from inferd.frontends.http.shared_memory import SHARED_MEMORY_ENDPOINTS, shared_memory_answer
 from inferd.frontends.shared_memory import SharedMemoryRegistry
 
-if TYPE_CHECKING:  # the /v1 app imports this front end's modules
+if TYPE_CHECKING:  # the /v1 app and the console import this front end's modules
+    from inferd.frontends.console.app import ConsoleApp
     from inferd.frontends.openai.app import OpenAIApp
 
 Scope = MutableMapping[str, Any]
@@ -53,6 +54,12 @@ JSON = b"application/json"
 OCTET_STREAM = b"application/octet-stream"
 _NOT_FOUND = HttpStatusError(404, "Not Found")
 _NOT_ALLOWED = HttpStatusError(405, "Method Not Allowed")
+# the endpoints that change the server's state: a browser may call them only from this origin
+_STATE_CHANGING = frozenset(
+    e
+    for e in Endpoint
+    if API[e] in ADMIN_APIS and METHOD[e] != "GET" and e is not Endpoint.REPOSITORY_INDEX
+)
 
 
 @dataclass(slots=True)
@@ -137,6 +144,7 @@ class HttpApp:
         drift_report: Callable[[str, str], dict[str, Any]] | None = None,
         rollout: RolloutAdmin | None = None,
         openai: OpenAIApp | None = None,
+        console: ConsoleApp | None = None,
     ) -> None:
         if max_body_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
@@ -154,6 +162,7 @@ class HttpApp:
         self._drift_report = drift_report
         self._rollout = rollout
         self._openai = openai  # serves the paths under /v1/ (None: they are unknown routes)
+        self._console = console  # serves /console and the paths under it
         self._handlers: dict[
             Endpoint, Callable[[Route, Scope, Receive], Awaitable[Reply | SseReply]]
         ] = {
@@ -199,6 +208,11 @@ class HttpApp:
         if self._openai is not None and scope["path"].startswith("/v1/"):
             await self._openai.handle(scope, receive, send)
             return
+        if self._console is not None and scope["path"].startswith("/console"):
+            path = scope["path"]
+            if path == "/console" or path.startswith("/console/"):
+                await self._console.handle(scope, receive, send)
+                return
         try:
             reply = await self._dispatch(scope, receive)
             if isinstance(reply, SseReply):
@@ -223,6 +237,10 @@ class HttpApp:
             self._access.check(route.api, _header_lookup(scope))
         if scope["method"] != route.method:
             raise _NOT_ALLOWED
+        if route.endpoint in _STATE_CHANGING:
+            refusal = cross_site_refusal(_header_lookup(scope))
+            if refusal is not None:
+                raise HttpStatusError(403, refusal)
         return await self._handlers[route.endpoint](route, scope, receive)
 
     # -- body ---------------------------------------------------------------------------------
