@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
@@ -33,6 +34,7 @@ __all__ = [
     "parse_size",
     "parse_stat_ppid",
     "process_tree_rss",
+    "release_free_memory",
     "resolve_budget",
 ]
 
@@ -213,6 +215,17 @@ def process_tree_rss(pid: int | None = None, proc: Path = Path("/proc")) -> int:
         except (OSError, ValueError, IndexError):
             continue  # a worker that exited meanwhile
     return total
+
+
+def release_free_memory() -> None:
+    """Hand memory the allocator keeps after an unload back to the system (glibc's
+    ``malloc_trim``), so the resident set follows what the models hold; a no-op elsewhere."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def folder_bytes(path: Path) -> int:

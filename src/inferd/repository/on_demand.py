@@ -33,7 +33,7 @@ from inferd.core.clock import Clock, SystemClock
 from inferd.core.statistics import Histogram
 from inferd.errors import UnavailableError
 from inferd.repository.eviction import Choice, EvictionConfig, Resident, choose_victims
-from inferd.repository.memory import process_tree_rss
+from inferd.repository.memory import process_tree_rss, release_free_memory
 
 _log = logging.getLogger("inferd.repository")
 
@@ -101,6 +101,7 @@ class OnDemandLoader:
         loaded: Callable[[], dict[str, int]],
         estimate: Callable[[str], Awaitable[int]],
         measure: Callable[[], int] = process_tree_rss,
+        release: Callable[[], None] = release_free_memory,
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings
@@ -109,6 +110,7 @@ class OnDemandLoader:
         self._loaded = loaded
         self._estimate = estimate
         self._measure = measure
+        self._release = release
         self._clock = clock if clock is not None else SystemClock()
         self._models: dict[str, _Model] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -309,6 +311,7 @@ class OnDemandLoader:
         model = self._models.setdefault(victim, _Model())
         _log.info("model '%s' %s", victim, reason)
         await self._unload(victim, reason)
+        await asyncio.to_thread(self._release)
         model.evicted_at, model.evicted_reason = when, reason
         self._counters.evictions += 1
 
