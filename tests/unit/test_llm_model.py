@@ -134,3 +134,27 @@ def test_weights_only_from_safetensors_inside_the_folder(tmp_path: Path) -> None
     (folder / "model.safetensors").symlink_to(outside)
     with pytest.raises(ConfigError, match="resolves outside the model folder"):
         LlamaModel.load(folder)
+
+
+def test_decode_tokens_of_different_lengths_in_one_padded_batch(tmp_path: Path) -> None:
+    folder = write_tiny_llama(tmp_path / "m")
+    hf = load_hf(folder)
+    ours = LlamaModel.load(folder, dtype=torch.float64)
+    cache = _cache(ours)
+    prompts = [[7, 8, 9, 10, 11, 12, 13, 14, 15], [20, 21], [30, 31, 32, 33, 34]]
+    tables = [[5, 6, 7], [1], [2, 3]]
+    for prompt, table in zip(prompts, tables, strict=True):
+        ours.step([StepSequence(prompt[:-1], 0, table)], cache)
+    # every sequence decodes its last token in one step, with a prefill chunk among them
+    other = [40, 41, 42, 43]
+    logits = ours.step(
+        [
+            StepSequence(prompts[0][-1:], len(prompts[0]) - 1, tables[0]),
+            StepSequence(other, 0, [9]),
+            StepSequence(prompts[1][-1:], len(prompts[1]) - 1, tables[1]),
+            StepSequence(prompts[2][-1:], len(prompts[2]) - 1, tables[2]),
+        ],
+        cache,
+    )
+    for row, ids in zip(logits, [prompts[0], other, prompts[1], prompts[2]], strict=True):
+        torch.testing.assert_close(row.double(), _hf_logits(hf, ids)[-1], rtol=1e-5, atol=1e-5)

@@ -341,14 +341,30 @@ class LlamaModel:
         positions_t = torch.tensor(flat_positions, dtype=torch.int64, device=dev)
         write = torch.tensor(write_slots, dtype=torch.int64, device=dev)
         cos, sin = self._rotary(positions_t)
-        masks: list[torch.Tensor | None] = []
-        for s, n in zip(seqs, lengths, strict=True):
+        # prefill chunks attend one sequence at a time (causal within the chunk); every decode
+        # token of the step attends in one padded batch
+        offsets = [0, *itertools.accumulate(lengths)]
+        chunks: list[tuple[int, int, torch.Tensor, torch.Tensor]] = []  # offset, n, slots, mask
+        decode_rows: list[int] = []
+        decode_slots: list[torch.Tensor] = []
+        for i, (s, n) in enumerate(zip(seqs, lengths, strict=True)):
             if n == 1:
-                masks.append(None)  # one query sees every cached key and itself
+                decode_rows.append(offsets[i])
+                decode_slots.append(read_slots[i])
             else:
                 keys = torch.arange(s.start + n, device=dev)[None, :]
                 queries = torch.arange(s.start, s.start + n, device=dev)[:, None]
-                masks.append(keys <= queries)
+                chunks.append((offsets[i], n, read_slots[i], keys <= queries))
+        decode: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        if decode_rows:
+            longest = max(len(t) for t in decode_slots)
+            padded = torch.zeros((len(decode_rows), longest), dtype=torch.int64, device=dev)
+            valid = torch.zeros((len(decode_rows), longest), dtype=torch.bool, device=dev)
+            for row, slots in enumerate(decode_slots):
+                padded[row, : len(slots)] = slots
+                valid[row, : len(slots)] = True
+            rows = torch.tensor(decode_rows, dtype=torch.int64, device=dev)
+            decode = (rows, padded, valid[:, None, None, :])
         x = self.embed[tokens]
         q_size = cfg.heads * cfg.head_dim
         kv_size = cfg.kv_heads * cfg.head_dim
@@ -366,9 +382,8 @@ class LlamaModel:
             v_cache = cache.v[index].view(-1, cfg.kv_heads, cfg.head_dim)
             k_cache[write] = k
             v_cache[write] = v
-            outs = []
-            offset = 0
-            for n, slots, mask in zip(lengths, read_slots, masks, strict=True):
+            attn = torch.empty((total, q_size), dtype=x.dtype, device=dev)
+            for offset, n, slots, mask in chunks:
                 qs = q[offset : offset + n].transpose(0, 1)[None]  # [1, heads, n, d]
                 ks = k_cache[slots].transpose(0, 1)  # [kv_heads, L, d]
                 vs = v_cache[slots].transpose(0, 1)
@@ -376,9 +391,17 @@ class LlamaModel:
                     ks = ks.repeat_interleave(groups, dim=0)
                     vs = vs.repeat_interleave(groups, dim=0)
                 o = F.scaled_dot_product_attention(qs, ks[None], vs[None], attn_mask=mask)
-                outs.append(o[0].transpose(0, 1).reshape(n, q_size))
-                offset += n
-            attn = torch.cat(outs) if len(outs) > 1 else outs[0]
+                attn[offset : offset + n] = o[0].transpose(0, 1).reshape(n, q_size)
+            if decode is not None:
+                rows, padded, valid = decode
+                qs = q[rows][:, :, None, :]  # [B, heads, 1, d]
+                ks = k_cache[padded].transpose(1, 2)  # [B, kv_heads, L, d]
+                vs = v_cache[padded].transpose(1, 2)
+                if groups > 1:
+                    ks = ks.repeat_interleave(groups, dim=1)
+                    vs = vs.repeat_interleave(groups, dim=1)
+                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=valid)
+                attn[rows] = o.reshape(len(rows), q_size)
             x = x + attn @ layer["self_attn.o_proj.weight"].T
             h = self._rms(x, layer["post_attention_layernorm.weight"])
             gate_up = h @ layer["gate_up"].T
