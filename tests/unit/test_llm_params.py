@@ -21,8 +21,10 @@ from inferd.frontends.openai.schemas import parse_completion
 LIMIT = 512
 
 
-def parse(body: object) -> SamplingParams:
-    return parse_sampling_parameters(orjson.dumps(body), max_tokens_limit=LIMIT)
+def parse(body: object, *, returns_logprobs: bool = True) -> SamplingParams:
+    return parse_sampling_parameters(
+        orjson.dumps(body), max_tokens_limit=LIMIT, returns_logprobs=returns_logprobs
+    )
 
 
 def test_absent_or_empty_gives_vllm_defaults() -> None:
@@ -139,7 +141,7 @@ def test_what_the_openai_front_end_sends_is_accepted() -> None:
         ({"best_of": 3}, "best_of", "supports only 1"),
         ({"use_beam_search": True}, "use_beam_search", "supports only False"),
         ({"max_tokens": 0}, "max_tokens", "at least 1"),
-        ({"max_tokens": LIMIT + 1}, "max_tokens", "limit of 512"),
+        ({"max_tokens": LIMIT + 1}, "max_tokens", "limit of 512 for this request"),
         ({"max_tokens": 1.5}, "max_tokens", "integer"),
         ({"max_tokens": "many"}, "max_tokens", "integer"),
         ({"min_tokens": 20}, "min_tokens", "between 0 and max_tokens"),
@@ -185,3 +187,12 @@ def test_oversized_payload_is_refused() -> None:
     text = orjson.dumps({"stop": ["a"], "pad": "x" * 70_000})
     with pytest.raises(InvalidArgumentError, match="bytes, above the limit"):
         parse_sampling_parameters(text, max_tokens_limit=LIMIT)
+
+
+def test_logprobs_are_refused_where_nothing_returns_them() -> None:
+    for value in (True, 0, "true"):
+        with pytest.raises(InvalidArgumentError, match="'logprobs' cannot be honoured"):
+            parse({"logprobs": value}, returns_logprobs=False)
+    assert parse({"logprobs": False}, returns_logprobs=False).logprobs is False
+    assert parse({"logprobs": None}, returns_logprobs=False).logprobs is False
+    assert parse({"logprobs": 0}).logprobs is True

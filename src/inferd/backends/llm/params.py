@@ -134,8 +134,10 @@ def _token_ids(key: str, value: Any) -> tuple[int, ...]:
 def _logprobs(key: str, value: Any) -> bool:
     # vLLM's logprobs is the number of top alternatives besides the chosen token; only the
     # chosen token's log-probability (0, or true) is available here
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, bool) or (
+        isinstance(value, str) and value.strip().lower() in ("true", "false")
+    ):
+        return _boolean(key, value)
     count = _integer(key, value)
     if count != 0:
         raise _fail(
@@ -208,12 +210,15 @@ def _parse_object(text: str | bytes | None) -> dict[str, Any]:
     return parsed
 
 
-def parse_sampling_parameters(text: str | bytes | None, *, max_tokens_limit: int) -> SamplingParams:
+def parse_sampling_parameters(
+    text: str | bytes | None, *, max_tokens_limit: int, returns_logprobs: bool = False
+) -> SamplingParams:
     """The :class:`SamplingParams` of a request's ``sampling_parameters`` JSON (None: defaults).
 
     ``max_tokens`` above ``max_tokens_limit`` is refused; ``"max_tokens": null`` asks for as many
     as allowed (vLLM's meaning of null), so it becomes ``max_tokens_limit``. A key given as null
-    keeps its default.
+    keeps its default. ``logprobs`` is refused unless the caller ``returns_logprobs`` (has an
+    output to return them in), so it is never accepted and then ignored.
     """
     if max_tokens_limit < 1:
         raise ValueError("max_tokens_limit must be at least 1")
@@ -236,6 +241,12 @@ def parse_sampling_parameters(text: str | bytes | None, *, max_tokens_limit: int
             continue
         fields[key] = parse(key, value)
     params = SamplingParams(**fields)
+    if params.logprobs and not returns_logprobs:
+        raise _fail(
+            "logprobs",
+            "cannot be honoured: this model's outputs carry only the text, not "
+            "log-probabilities; leave it out or false",
+        )
     _check(params, max_tokens_limit)
     return params
 
@@ -246,7 +257,7 @@ def _check(p: SamplingParams, max_tokens_limit: int) -> None:
     if p.max_tokens > max_tokens_limit:
         raise _fail(
             "max_tokens",
-            f"is {p.max_tokens}, above this model's limit of {max_tokens_limit}",
+            f"is {p.max_tokens}, above the limit of {max_tokens_limit} for this request",
         )
     if not 0 <= p.min_tokens <= p.max_tokens:
         raise _fail(

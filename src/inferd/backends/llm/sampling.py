@@ -9,10 +9,11 @@ One pass over the batch, every per-sequence setting a tensor row:
 2. greedy sequences (temperature below 1e-5) take the argmax, ties to the lowest id;
 3. the others divide by their temperature, then drop tokens below ``min_p`` times the most
    likely one, keep the ``top_k`` most likely, then the smallest nucleus whose mass reaches
-   ``top_p`` (always at least one token), and draw one token from what is left by inverse
-   transform sampling with one uniform number per sequence. A seeded sequence draws its number
-   from its own :class:`torch.Generator`, and the order it samples in depends only on its own
-   settings, so a seed gives the same tokens whatever the batch around it.
+   ``top_p`` (always at least one token; ties at a cut go to the lowest ids, as after a stable
+   sort), and draw one token from what is left by inverse transform sampling over the
+   vocabulary in its own order, with one uniform number per sequence. A seeded sequence draws
+   its number from its own :class:`torch.Generator`, so a seed gives the same tokens whatever
+   the batch around it.
 
 The log-probability returned with each token is that of the distribution actually sampled from
 (vLLM's "processed" log-probabilities: after penalties, temperature and truncation,
