@@ -27,7 +27,7 @@ from inferd.backends.llm.engine import Generation, GenerationEngine  # noqa: E40
 from inferd.backends.llm.model import LlamaModel  # noqa: E402
 from inferd.backends.llm.params import SamplingParams  # noqa: E402
 from inferd.backends.llm.policy import PolicyConfig  # noqa: E402
-from inferd.errors import InferdError, InvalidArgumentError  # noqa: E402
+from inferd.errors import InferdError, InvalidArgumentError, OverloadedError  # noqa: E402
 from tests.helpers.tiny_llama import load_hf, write_tiny_llama  # noqa: E402
 
 EOS = 2
@@ -78,7 +78,9 @@ def tokenizer(folder: Path) -> Any:
 
 
 @contextlib.contextmanager
-def _engine(model: LlamaModel, tokenizer: Any, **kwargs: int) -> Iterator[GenerationEngine]:
+def _engine(
+    model: LlamaModel, tokenizer: Any, max_waiting: int = 1024, **kwargs: int
+) -> Iterator[GenerationEngine]:
     settings = {
         "max_running": 8,
         "max_step_tokens": 24,
@@ -87,7 +89,13 @@ def _engine(model: LlamaModel, tokenizer: Any, **kwargs: int) -> Iterator[Genera
         "max_model_len": 256,
         **kwargs,
     }
-    engine = GenerationEngine(model, tokenizer, PolicyConfig(**settings), eos_ids=frozenset({EOS}))
+    engine = GenerationEngine(
+        model,
+        tokenizer,
+        PolicyConfig(**settings),
+        eos_ids=frozenset({EOS}),
+        max_waiting=max_waiting,
+    )
     engine.start()
     try:
         yield engine
@@ -276,3 +284,19 @@ def test_whole_answer_and_stream_carry_the_same_text(model: LlamaModel, tokenize
         assert whole.done.wait(WAIT_S)
     assert len(whole.texts) == 1
     assert whole.texts[0] == "PROMPT:" + "".join(streamed.texts)
+
+
+def test_the_waiting_queue_is_bounded(model: LlamaModel, tokenizer: Any) -> None:
+    with _engine(model, tokenizer, max_waiting=2, max_running=1) as engine:
+        running = _submit(engine, [5, 6, 7], max_tokens=200, ignore_eos=True)
+        pause = threading.Event()
+        while not running.ids:  # admitted: it no longer waits
+            pause.wait(0.005)
+        queued = [_submit(engine, [8, 9], max_tokens=4) for _ in range(2)]
+        with pytest.raises(OverloadedError, match=r"2 requests already wait .*max_waiting"):
+            _submit(engine, [10, 11], max_tokens=4)
+        running.handle.cancel()
+        for run in queued:
+            assert run.done.wait(WAIT_S)
+            assert run.error is None
+        assert engine.statistics().waiting == 0

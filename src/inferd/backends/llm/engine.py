@@ -44,6 +44,7 @@ from inferd.errors import (
     InferdError,
     InternalError,
     InvalidArgumentError,
+    OverloadedError,
     UnavailableError,
 )
 
@@ -158,6 +159,7 @@ class GenerationEngine:
         *,
         eos_ids: frozenset[int],
         threads: int = 0,
+        max_waiting: int = 1024,
         name: str = "llm",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -169,6 +171,7 @@ class GenerationEngine:
         self._tokenizer = tokenizer
         self._eos = eos_ids
         self._threads = threads
+        self._max_waiting = max_waiting
         self._clock = clock
         self._sampler = Sampler()
         self._blocks = BlockAllocator(cfg.total_blocks)
@@ -201,7 +204,8 @@ class GenerationEngine:
 
     def submit(self, gen: Generation) -> GenerationHandle:
         """Queue ``gen``; raises InvalidArgumentError (queuing nothing) for a request that can
-        never fit the cache or ``max_model_len``."""
+        never fit the cache or ``max_model_len``, OverloadedError when ``max_waiting`` requests
+        already wait."""
         if not gen.prompt_ids:
             raise InvalidArgumentError("the prompt is empty: give at least one token of text")
         check_fits(len(gen.prompt_ids), gen.params.max_tokens, self.cfg)
@@ -217,6 +221,11 @@ class GenerationEngine:
         with self._cond:
             if self._closed:
                 raise UnavailableError("the model is being unloaded")
+            if len(self._inbox) + len(self._waiting) >= self._max_waiting:
+                raise OverloadedError(
+                    f"{self._max_waiting} requests already wait for this model "
+                    "(parameter max_waiting); try again later"
+                )
             seq = _Seq(
                 seq_id=self._next_id,
                 arrival=self._clock(),

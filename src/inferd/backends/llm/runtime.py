@@ -59,6 +59,8 @@ PARAMETERS = {
     "max_model_len tokens, at most 1 GiB)",
     "kv_cache_blocks": "the KV cache's size in blocks (instead of kv_cache_bytes)",
     "block_tokens": "tokens per KV cache block (default 16)",
+    "max_waiting": "requests that may wait for a place in the running batch; more are refused "
+    "as overloaded (default 1024)",
     "dtype": "float32 (default), bfloat16, float16 or float64",
     "device": "cpu (default), cuda or cuda:N",
     "threads": "intra-op threads of the generation thread (default: the cores shared among "
@@ -76,6 +78,7 @@ class LlmSettings:
     kv_cache_bytes: int | None
     kv_cache_blocks: int | None
     block_tokens: int
+    max_waiting: int
     dtype: str
     device: str
     threads: int
@@ -102,6 +105,8 @@ def parse_llm_settings(spec: ModelSpec) -> LlmSettings:
     threads = number("threads", default_intra_op_threads(spec), minimum=0)
     step = number("max_step_tokens", max(256, max_running))
     block = number("block_tokens", 16)
+    waiting = number("max_waiting", 1024)
+    assert waiting is not None
     assert step is not None
     assert block is not None
     assert threads is not None
@@ -112,6 +117,7 @@ def parse_llm_settings(spec: ModelSpec) -> LlmSettings:
         kv_cache_bytes=number("kv_cache_bytes", None),
         kv_cache_blocks=number("kv_cache_blocks", None),
         block_tokens=block,
+        max_waiting=waiting,
         dtype=dtype,
         device=device,
         threads=threads,
@@ -386,7 +392,13 @@ class LlmBackend:
         )
         eos = _eos_ids(folder, model.config.eos_token_ids)
         engine = GenerationEngine(
-            model, tokenizer, cfg, eos_ids=eos, threads=settings.threads, name=spec.name
+            model,
+            tokenizer,
+            cfg,
+            eos_ids=eos,
+            threads=settings.threads,
+            max_waiting=settings.max_waiting,
+            name=spec.name,
         )
         engine.start()
         return LlmLoadedModel(spec, engine, tokenizer)
