@@ -289,3 +289,46 @@ def test_skip_special_tokens_false_keeps_them() -> None:
     params = SamplingParams(max_tokens=10, ignore_eos=True, skip_special_tokens=False)
     chunks, _, _ = run(ids, params)
     assert "".join(chunks) == "hi" + EOS
+
+
+@functools.cache
+def llama_style() -> tokenizers.Tokenizer:
+    """A SentencePiece-style tokenizer as Llama's tokenizer.json has it: spaces as "▁",
+    characters outside the vocabulary as <0xNN> byte tokens, the first space stripped."""
+    from tokenizers import normalizers
+
+    pieces = ["<unk>", *(f"<0x{b:02X}>" for b in range(256)), *"▁helowrdsaytä,", "▁h", "ll"]
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    merges = [("▁", "h"), ("l", "l")]
+    tok = tokenizers.Tokenizer(
+        models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True)
+    )
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(content=" ", left=1, right=0),
+        ]
+    )
+    return tok
+
+
+def llama_ids(text: str) -> list[int]:
+    return list(llama_style().encode(text, add_special_tokens=False).ids)
+
+
+@pytest.mark.parametrize("answer", [" hello wörld 🎉 日本", "🎉🎉", " é", " hello"])
+def test_a_sentencepiece_style_tokenizer_streams_as_it_decodes(answer: str) -> None:
+    tok = llama_style()
+    prompt = llama_ids("say")
+    ids = llama_ids("say" + answer)[len(prompt) :]
+    assert tok.decode(prompt + ids) == "say" + answer
+    if not answer.isascii():  # bytes, several a character
+        assert any(tok.id_to_token(t).startswith("<0x") for t in ids)
+    checker = StopChecker(tok, SamplingParams(max_tokens=100), frozenset(), prompt)
+    chunks = [checker.push(t)[0] for t in ids]
+    chunks.append(checker.flush())
+    assert "".join(chunks) == answer  # the leading space kept: decoded in context
+    assert not any("\ufffd" in c for c in chunks)

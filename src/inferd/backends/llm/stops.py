@@ -51,7 +51,7 @@ class StopChecker:
         self._stop_ids = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos else eos_ids
         )
-        context = list(prompt_ids[-_PROMPT_CONTEXT:]) if prompt_ids else []
+        context = list(prompt_ids[max(len(prompt_ids) - _PROMPT_CONTEXT, 0) :])
         # ids from the prefix offset on: _ids[:_read] is decoded and emitted (or held)
         self._ids: list[int] = context
         self._read = len(context)
