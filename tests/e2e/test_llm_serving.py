@@ -216,3 +216,22 @@ def test_refusals_name_the_problem(http: httpx.Client, client: Any) -> None:
     assert "max_tokens" in reply.json()["error"]
     # the model still serves
     assert _generate(http, PROMPT, 4)
+
+
+def test_metrics_report_the_generation(server: ServerProcess, http: httpx.Client) -> None:
+    assert _generate(http, PROMPT, 5)
+    text = httpx.get(f"http://{server.metrics_url}/metrics", timeout=10).text
+    labels = f'model="{MODEL}",version="1"'
+    values = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("inferd_llm_")
+    }
+    assert values[f"inferd_llm_kv_cache_blocks{{{labels}}}"] == 64
+    assert values[f"inferd_llm_kv_cache_blocks_used{{{labels}}}"] == 0
+    assert values[f"inferd_llm_running_sequences{{{labels}}}"] == 0
+    assert values[f"inferd_llm_generated_tokens_total{{{labels}}}"] >= 5
+    finished = f'inferd_llm_requests_total{{model="{MODEL}",outcome="finished",version="1"}}'
+    assert values[finished] >= 1
+    assert values[f"inferd_llm_time_to_first_token_seconds_count{{{labels}}}"] >= 1
+    assert values[f"inferd_llm_time_to_first_token_seconds_sum{{{labels}}}"] > 0

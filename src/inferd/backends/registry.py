@@ -78,6 +78,11 @@ class BackendRegistry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def built(self, name: str) -> Backend | None:
+        """The backend ``name`` if a model has already needed it (never builds one)."""
+        entry = self._entries.get(name)
+        return entry.backend if entry is not None else None
+
     def get(self, name: str) -> Backend:
         entry = self._entries.get(name)
         if entry is None:

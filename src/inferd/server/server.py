@@ -78,13 +78,13 @@ class Server:
         if cfg.response_cache_bytes is not None:
             self.response_cache = ResponseCache(cfg.response_cache_bytes)
         recent = RecentRequests(cfg.warmup_from_recent) if cfg.warmup_from_recent > 0 else None
+        if self.registry is None:
+            self.registry = default_registry(
+                backend_options={"sklearn": {"allow_pickle": cfg.allow_pickle_models}}
+            )
         self.manager = RepositoryManager(
             cfg.model_repositories,
-            self.registry
-            if self.registry is not None
-            else default_registry(
-                backend_options={"sklearn": {"allow_pickle": cfg.allow_pickle_models}}
-            ),
+            self.registry,
             mode=cfg.model_control_mode,
             options=LoadOptions(
                 auto_complete=cfg.auto_complete_config,
@@ -304,6 +304,11 @@ class Server:
         from inferd.metrics.rollout import RolloutCollector
 
         collectors: list[Any] = [RolloutCollector(self.rollout.statistics)]
+        if self.registry is not None:
+            from inferd.metrics.llm import LlmCollector, llm_statistics
+
+            backends = self.registry
+            collectors.append(LlmCollector(lambda: llm_statistics(backends)))
         if self.config.model_control_mode is ControlMode.ON_DEMAND:
             from inferd.metrics.on_demand import OnDemandCollector
 

@@ -39,6 +39,7 @@ from inferd.backends.llm.params import SamplingParams
 from inferd.backends.llm.policy import PolicyConfig, SeqState, check_fits, plan_step
 from inferd.backends.llm.sampling import Sampler, seeded_generator
 from inferd.backends.llm.stops import StopChecker
+from inferd.core.llm_stats import LlmStatistics
 from inferd.errors import (
     DeadlineExceededError,
     InferdError,
@@ -113,32 +114,6 @@ class GenerationHandle:
     def cancel(self) -> None:
         self._seq.cancelled = True
         self._engine._wake()
-
-
-@dataclass(frozen=True, slots=True)
-class LlmStatistics:
-    """A snapshot of the engine for the statistics and metrics (times in seconds)."""
-
-    running: int
-    waiting: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    requests_total: int  # submitted and accepted
-    finished_total: int
-    cancelled_total: int
-    failed_total: int  # aborted, timed out or failed in a step
-    preemptions_total: int
-    prompt_tokens_total: int
-    generated_tokens_total: int
-    steps_total: int
-    ttft_sum_s: float
-    ttft_count: int
-    itl_sum_s: float
-    itl_count: int
-    ttft_p50_s: float
-    ttft_p99_s: float
-    itl_p50_s: float
-    itl_p99_s: float
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from inferd.backends.base import LoadContext, Result
 from inferd.backends.parameters import check_keys, int_param
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
+from inferd.core.llm_stats import LlmStatistics, ModelLlmStatistics
 from inferd.core.model_spec import InstanceGroupSpec, ModelSpec
 from inferd.core.streaming import StreamedResponse
 from inferd.errors import ConfigError, InferdError, InvalidArgumentError
@@ -198,21 +199,33 @@ def _output(text: str) -> dict[str, np.ndarray[Any, Any]]:
 class LlmLoadedModel:
     """A loaded language model: its engine, shared by every instance."""
 
-    def __init__(self, spec: ModelSpec, engine: Any, tokenizer: Any) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        engine: Any,
+        tokenizer: Any,
+        version: int = 0,
+        on_close: Callable[[LlmLoadedModel], None] | None = None,
+    ) -> None:
         self.spec = spec
+        self.version = version
         self.engine = engine
         self._tokenizer = tokenizer
+        self._on_close = on_close
         self._closed = False
 
     def create_instance(self, group: InstanceGroupSpec, index: int) -> LlmInstance:
         return LlmInstance(self)
 
-    def statistics(self) -> Any:
-        return self.engine.statistics()
+    def statistics(self) -> LlmStatistics:
+        stats: LlmStatistics = self.engine.statistics()
+        return stats
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._on_close is not None:
+                self._on_close(self)
             self.engine.close()
 
     def execute_one(self, request: InferRequest) -> Result:
@@ -318,11 +331,28 @@ def _auto_io(config: Any) -> None:
 
 
 class LlmBackend:
-    """``backend: "llm"``: Llama-architecture language models (see the module docstring)."""
+    """``backend: "llm"``: Llama-architecture language models (see the module docstring).
+
+    It keeps the models it loaded until they close, for :meth:`statistics`."""
 
     name = "llm"
     platforms: tuple[str, ...] = ()
     default_model_filename = "model.safetensors"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: list[LlmLoadedModel] = []
+
+    def statistics(self) -> list[ModelLlmStatistics]:
+        """A snapshot of every loaded language model, by name and version."""
+        with self._lock:
+            live = list(self._live)
+        return [ModelLlmStatistics(m.spec.name, m.version, m.statistics()) for m in live]
+
+    def _forget(self, model: LlmLoadedModel) -> None:
+        with self._lock:
+            if model in self._live:
+                self._live.remove(model)
 
     def auto_complete(self, config: Any, model_path: Path, *, default_max_batch_size: int) -> None:
         if config.max_batch_size != 0:
@@ -401,4 +431,7 @@ class LlmBackend:
             name=spec.name,
         )
         engine.start()
-        return LlmLoadedModel(spec, engine, tokenizer)
+        loaded = LlmLoadedModel(spec, engine, tokenizer, ctx.version, self._forget)
+        with self._lock:
+            self._live.append(loaded)
+        return loaded
