@@ -332,3 +332,16 @@ def test_a_sentencepiece_style_tokenizer_streams_as_it_decodes(answer: str) -> N
     chunks.append(checker.flush())
     assert "".join(chunks) == answer  # the leading space kept: decoded in context
     assert not any("\ufffd" in c for c in chunks)
+
+
+def test_flush_sends_what_was_held_once() -> None:
+    params = SamplingParams(max_tokens=100, stop=("hello!",))
+    checker = StopChecker(tokenizer(), params, frozenset(), [])
+    sent = "".join(checker.push(t)[0] for t in ids_of("say hello"))
+    assert sent == "say "  # "hello" could begin the stop string
+    assert checker.flush() == "hello"
+    assert checker.finish_reason == "length"
+    assert checker.flush() == ""
+    stopped = StopChecker(tokenizer(), SamplingParams(max_tokens=1), frozenset(), [])
+    assert stopped.push(ids_of("a")[0]) == ("a", "length")
+    assert stopped.flush() == ""

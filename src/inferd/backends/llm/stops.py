@@ -173,12 +173,20 @@ class StopChecker:
         return out, self.finish_reason
 
     def flush(self) -> str:
-        """The text still held, for a sequence ended from outside (model length, cancel)."""
-        if self.finish_reason is None:
-            self.finish_reason = "length"
-        text = self._held + self._flush_tokens()
-        self._held = ""
-        return text
+        """The text still held, for a sequence ended from outside (model length, cancel); its
+        finish reason becomes "length" ("stop" if the held text completes a stop string).
+        Nothing once the sequence has finished."""
+        if self.finish_reason is not None:
+            return ""
+        self.finish_reason = "length"
+        text = self._flush_tokens()
+        if self.generated <= self._params.min_tokens:
+            out, self._held = self._held + text, ""
+            return out
+        out, matched = self._scan(text, final=True)
+        if matched:
+            self.finish_reason = "stop"
+        return out
 
 
 __all__ = ["StopChecker"]
