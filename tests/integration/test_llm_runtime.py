@@ -12,9 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
 from inferd.backends.base import LoadContext
 from inferd.backends.llm.runtime import LlmLoadedModel
 from inferd.backends.registry import default_registry
@@ -24,6 +21,9 @@ from inferd.core.model_spec import InstanceGroupSpec
 from inferd.errors import ConfigError, InferdError, InvalidArgumentError
 from inferd.repository.config import read_model_config
 from tests.helpers.tiny_llama import write_tiny_llama
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
 CONFIG = """
 name: "tiny"
@@ -95,6 +95,15 @@ def test_parameters_are_checked(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         _load(_folder(tmp_path, weights, params))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_a_kind_gpu_group_asks_for_cuda(tmp_path: Path, weights: Path) -> None:
+    model_dir = _folder(tmp_path, weights, {})
+    config = model_dir / "config.pbtxt"
+    config.write_text(config.read_text() + "instance_group [{ kind: KIND_GPU gpus: [ 1 ] }]\n")
+    with pytest.raises(ConfigError, match="'device' is 'cuda:1' but no CUDA device"):
+        _load(model_dir)
 
 
 def test_a_model_that_is_not_decoupled_is_refused(tmp_path: Path, weights: Path) -> None:

@@ -63,7 +63,8 @@ PARAMETERS = {
     "max_waiting": "requests that may wait for a place in the running batch; more are refused "
     "as overloaded (default 1024)",
     "dtype": "float32 (default), bfloat16, float16 or float64",
-    "device": "cpu (default), cuda or cuda:N",
+    "device": "cpu, cuda or cuda:N (default: cuda:N for a KIND_GPU instance group, its first "
+    "GPU, else cpu)",
     "threads": "intra-op threads of the generation thread (default: the cores shared among "
     "the model's instances)",
 }
@@ -85,6 +86,15 @@ class LlmSettings:
     threads: int
 
 
+def _group_device(spec: ModelSpec) -> str:
+    """``cuda:N`` (the first GPU listed, else ``cuda``) for a ``KIND_GPU`` instance group;
+    ``cpu`` otherwise."""
+    for group in spec.instance_groups:
+        if group.kind == "KIND_GPU":
+            return f"cuda:{group.gpus[0]}" if group.gpus else "cuda"
+    return "cpu"
+
+
 def parse_llm_settings(spec: ModelSpec) -> LlmSettings:
     """The backend's parameters of ``spec``; ConfigError naming a wrong or unknown one."""
     params = dict(spec.parameters)
@@ -100,7 +110,7 @@ def parse_llm_settings(spec: ModelSpec) -> LlmSettings:
     dtype = params.get("dtype", "float32").strip().lower()
     if dtype not in _DTYPES:
         raise ConfigError(f"parameter 'dtype' must be one of {', '.join(_DTYPES)}, got '{dtype}'")
-    device = params.get("device", "cpu").strip().lower()
+    device = params.get("device", _group_device(spec)).strip().lower()
     if not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
         raise ConfigError(f"parameter 'device' must be cpu, cuda or cuda:N, got '{device}'")
     threads = number("threads", default_intra_op_threads(spec), minimum=0)
