@@ -53,8 +53,9 @@ def _flatten(
     """Every history's ids in one tensor, with each id's row and position in its history."""
     lists = [h for h in histories if not isinstance(h, torch.Tensor)]
     if len(lists) == len(histories):
-        flat = list(itertools.chain.from_iterable(lists))
-        tokens = torch.from_numpy(np.array(flat, dtype=np.int64).reshape(-1)).to(device)
+        total = sum(len(h) for h in lists)
+        flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=total)
+        tokens = torch.from_numpy(flat).to(device)
     else:
         tokens = torch.cat(
             [
@@ -64,11 +65,11 @@ def _flatten(
                 for h in histories
             ]
         )
-    lengths = torch.tensor([len(h) for h in histories], dtype=torch.int64, device=device)
-    rows = torch.repeat_interleave(torch.arange(len(histories), device=device), lengths)
-    starts = torch.cumsum(lengths, 0) - lengths
-    positions = torch.arange(tokens.shape[0], device=device) - starts[rows]
-    return tokens, rows, positions
+    lengths = np.array([len(h) for h in histories], dtype=np.int64)
+    rows = np.repeat(np.arange(len(histories), dtype=np.int64), lengths)
+    starts = np.cumsum(lengths) - lengths
+    positions = np.arange(rows.shape[0], dtype=np.int64) - starts[rows]
+    return tokens, torch.from_numpy(rows).to(device), torch.from_numpy(positions).to(device)
 
 
 def apply_penalties(
