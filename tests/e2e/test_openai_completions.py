@@ -403,3 +403,33 @@ def test_a_client_that_disconnects_cancels_the_models_stream(
         assert time.monotonic() < deadline, "the model never saw the request cancelled"
         time.sleep(0.05)
     assert int(marker.read_text()) > 0
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def _success_and_failures(server: ServerProcess) -> tuple[int, int]:
+    reply = raw_request(server.http_url, "GET", "/v2/models/echo_llm/stats")
+    assert reply.status == 200, reply.body
+    stats = reply.json()["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"]), int(stats["fail"]["count"])
+
+
+def test_every_answered_request_counts_as_a_success(server: ServerProcess) -> None:
+    """A client that stops reading at the final response has read all of it: the request is a
+    success in the statistics extension, not a cancellation."""
+    before_ok, before_failed = _success_and_failures(server)
+    with openai.OpenAI(
+        base_url=f"http://{server.http_url}/v1", api_key="unused", max_retries=0
+    ) as sdk:
+        for _ in range(12):
+            sdk.completions.create(model="echo_llm", prompt="one two three")
+        for _ in range(4):
+            list(sdk.completions.create(model="echo_llm", prompt="one two", stream=True))
+    deadline = time.monotonic() + 10  # the count is taken as each execute ends, after its answer
+    while True:
+        ok, failed = _success_and_failures(server)
+        if ok - before_ok >= 16 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert (ok - before_ok, failed - before_failed) == (16, 0)

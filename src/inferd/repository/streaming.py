@@ -121,9 +121,11 @@ async def stream_model(
                 item = queue.get_nowait()
             if budget is not None:
                 budget.release()
+            # finished before the yield: a consumer that stops at the final response (closing
+            # this generator at the yield) has read the whole stream; nothing is cancelled
+            finished = item.final
             yield item
-            if item.final:
-                finished = True
+            if finished:
                 return
         error = task.exception()
         if error is not None:
@@ -142,6 +144,16 @@ async def stream_model(
         if not finished:
             sink.cancel()
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            if finished:
+                # the model has sent its final response and its execute is ending: let the
+                # request complete, so it counts as the success it is, not as a cancellation
+                task.add_done_callback(_retrieve)
+            else:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an error after the final response has no one to reach
