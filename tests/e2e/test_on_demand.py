@@ -39,6 +39,15 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1, 16 ] }} ]
 """
 
 
+WARMUP = """
+model_warmup [ {
+  name: "w" batch_size: 1
+  inputs { key: "X" value: { data_type: TYPE_FP32 dims: [ 1, 16 ] input_data_file: "none.bin" } }
+  inputs { key: "I" value: { data_type: TYPE_INT64 dims: [ 1 ] zero_data: true } }
+} ]
+"""
+
+
 def table_model(value: float) -> bytes:
     """Y = X + table[I]: the table (ROWS x 16 float32) stays in memory, as a model's weights."""
     table = numpy_helper.from_array(np.full((ROWS, 16), value, np.float32), "table")
@@ -76,6 +85,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f.truncate(1 << 40)
     # broken: its model file is not ONNX
     write(root, "broken", b"this is not an onnx model")
+    # its warm-up runs inside the on-demand load: one whose data file is missing fails it
+    warm = write(root, "warm_fail", table_model(5.0))
+    with (warm / "config.pbtxt").open("a") as f:
+        f.write(WARMUP)
     return root
 
 
@@ -219,6 +232,14 @@ def test_a_failed_load_fails_only_its_own_requests(server: ServerProcess) -> Non
             f.result()
     assert all("broken" in m for m in messages), messages
     assert _index(server)["broken"]["state"] == "UNAVAILABLE"
+
+
+def test_the_warm_up_runs_inside_the_on_demand_load(server: ServerProcess) -> None:
+    with (
+        httpclient.InferenceServerClient(server.http_url) as client,
+        pytest.raises(InferenceServerException, match="warmup 'w' cannot build its inputs"),
+    ):
+        client.infer("warm_fail", _inputs(httpclient))
 
 
 def test_eviction_under_load_fails_no_request(server: ServerProcess) -> None:
