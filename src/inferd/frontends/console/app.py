@@ -274,7 +274,8 @@ class ConsoleApp:
 
     # -- events ---------------------------------------------------------------------------------
 
-    def _sample(self) -> Sample:
+    def sample(self) -> Sample:
+        """One reading of the server's counters (what each event is computed from)."""
         return Sample.of(time.monotonic(), process_usage(), self._engine.model_statistics())
 
     async def _stream(self, send: Send, model: str | None) -> None:
@@ -288,16 +289,17 @@ class ConsoleApp:
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send(_chunk(b"retry: 2000\n\n"))
-        prev = self._sample()
-        await send(_chunk(_event(self._event(prev, prev, model))))
+        prev = self.sample()
+        await send(_chunk(_event(self.event(prev, prev, model))))
         while not self._info.stopping():
             await asyncio.sleep(self._interval_s)
-            cur = self._sample()
-            await send(_chunk(_event(self._event(prev, cur, model))))
+            cur = self.sample()
+            await send(_chunk(_event(self.event(prev, cur, model))))
             prev = cur
         await send({"type": "http.response.body", "body": b""})
 
-    def _event(self, prev: Sample, cur: Sample, model: str | None) -> dict[str, Any]:
+    def event(self, prev: Sample, cur: Sample, model: str | None) -> dict[str, Any]:
+        """One event's figures: the window between two samples (``model`` in full)."""
         figures = server_window(prev, cur, detail=model)
         figures["ready"] = self._engine.is_ready()
         figures["uptime_s"] = round(time.monotonic() - self._info.started_s, 1)
