@@ -25,6 +25,15 @@ def embedding_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_embedding_repo(tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def tiny_llm_repo(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository holding the example language model ``tiny_llm``, built once and cached in
+    pytest's cache (tests/helpers/tiny_llm.py)."""
+    from tests.helpers.tiny_llm import build_tiny_llm_repo
+
+    return build_tiny_llm_repo(pytestconfig, tmp_path_factory)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_module_generators(request: pytest.FixtureRequest) -> None:
     """A test module's random generators (``RNG = np.random.default_rng(seed)`` at module level)

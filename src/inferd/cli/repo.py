@@ -33,13 +33,22 @@ def add_repo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also build the example that needs PyTorch to serve, digits_cnn_torch, into DIR "
         "(examples/models-torch in a clone)",
     )
+    build.add_argument(
+        "--llm-output",
+        type=Path,
+        metavar="DIR",
+        help="also train the example language model tiny_llm (served by the llm backend; "
+        "needs PyTorch, transformers and tokenizers to build, about a minute on an idle core) "
+        "into DIR (examples/models-llm in a clone); one already built from the same seed and "
+        "recipe is kept",
+    )
     build.add_argument("--force", action="store_true", help="overwrite existing models")
     build.set_defaults(func=_build_examples)
 
 
 def _build_examples(args: argparse.Namespace) -> int:
     from inferd.errors import InferdError
-    from inferd.examples.build import TORCH_MODEL_NAMES, build_examples
+    from inferd.examples.build import LLM_MODEL_NAMES, TORCH_MODEL_NAMES, build_examples
 
     try:
         built = build_examples(args.output, force=args.force)
@@ -47,6 +56,9 @@ def _build_examples(args: argparse.Namespace) -> int:
         if args.torch_output is not None:
             built = build_examples(args.torch_output, force=args.force, names=TORCH_MODEL_NAMES)
             print(f"built {len(built)} model(s) in {args.torch_output}: {', '.join(built)}")
+        if args.llm_output is not None:
+            built = build_examples(args.llm_output, force=args.force, names=LLM_MODEL_NAMES)
+            print(f"built {len(built)} model(s) in {args.llm_output}: {', '.join(built)}")
     except InferdError as exc:
         print(f"inferd repo build-examples: error: {exc}", file=sys.stderr)
         return 1

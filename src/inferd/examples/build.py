@@ -8,7 +8,11 @@ so that every model of the repository serves with the default install. The same 
 TorchScript, ``digits_cnn_torch`` (:data:`TORCH_MODEL_NAMES`), goes to a repository of its own
 (``examples/models-torch``), since it serves only where PyTorch is installed. Both are skipped
 with a message when PyTorch is not installed. Every model is run once through its
-runtime before it is moved into place; a wrong answer stops the build.
+runtime before it is moved into place; a wrong answer stops the build. The example language
+model ``tiny_llm`` (:data:`LLM_MODEL_NAMES`, :mod:`inferd.examples.tiny_llm`) is trained into a
+repository of its own as well (``--llm-output``, ``examples/models-llm`` in a clone), since it
+serves only on the ``llm`` backend; a ``tiny_llm`` already built from the same seed and recipe
+is kept as it is.
 
 Run it as ``python -m inferd.examples.build --output examples/models --force``, or call
 :func:`build_examples` from Python.
@@ -39,10 +43,12 @@ from inferd.examples.sequence_models import (
 from inferd.examples.simple_models import build_simple
 from inferd.examples.streaming_models import build_streaming
 from inferd.examples.tabular_models import build_fraud_xgboost, build_wine_pipeline, fraud_split
+from inferd.examples.tiny_llm import LLM_MODEL_NAMES, build_tiny_llm, tiny_llm_is_built
 from inferd.examples.torch_models import build_digits_cnn, build_digits_cnn_torch
 
 __all__ = [
     "EXAMPLE_COUNT",
+    "LLM_MODEL_NAMES",
     "MODEL_NAMES",
     "TORCH_MODEL_NAMES",
     "ExampleBuildError",
@@ -74,7 +80,10 @@ _BUILDERS: dict[str, Callable[[str, Path], Built]] = {
     "digits_cnn_torch": build_digits_cnn_torch,
     # built as its own step (python -m inferd.examples.embedding_models)
     "minilm_embeddings": build_minilm_embeddings,
+    "tiny_llm": build_tiny_llm,
 }
+#: builders whose output is kept when it is already there and current (checked by these)
+_UP_TO_DATE: dict[str, Callable[[Path], bool]] = {"tiny_llm": tiny_llm_is_built}
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,13 +144,20 @@ def build_examples(
     Models are built and checked in a scratch folder inside ``output`` and moved into place only
     when they pass, so a failed build leaves nothing half-written behind. An existing model
     folder is replaced only when ``force`` is true; otherwise :class:`AlreadyExistsError` is
-    raised before anything is written. Other folders in ``output`` are never touched.
+    raised before anything is written. Other folders in ``output`` are never touched. A model
+    that records how it was built (``tiny_llm``) is kept, unless ``force``, when that record
+    matches what would be built now.
     """
     output = Path(output)
     unknown = [name for name in names if name not in _BUILDERS]
     if unknown:
         raise ExampleBuildError(f"no example model is called {', '.join(unknown)}")
-    clashes = [name for name in names if (output / name).exists()]
+    current = {
+        name
+        for name in names
+        if not force and name in _UP_TO_DATE and _UP_TO_DATE[name](output / name)
+    }
+    clashes = [name for name in names if name not in current and (output / name).exists()]
     if clashes and not force:
         raise AlreadyExistsError(
             f"{', '.join(clashes)} already exist in {output}; pass force=True (--force) "
@@ -155,6 +171,9 @@ def build_examples(
         with tempfile.TemporaryDirectory(prefix=".inferd-build-", dir=output) as scratch:
             for name in names:
                 bar.start(name)
+                if name in current:
+                    bar.finish(f"{name}: already built (same seed and recipe), kept")
+                    continue
                 staged = Path(scratch) / name
                 try:
                     result = _BUILDERS[name](name, staged)
@@ -195,6 +214,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(examples/models-torch in a clone)",
     )
     parser.add_argument(
+        "--llm-output",
+        type=Path,
+        metavar="DIR",
+        help="also train the example language model for the llm backend "
+        f"({', '.join(LLM_MODEL_NAMES)}; needs PyTorch, transformers and tokenizers) into this "
+        "repository folder (examples/models-llm in a clone); one already built from the same "
+        "seed and recipe is kept",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="replace example models that already exist"
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
@@ -208,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=not args.quiet,
                 names=TORCH_MODEL_NAMES,
             )
+        if args.llm_output is not None:
+            llm_names = build_examples(
+                args.llm_output, force=args.force, progress=not args.quiet, names=LLM_MODEL_NAMES
+            )
     except (AlreadyExistsError, UnavailableError, ExampleBuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -215,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {len(names)} models to {args.output}")
         if args.torch_output is not None:
             print(f"wrote {len(torch_names)} models to {args.torch_output}")
+        if args.llm_output is not None:
+            print(f"wrote {len(llm_names)} models to {args.llm_output}")
     return 0
 
 
