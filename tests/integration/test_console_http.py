@@ -308,3 +308,12 @@ def test_same_origin_and_non_browser_clients_still_change_the_server(
         assert client.is_model_ready("spare")
     finally:
         client.close()
+
+
+def test_the_console_can_be_turned_off(repo: Path) -> None:
+    with running_server([repo], ["--allow-console=false"]) as off:
+        for path in ("/console", "/console/", "/console/api/summary", "/console/api/events"):
+            reply = get(off, path)
+            assert reply.status == 404, path
+            assert "content-security-policy" not in reply.headers  # the v2 app answered
+        assert get(off, "/v2/health/ready").status == 200

@@ -323,6 +323,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="refuse (400) a /v1 request body that is larger "
         f"(default: {DEFAULT_MAX_BODY_BYTES // (1024 * 1024)} MiB)",
     )
+    _bool_flag(
+        net,
+        "--allow-console",
+        True,
+        "serve the web console at /console on the HTTP port (docs/console.md)",
+    )
     _bool_flag(net, "--allow-grpc", True, "serve gRPC")
     net.add_argument("--grpc-port", type=int, default=8001, metavar="PORT")
     net.add_argument("--grpc-address", default="0.0.0.0", metavar="ADDR")
@@ -580,6 +586,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ),
         grpc_tls=_tls(args, "grpc"),
         allow_metrics=args.allow_metrics,
+        allow_console=args.allow_console,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
         ready_file=args.ready_file,

@@ -50,6 +50,7 @@ class ServerConfig:
     http_max_connections: int = 1024  # at it: idle ones make room; else probes only, or 503
     http_restricted_apis: tuple[Restriction, ...] = ()
     http_tls: TlsSettings | None = None
+    allow_console: bool = True  # the web console at /console on the HTTP port
     openai_port: int | None = None  # /v1 alone on a port of its own as well; None: HTTP port only
     openai_tokenizer: Path | None = None  # --tokenizer: every text model's tokenizer folder
     openai_max_tokens: int = DEFAULT_MAX_TOKENS  # ceiling on a request's max_tokens

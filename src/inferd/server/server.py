@@ -237,7 +237,7 @@ class Server:
                 drift_report=self._drift_report if self.drift is not None else None,
                 rollout=self.rollout,
                 openai=openai,
-                console=self._console_app(),
+                console=self._console_app() if cfg.allow_console else None,
             )
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(
