@@ -241,13 +241,19 @@ class Engine:
             async for event in events:
                 yield event
 
-    def _stream_events(
+    async def _stream_events(
         self, request: InferRequest, budget: ResponseBudget | None
     ) -> AsyncGenerator[StreamEvent, None]:
         if not self._accepting:
             raise UnavailableError("the server is shutting down and accepts no new requests")
-        model = self._manager.get(request.model_name, parse_version(request.model_version))
-        return self._calls.stream(request, model, budget)
+        # on-demand mode loads the model first when it is not loaded
+        model = await self._manager.acquire(
+            request.model_name, parse_version(request.model_version)
+        )
+        events = self._calls.stream(request, model, budget)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
 
     async def _stream_traced(
         self,

@@ -5,6 +5,7 @@ big for the budget, a failed load failing only its own requests, eviction under 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -185,6 +186,21 @@ def test_a_request_for_an_evicted_model_is_answered_after_its_reload(
     assert _metric(after, "inferd_model_memory_budget_bytes") > 0
     assert _metric(after, "inferd_model_resident_bytes", f'{{model="{evicted[0]}"}}') > 0
     assert _metric(after, "inferd_model_load_duration_seconds_count", '{runtime="onnxruntime"}')
+
+
+def test_a_grpc_stream_request_loads_its_model(server: ServerProcess) -> None:
+    index = _index(server)
+    target = next(n for n in MODELS if index[n].get("on_demand") != "resident")
+    results: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(callback=lambda result, error: results.put(error or result))
+        try:
+            client.async_stream_infer(target, _inputs(grpcclient))
+            got = results.get(timeout=60)
+        finally:
+            client.stop_stream()
+    assert not isinstance(got, InferenceServerException), got
+    assert float(got.as_numpy("Y")[0, 0, 0]) == MODELS[target]
 
 
 def test_concurrent_requests_during_a_load_share_one_load(server: ServerProcess) -> None:

@@ -156,11 +156,12 @@ class RepositoryManager:
             return self.get(name, version)
         if name not in self._ready:
             check_model_name(name)
-            dirs, problems = await asyncio.to_thread(self._scan)
-            if name not in dirs:
-                return self.get(name, version)  # the unknown-model answer
-            if name in problems:
-                raise NotFoundError(f"Request for unknown model: '{name}', {problems[name]}")
+            if name not in loader.loading():  # those joining a load under way need no scan
+                dirs, problems = await asyncio.to_thread(self._scan)
+                if name not in dirs:
+                    return self.get(name, version)  # the unknown-model answer
+                if name in problems:
+                    raise NotFoundError(f"Request for unknown model: '{name}', {problems[name]}")
             await loader.ensure(name)
         loader.touch(name)
         return self.get(name, version)
