@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import queue
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,41 @@ def test_metrics_report_the_generation(server: ServerProcess, http: httpx.Client
     assert values[finished] >= 1
     assert values[f"inferd_llm_time_to_first_token_seconds_count{{{labels}}}"] >= 1
     assert values[f"inferd_llm_time_to_first_token_seconds_sum{{{labels}}}"] > 0
+
+
+def _llm_values(server: ServerProcess) -> dict[str, float]:
+    text = httpx.get(f"http://{server.metrics_url}/metrics", timeout=10).text
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("inferd_llm_")
+    }
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_sequence(
+    server: ServerProcess, http: httpx.Client
+) -> None:
+    labels = f'model="{MODEL}",version="1"'
+    cancelled = f'inferd_llm_requests_total{{model="{MODEL}",outcome="cancelled",version="1"}}'
+    before = _llm_values(server).get(cancelled, 0.0)
+    body = {
+        "text_input": PROMPT,
+        "stream": True,
+        "sampling_parameters": json.dumps({"max_tokens": 80, "ignore_eos": True}),
+    }
+    with http.stream("POST", f"/v2/models/{MODEL}/generate_stream", json=body) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                break  # one delta read; leaving closes the connection
+    deadline = time.monotonic() + 30
+    while True:
+        values = _llm_values(server)
+        if values.get(cancelled, 0.0) > before:
+            break
+        assert time.monotonic() < deadline, "the sequence was not cancelled"
+        time.sleep(0.05)
+    assert values[f"inferd_llm_running_sequences{{{labels}}}"] == 0
+    assert values[f"inferd_llm_kv_cache_blocks_used{{{labels}}}"] == 0
+    generated = values[f"inferd_llm_generated_tokens_total{{{labels}}}"]
+    assert _generate(http, PROMPT, 3)  # still serving
+    assert _llm_values(server)[f"inferd_llm_generated_tokens_total{{{labels}}}"] == generated + 3

@@ -5,6 +5,7 @@ batch failing alone, a request with no stream answered whole, statistics."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,43 @@ def test_unloading_fails_what_is_still_open(loaded: LlmLoadedModel) -> None:
     loaded.close()
     assert got
     assert got[-1][2] is True
+
+
+def test_a_client_that_does_not_read_holds_up_no_other_stream(loaded: LlmLoadedModel) -> None:
+    from inferd.core.streaming import ResponseSink, ResponseTiming, StreamedResponse
+
+    instance = loaded.create_instance(InstanceGroupSpec("tiny", "KIND_CPU", 1), 0)
+    release = threading.Event()
+    received: dict[str, list[StreamedResponse]] = {"slow": [], "fast": []}
+    ended = {name: threading.Event() for name in received}
+
+    def deliver_to(name: str) -> Any:
+        def deliver(item: StreamedResponse | None, timing: ResponseTiming) -> None:
+            if name == "slow":
+                release.wait(60)  # a client whose window is full: the send waits
+            if item is not None:
+                received[name].append(item)
+                if item.final:
+                    ended[name].set()
+
+        return deliver
+
+    sampling = json.dumps({"temperature": 0, "max_tokens": 30, "ignore_eos": True}).encode()
+    requests = []
+    for name in ("slow", "fast"):
+        request = _request(
+            b"hello world", sampling_parameters=sampling, stream=True, exclude_input_in_output=True
+        )
+        request.sink = ResponseSink(deliver_to(name))
+        requests.append(request)
+    assert instance.execute(requests) == [{}, {}]
+    assert ended["fast"].wait(60), "the fast stream waited for the slow client"
+    assert not ended["slow"].is_set()
+    release.set()
+    assert ended["slow"].wait(60)
+    texts = {
+        name: "".join(i.outputs["text_output"][0].decode() for i in items if i.outputs)
+        for name, items in received.items()
+    }
+    assert texts["slow"] == texts["fast"]  # same prompt, greedy: the same text, none lost
+    assert len(received["slow"]) < len(received["fast"])  # its deltas were joined while it waited

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from inferd.backends.base import LoadContext, Result
+from inferd.backends.llm.delivery import StreamSender
 from inferd.backends.parameters import check_keys, int_param
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
@@ -223,6 +224,7 @@ class LlmLoadedModel:
         self._tokenizer = tokenizer
         self._on_close = on_close
         self._closed = False
+        self.sender = StreamSender(engine.cfg.max_running + 4, spec.name)
 
     def create_instance(self, group: InstanceGroupSpec, index: int) -> LlmInstance:
         return LlmInstance(self)
@@ -237,6 +239,7 @@ class LlmLoadedModel:
             if self._on_close is not None:
                 self._on_close(self)
             self.engine.close()
+            self.sender.close()
 
     def execute_one(self, request: InferRequest) -> Result:
         from inferd.backends.llm.engine import Generation
@@ -267,17 +270,23 @@ class LlmLoadedModel:
         done = threading.Event()
         answer: list[Result] = []
 
+        def to_sink(text: str | None, error: InferdError | None, final: bool) -> None:
+            assert sink is not None
+            outputs = _output(text) if text is not None else None
+            sink.send(StreamedResponse(outputs, error, final))
+
         def respond(text: str | None, error: InferdError | None, final: bool) -> None:
-            if sink is not None:
-                outputs = _output(text) if text is not None else None
-                sink.send(StreamedResponse(outputs, error, final))
-                return
             if error is not None:
                 answer.append(error)
             elif text is not None:
                 answer.append(_output(text))
             if final:
                 done.set()
+
+        if sink is not None:
+            # a streamed answer goes through the sender threads (a send may wait for the
+            # client); a whole one is a single final response, which never waits
+            respond = self.sender.outbox(to_sink).post if stream else to_sink
 
         gen = Generation(
             ids,
