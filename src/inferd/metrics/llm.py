@@ -29,6 +29,7 @@ def llm_statistics(registry: BackendRegistry) -> list[ModelLlmStatistics]:
     snapshots: list[ModelLlmStatistics] = read()
     return snapshots
 
+
 _LABELS = ["model", "version"]
 
 
