@@ -139,23 +139,29 @@ function liveCard(model) {
     const mine = ev.models.filter((m) => m.name === model);
     const sum = (key) => mine.reduce((acc, m) => acc + (m[key] || 0), 0);
     chart.push(sum("rps"), sum("errors_per_s"));
-    const m = mine[mine.length - 1];
-    if (!m) return;
+    if (!mine.length) return;
+    // latency from the busiest version in this window; counts summed over the versions
+    const m = mine.reduce((a, b) => (b.rps > a.rps ? b : a));
     const set = (id, text) => { document.getElementById(id).textContent = text; };
     set("m-rps", fmtNum(sum("rps"))); set("m-errors", fmtNum(sum("errors_per_s")));
     set("m-p50", fmtUs(m.p50_us)); set("m-p99", fmtUs(m.p99_us));
     for (const part of ["queue", "input", "infer", "output"]) set("m-" + part, fmtUs(m.split_us?.[part]));
-    set("m-pending", String(m.pending));
-    const totals = m.totals || {};
-    set("m-cache", `${totals.cache_hits ?? 0} hits, ${totals.cache_misses ?? 0} misses`);
+    set("m-pending", String(sum("pending")));
+    const add = (into, from) => { for (const [k, v] of Object.entries(from || {})) into[k] = (into[k] || 0) + v; return into; };
+    const totals = { batches: {}, window: {}, reasons: {}, hits: 0, misses: 0 };
+    for (const v of mine) {
+      add(totals.batches, v.totals?.batches); add(totals.window, v.batches);
+      add(totals.reasons, v.totals?.failures); add(totals.reasons, v.totals?.rejections);
+      totals.hits += v.totals?.cache_hits || 0; totals.misses += v.totals?.cache_misses || 0;
+    }
+    set("m-cache", `${totals.hits} hits, ${totals.misses} misses`);
     clear(batches);
-    const sizes = Object.entries(totals.batches || {});
+    const sizes = Object.entries(totals.batches).sort((a, b) => Number(a[0]) - Number(b[0]));
     append(batches, sizes.length ? objectTable(sizes.map(([size, n]) => ({
-      "batch size": size, "executions (total)": n, "last window": m.batches?.[size] ?? 0,
+      "batch size": size, "executions (total)": n, "last window": totals.window[size] ?? 0,
     })), "batch-table") : el("p", { class: "muted" }, "no batch executed yet"));
     clear(errors);
-    const reasons = { ...(totals.failures || {}), ...(totals.rejections || {}) };
-    const rows = Object.entries(reasons).map(([reason, n]) => ({ reason, count: n }));
+    const rows = Object.entries(totals.reasons).map(([reason, n]) => ({ reason, count: n }));
     append(errors, rows.length ? objectTable(rows, "failure-table") : el("p", { class: "muted" }, "no errors"));
   };
   return {
@@ -176,7 +182,12 @@ function metadataCard(meta) {
     objectTable(rows, "metadata-table"));
 }
 
-async function driftCard(model, node) {
+async function driftCard(model, node, monitoring) {
+  if (!monitoring) {
+    clear(node).append(el("p", { class: "muted", id: "drift-off" },
+      "drift monitoring is off: start inferd serve with --monitor-drift"));
+    return;
+  }
   try {
     const report = await api("GET", modelPath(model) + "/drift");
     clear(node);
@@ -250,7 +261,7 @@ async function modelPage(main, model, gen) {
   ]);
   openStream(model, live.update);
   configCard(model, version, pbtxt);
-  driftCard(model, drift);
+  driftCard(model, drift, summary.server.drift);
   rolloutCard(model, rollout);
 }
 
