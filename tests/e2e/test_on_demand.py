@@ -40,6 +40,21 @@ output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1, 16 ] }} ]
 """
 
 
+ENSEMBLE = """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "X" data_type: TYPE_FP32 dims: [ 1, 16 ] },
+  { name: "I" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1, 16 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "step1" model_version: -1
+  input_map { key: "X" value: "X" } input_map { key: "I" value: "I" }
+  output_map { key: "Y" value: "Y" }
+} ] }
+"""
 WARMUP = """
 model_warmup [ {
   name: "w" batch_size: 1
@@ -86,6 +101,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f.truncate(1 << 40)
     # broken: its model file is not ONNX
     write(root, "broken", b"this is not an onnx model")
+    # an ensemble of one step
+    write(root, "step1", table_model(7.0))
+    (root / "ens" / "1").mkdir(parents=True)
+    (root / "ens" / "config.pbtxt").write_text(ENSEMBLE)
     # its warm-up runs inside the on-demand load: one whose data file is missing fails it
     warm = write(root, "warm_fail", table_model(5.0))
     with (warm / "config.pbtxt").open("a") as f:
@@ -121,7 +140,7 @@ def _inputs(module: Any, rows: int = 1) -> list[Any]:
 def _infer_http(server: ServerProcess, name: str) -> None:
     with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client:
         y = client.infer(name, _inputs(httpclient)).as_numpy("Y")
-    expected = np.arange(16, dtype=np.float32).reshape(1, 1, 16) + MODELS[name]
+    expected = np.arange(16, dtype=np.float32).reshape(1, 1, 16) + MODELS.get(name, 7.0)
     np.testing.assert_array_equal(y, expected)
 
 
@@ -307,3 +326,40 @@ def test_flags_that_make_no_sense_are_refused(repo: Path, args: list[str], messa
     )
     assert done.returncode != 0
     assert message in done.stderr
+
+
+@pytest.fixture(scope="module")
+def pinned(repo: Path, sizes: dict[str, int]) -> Iterator[ServerProcess]:
+    """m1 pinned (loaded first, it also carries the runtime's libraries), and room for two
+    more models."""
+    ordered = sorted(sizes[n] for n in MODELS)
+    budget = sizes["baseline"] + ordered[-1] + 2 * ordered[1] + ordered[1] // 2
+    args = ["--model-control-mode", "on-demand", "--model-memory-budget", str(budget)]
+    args += ["--model-pin", "m1", "--model-min-residency-secs", "0"]
+    with running_server([repo], args) as proc:
+        yield proc
+
+
+def test_a_pinned_model_loads_at_start_and_is_never_evicted(pinned: ServerProcess) -> None:
+    index = _index(pinned)
+    assert index["m1"]["on_demand"] == "resident"
+    assert index["m1"]["pinned"] == "true"
+    for name in ("m2", "m3", "m4", "m2", "m3", "m4"):
+        _infer_http(pinned, name)
+    index = _index(pinned)
+    assert index["m1"]["state"] == "READY"
+    assert _metric(_metrics(pinned), "inferd_model_evictions_total") >= 1
+    assert _metric(_metrics(pinned), 'inferd_model_loads_total{reason="startup"}') == 1
+
+
+def test_an_ensembles_step_models_leave_with_it(pinned: ServerProcess) -> None:
+    _infer_http(pinned, "ens")
+    index = _index(pinned)
+    assert index["step1"]["state"] == "READY"
+    for name in ("m2", "m3", "m4"):  # ens is the least recently used: it leaves first
+        _infer_http(pinned, name)
+    index = _index(pinned)
+    assert index["ens"]["on_demand"] == "available"
+    assert index["step1"]["state"] == "UNAVAILABLE"
+    assert "a step of ensemble 'ens'" in index["step1"]["reason"]
+    _infer_http(pinned, "ens")  # and both come back

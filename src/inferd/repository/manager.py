@@ -179,7 +179,9 @@ class RepositoryManager:
         return "ensemble" if spec.is_ensemble else spec.backend
 
     async def _evict(self, name: str, reason: str) -> None:
-        """Unload ``name`` for the on-demand loader; the index shows ``reason``."""
+        """Unload ``name`` for the on-demand loader (the index shows ``reason``), the ensembles
+        calling it, and the step models it loaded as an ensemble that no other loaded
+        ensemble calls and the operator did not pin."""
         await self._unload(name)
         record = self._records.get(name)
         if record is not None:
@@ -187,6 +189,11 @@ class RepositoryManager:
                 if status.state is ModelState.UNAVAILABLE:
                     record.move(version, ModelState.UNAVAILABLE, reason)
         await self._unload_dependents_of(name)
+        pins = self._on_demand.settings.pins if self._on_demand is not None else frozenset()
+        for step in self._ensembles.composing(name):
+            users = [e for e in self._ensembles.dependents(step) if e in self._ready]
+            if step in self._ready and step not in pins and not users:
+                await self._evict(step, f"{reason} (a step of ensemble '{name}')")
 
     def _in_flight_by_model(self) -> dict[str, int]:
         """Each loaded model's requests in flight (all its versions)."""
@@ -243,7 +250,11 @@ class RepositoryManager:
         dirs, problems = await asyncio.to_thread(self._scan)
         wanted = list(load_models)
         if self._on_demand is not None:
-            return await self._start_on_demand(self._on_demand, wanted, dirs, problems)
+            await self._on_demand.start()
+            refused = await self._on_demand.preload(wanted, set(dirs), problems)
+            for name in set(refused) & set(problems):
+                self._mark_unavailable(name, problems[name])
+            return refused
         if self._mode is ControlMode.EXPLICIT:
             names = sorted(dirs) if "*" in wanted else wanted
         else:
@@ -266,32 +277,6 @@ class RepositoryManager:
         await asyncio.gather(*(one(n) for n in names))
         if self._mode is ControlMode.POLL:
             self._expected = set()  # poll mode readiness follows what loaded
-        return failures
-
-    async def _start_on_demand(
-        self,
-        loader: OnDemandLoader,
-        wanted: list[str],
-        dirs: dict[str, Path],
-        problems: dict[str, str],
-    ) -> dict[str, str]:
-        """On-demand mode: measure the baseline, then load the named and the pinned models."""
-        await loader.start()
-        names = sorted(dirs) if "*" in wanted else sorted(set(wanted))
-        names = sorted(set(names) | loader.settings.pins)
-        failures: dict[str, str] = {}
-        for name in names:
-            if name not in dirs:
-                failures[name] = f"no model directory named '{name}' in the model repository"
-                continue
-            if name in problems:
-                self._mark_unavailable(name, problems[name])
-                failures[name] = problems[name]
-                continue
-            try:
-                await loader.ensure(name, reason="startup")
-            except InferdError as exc:
-                failures[name] = str(exc)
         return failures
 
     def _mark_unavailable(self, name: str, reason: str) -> None:

@@ -26,12 +26,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.statistics import Histogram
-from inferd.errors import UnavailableError
+from inferd.errors import InferdError, UnavailableError
 from inferd.repository.eviction import Choice, EvictionConfig, Resident, choose_victims
 from inferd.repository.memory import process_tree_rss, release_free_memory
 
@@ -127,6 +127,25 @@ class OnDemandLoader:
     async def start(self) -> None:
         """Measure the server's baseline (before any model loads)."""
         self.baseline_bytes = await asyncio.to_thread(self._measure)
+
+    async def preload(
+        self, wanted: Iterable[str], known: Collection[str], problems: Mapping[str, str]
+    ) -> dict[str, str]:
+        """Load ``wanted`` (``*``: every ``known`` model) and the pinned models at start, one
+        after another; the failures by model name."""
+        names = set(known) if "*" in wanted else set(wanted)
+        failures: dict[str, str] = {}
+        for name in sorted(names | self.settings.pins):
+            if name not in known:
+                failures[name] = f"no model directory named '{name}' in the model repository"
+            elif name in problems:
+                failures[name] = problems[name]
+            else:
+                try:
+                    await self.ensure(name, reason="startup")
+                except InferdError as exc:
+                    failures[name] = str(exc)
+        return failures
 
     def touch(self, name: str) -> None:
         """A request used the model now (least recently used models leave first)."""
@@ -284,9 +303,9 @@ class OnDemandLoader:
     def residents(self, exclude: str = "") -> list[Resident]:
         out = []
         for other, in_flight in self._loaded().items():
-            if other == exclude:
-                continue
-            m = self._models.setdefault(other, _Model())
+            m = self._models.get(other)
+            if other == exclude or m is None or not m.loads:
+                continue  # an ensemble's step model leaves with its ensemble
             out.append(
                 Resident(
                     other,
