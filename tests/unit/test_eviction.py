@@ -316,3 +316,15 @@ async def test_a_load_larger_than_its_estimate_unloads_idle_models_after_it() ->
     assert sorted(host.loaded) == ["b", "c"]
     await loader.ensure("a")  # its size is known now: room is made before it loads
     assert [name for name, _ in host.unloaded] == ["a", "b"]
+
+
+async def test_closing_fails_the_waiters_of_a_load_under_way() -> None:
+    host = _Host({"a": 100})
+    loader = host.loader(None)
+    await loader.start()
+    host.gate.clear()
+    waiter = asyncio.create_task(loader.ensure("a"))
+    await asyncio.sleep(0.01)
+    await loader.close()
+    with pytest.raises(UnavailableError, match="'a' was loading when the server stopped"):
+        await waiter

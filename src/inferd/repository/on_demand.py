@@ -188,11 +188,15 @@ class OnDemandLoader:
             async with self._lock:
                 if name not in self._loaded():
                     await self._load_locked(name, reason)
+        except asyncio.CancelledError:  # the server is stopping
+            if not fut.done():
+                fut.set_exception(
+                    UnavailableError(f"model '{name}' was loading when the server stopped")
+                )
+            raise
         except BaseException as exc:
             if not fut.done():
                 fut.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
         else:
             if not fut.done():
                 fut.set_result(None)
