@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from inferd.examples.digits_models import build_digits
@@ -274,6 +275,22 @@ def test_try_it_on_digits_shows_the_predicted_class(
     assert 'name: "digits"' in pbtxt
     assert "max_batch_size: 32" in pbtxt
     screenshot(page, "tryit", tmp_path)
+    # the same digit as an 8x8 grey image (ink bright), scaled back to 0..16 by the form
+    picture = tmp_path / "digit.png"
+    grey = np.round(pixels.reshape(8, 8) * 255 / 16).astype(np.uint8)
+    Image.fromarray(grey).save(picture)  # 8-bit grey
+    values.clear()
+    page.find_element(By.CSS_SELECTOR, "input.try-max").clear()
+    page.find_element(By.CSS_SELECTOR, "input.try-max").send_keys("16")
+    page.find_element(By.CSS_SELECTOR, "input.try-image").send_keys(str(picture))
+    wait_for(page, lambda b: len(values.get_attribute("value").split()) == 64, "the pixels")
+    read = np.array([float(v) for v in values.get_attribute("value").split()])
+    np.testing.assert_allclose(read, pixels, atol=0.05)
+    page.execute_script("document.getElementById('try-answer').textContent = ''")
+    page.find_element(By.ID, "try-send").click()
+    assert wait_for(page, lambda b: b.find_element(By.ID, "try-predicted").text, "an answer") == (
+        str(label)
+    )
 
 
 def test_the_live_chart_updates_while_requests_flow(
