@@ -4,15 +4,17 @@ Builds ``--models`` small ONNX models in a temporary repository (each ``Y = X + 
 a ``--table-mib`` MiB weight table), then runs two ``inferd serve --model-control-mode
 on-demand`` servers:
 
-1. **all loaded**: a budget of all the machine's memory; every model is requested once, then
-   the server's resident set (its process tree) is read: what serving all of them costs;
+1. **sizes**: a budget of all the machine's memory; every model is requested once, then the
+   server's resident set (its process tree) is read: what serving all of them costs;
 2. **budget**: the baseline plus room for ``--share`` of the models (sizes as the first server
    measured them); ``--clients`` clients send Zipf(``--zipf``)-distributed requests over the
-   models for ``--duration-s`` seconds.
+   models for ``--duration-s`` seconds;
+3. **all loaded**: the same traffic on a server that loaded every model at start.
 
 It prints failed requests, the hit ratio (requests that found their model loaded), request
-latency p50/p99, the server's resident set p99 (sampled every 100 ms) beside the all-loaded
-figure, evictions and cold-load latency p50/p99 (from the server's log).
+latency p50/p99 and throughput beside the all-loaded server's, the server's resident set p99
+(sampled every 100 ms) beside the all-loaded figure, evictions and cold-load latency p50/p99
+(from the server's log).
 
     .venv/bin/python bench/many_models.py [--models 100] [--share 0.2] [--clients 16]
 """
@@ -96,6 +98,47 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+def drive(
+    server: ServerProcess, names: list[str], args: argparse.Namespace
+) -> tuple[list[float], list[str], list[int]]:
+    """Zipf traffic from ``args.clients`` closed-loop clients for ``args.duration_s``:
+    latencies of answered requests, failures, the server's resident set every 100 ms."""
+    weights = 1.0 / np.arange(1, args.models + 1) ** args.zipf
+    weights /= weights.sum()
+    latencies: list[float] = []
+    failures: list[str] = []
+    rss: list[int] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + args.duration_s
+
+    def client_loop(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client:
+            while time.monotonic() < stop:
+                name = names[int(rng.choice(args.models, p=weights))]
+                started = time.perf_counter()
+                try:
+                    client.infer(name, inputs())
+                except Exception as exc:  # counted, the run goes on
+                    with lock:
+                        failures.append(f"{name}: {exc}")
+                    continue
+                with lock:
+                    latencies.append(time.perf_counter() - started)
+
+    threads = [
+        threading.Thread(target=client_loop, args=(args.seed + k,)) for k in range(args.clients)
+    ]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        rss.append(process_tree_rss(server.pid))
+        time.sleep(0.1)
+    for t in threads:
+        t.join()
+    return latencies, failures, rss
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=int, default=100)
@@ -133,43 +176,8 @@ def main() -> None:
             "--model-min-residency-secs",
             str(args.min_residency_s),
         ]
-        weights = 1.0 / np.arange(1, args.models + 1) ** args.zipf
-        weights /= weights.sum()
-        latencies: list[float] = []
-        failures: list[str] = []
-        rss: list[int] = []
-        lock = threading.Lock()
         with running_server([repo], flags) as server:
-            stop = time.monotonic() + args.duration_s
-
-            def client_loop(seed: int) -> None:
-                rng = np.random.default_rng(seed)
-                with httpclient.InferenceServerClient(
-                    server.http_url, network_timeout=120
-                ) as client:
-                    while time.monotonic() < stop:
-                        name = names[int(rng.choice(args.models, p=weights))]
-                        started = time.perf_counter()
-                        try:
-                            client.infer(name, inputs())
-                        except Exception as exc:  # counted, the run goes on
-                            with lock:
-                                failures.append(f"{name}: {exc}")
-                            continue
-                        with lock:
-                            latencies.append(time.perf_counter() - started)
-
-            threads = [
-                threading.Thread(target=client_loop, args=(args.seed + k,))
-                for k in range(args.clients)
-            ]
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads):
-                rss.append(process_tree_rss(server.pid))
-                time.sleep(0.1)
-            for t in threads:
-                t.join()
+            latencies, failures, rss = drive(server, names, args)
             loads = metric(server, "inferd_model_loads_total")
             evictions = metric(server, "inferd_model_evictions_total")
             thrash = metric(server, "inferd_model_eviction_thrash_total")
@@ -177,6 +185,9 @@ def main() -> None:
                 float(m.group(1))
                 for m in re.finditer(r"loaded on demand in ([0-9.]+) s", server.log())
             ]
+        # 3. the same traffic with every model loaded (no budget), for comparison
+        with running_server([repo], [*on_demand, "--load-model", "*"]) as server:
+            all_latencies, all_failures, _ = drive(server, names, args)
 
     requests = len(latencies) + len(failures)
     mib = 1 << 20
@@ -197,6 +208,13 @@ def main() -> None:
         f"{int(evictions)} evictions, {int(thrash)} residency refusals)"
     )
     print(f"latency p50 {pct(latencies, 50) * 1e3:.1f} ms, p99 {pct(latencies, 99) * 1e3:.1f} ms")
+    done = len(all_latencies)
+    print(
+        f"all loaded, same traffic: {done / args.duration_s:.0f}/s "
+        f"({len(all_failures)} failed), latency p50 {pct(all_latencies, 50) * 1e3:.1f} ms, "
+        f"p99 {pct(all_latencies, 99) * 1e3:.1f} ms; budgeted/all-loaded throughput "
+        f"{requests / max(1, done):.2f}x"
+    )
     print(
         f"cold load p50 {pct(cold, 50) * 1e3:.1f} ms, p99 {pct(cold, 99) * 1e3:.1f} ms "
         f"({len(cold)} loads)"
