@@ -61,9 +61,16 @@ def model(weights: Path) -> Any:
 
 def test_the_folder_is_a_decoupled_llm_model_with_vllm_io(tiny_llm_repo: Path) -> None:
     folder = tiny_llm_repo / MODEL
-    assert sorted(p.name for p in folder.iterdir()) == ["1", "config.pbtxt"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "1",
+        "config.pbtxt",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     for name in _HF_FILES:
         assert (folder / "1" / name).is_file(), name
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # for the /v1 front end
+        assert (folder / name).read_bytes() == (folder / "1" / name).read_bytes()
     config = parse_pbtxt((folder / "config.pbtxt").read_text(), "config.pbtxt")
     assert (config.name, config.backend, config.max_batch_size) == (MODEL, "llm", 0)
     assert config.model_transaction_policy.decoupled
@@ -113,13 +120,13 @@ def test_the_chat_template_renders_turns_with_the_special_tokens(tokenizer: Any)
     ]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text == (
-        "<s><|system|>\nYou describe servers.<|end|>\n"
+        "<|system|>\nYou describe servers.<|end|>\n"
         "<|user|>\nWhat does the batcher do?<|end|>\n<|assistant|>\n"
     )
     without = tokenizer.apply_chat_template(messages, tokenize=False)
     assert without == text.removesuffix("<|assistant|>\n")
-    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
-    ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+    # encoded as the runtime encodes a prompt: the tokenizer adds the one <s>
+    ids = tokenizer(text).input_ids
     specials = {tokenizer.convert_tokens_to_ids(t): t for t in SPECIAL_TOKENS}
     assert [specials[i] for i in ids if i in specials] == [
         "<s>",
@@ -177,7 +184,8 @@ def test_a_chat_prompt_is_answered_with_corpus_text_that_ends(model: Any, tokeni
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": corpus[0]}], tokenize=False, add_generation_prompt=True
     )
-    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
+    ids = tokenizer(prompt, return_tensors="pt").input_ids  # as the runtime encodes it
+    assert ids[0].tolist().count(tokenizer.bos_token_id) == 1
     with torch.inference_mode():
         out = model.generate(ids, max_new_tokens=96, do_sample=False)
     new = out[0, ids.shape[1] :].tolist()

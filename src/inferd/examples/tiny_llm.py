@@ -13,7 +13,9 @@ give the same bytes.
 The files are Hugging Face's (``config.json``, ``model.safetensors``, ``generation_config.json``,
 ``tokenizer.json``, ``tokenizer_config.json`` with a ``chat_template``,
 ``special_tokens_map.json``) in the version folder ``1/``, with a ``config.pbtxt`` for the ``llm``
-backend (decoupled, vLLM's inputs and output) next to it. ``inferd_build.json`` in ``1/`` records
+backend (decoupled, vLLM's inputs and output) next to it, with copies of ``tokenizer.json`` and
+``tokenizer_config.json`` there for the ``/v1`` front end, which reads a model's tokenizer and
+chat template from the model's folder. ``inferd_build.json`` in ``1/`` records
 the recipe (seed, sizes, steps), its version and a hash of the corpus it was trained on:
 :func:`tiny_llm_is_built` reads it so that a build of the same seed and recipe is not repeated
 (the corpus changes with every edit of a docstring, so it is recorded but not compared).
@@ -56,7 +58,7 @@ LLM_MODEL_NAMES: tuple[str, ...] = ("tiny_llm",)
 #: the seed of the tokenizer's sample order, the weights' initialisation and the batches
 TINY_LLM_SEED = 0
 #: bumped whenever the recipe changes, so that a cached build is redone
-_RECIPE_VERSION = 1
+_RECIPE_VERSION = 2
 _MARKER = "inferd_build.json"
 _log = logging.getLogger(__name__)
 
@@ -65,9 +67,10 @@ SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end
 #: the tokenizer's special tokens, in id order (0 to 6)
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, SYSTEM, USER, ASSISTANT, END)
 
-#: system, user and assistant turns, each ``<|role|>\\n text <|end|>\\n`` after one ``<s>``
+#: system, user and assistant turns, each ``<|role|>\\n text <|end|>\\n``. No ``<s>``: the
+#: tokenizer adds it to every text it encodes with special tokens (as the runtime encodes a
+#: prompt), so a rendered chat prompt starts with one ``<s>``, not two.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}"
     "{% for message in messages %}"
     "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
     "{{ raise_exception('roles are system, user and assistant, not ' + message['role']) }}"
@@ -361,7 +364,12 @@ def tiny_llm_is_built(model_dir: Path, recipe: TinyLlmRecipe | None = None) -> b
         return False
     wanted = _marker(recipe, "")
     same = all(marker.get(key) == wanted[key] for key in ("recipe_version", "recipe"))
-    files = ("config.pbtxt", *(f"1/{f}" for f in _HF_FILES))
+    files = (
+        "config.pbtxt",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        *(f"1/{f}" for f in _HF_FILES),
+    )
     return same and all((Path(model_dir) / f).is_file() for f in files)
 
 
@@ -422,6 +430,8 @@ def build_tiny_llm(
     write_file(
         folder / _MARKER, json.dumps(_marker(recipe, _corpus_digest(sentences)), indent=2) + "\n"
     )
+    for shared in ("tokenizer.json", "tokenizer_config.json"):  # where /v1 looks for them
+        write_file(Path(model_dir) / shared, (folder / shared).read_bytes())
     write_file(
         Path(model_dir) / "config.pbtxt",
         _CONFIG.format(
