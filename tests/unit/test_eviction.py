@@ -328,3 +328,43 @@ async def test_closing_fails_the_waiters_of_a_load_under_way() -> None:
     await loader.close()
     with pytest.raises(UnavailableError, match="'a' was loading when the server stopped"):
         await waiter
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    bursts=st.lists(
+        st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=20), max_size=5
+    ),
+    budget=st.sampled_from([None, 1000 + 250]),
+)
+def test_one_load_per_model_per_absence_however_requests_interleave(
+    bursts: list[list[str]], budget: int | None
+) -> None:
+    """Each burst's requests arrive together while loads are held: a model absent at the
+    burst's start loads exactly once however many of its requests wait, one present is
+    answered without a load, and the budget holds after every burst."""
+
+    async def run() -> None:
+        host = _Host({"a": 100, "b": 100, "c": 100})
+        loader = host.loader(budget, min_residency_s=0.0)
+        await loader.start()
+        for burst in bursts:
+            before = dict(host.load_calls)
+            absent = {n for n in burst if n not in host.loaded}
+            host.gate.clear()
+            waiters = []
+            for name in burst:  # as the manager does: a loaded model is answered at once
+                if name in host.loaded:
+                    loader.touch(name)
+                else:
+                    waiters.append(asyncio.create_task(loader.ensure(name)))
+            await asyncio.sleep(0)
+            host.gate.set()
+            await asyncio.gather(*waiters)
+            for name in set(burst):
+                loads = host.load_calls.get(name, 0) - before.get(name, 0)
+                assert loads == (1 if name in absent else 0)
+            used = sum(host.sizes[n] for n in host.loaded)
+            assert budget is None or used <= budget - 1000
+
+    asyncio.run(run())
