@@ -181,7 +181,7 @@ _BUILTINS: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
     ("sklearn", "inferd.backends.sklearn:SklearnBackend", (), "sklearn"),
     ("python", "inferd.backends.python:PythonBackend", (), None),
     ("openvino", "inferd.backends.openvino:OpenVinoBackend", (), "openvino"),
-    ("llm", "inferd.backends.llm.runtime:LlmBackend", (), "torch"),
+    ("llm", "inferd.backends.llm.runtime:LlmBackend", (), "llm"),
 )
 
 

@@ -359,6 +359,12 @@ class LlmBackend:
     default_model_filename = "model.safetensors"
 
     def __init__(self) -> None:
+        # the runtime's libraries, imported now so that a missing one is reported (with the
+        # extra that installs it) when a model first names this backend
+        import safetensors  # noqa: F401
+        import tokenizers  # noqa: F401
+        import torch  # noqa: F401
+
         self._lock = threading.Lock()
         self._live: list[LlmLoadedModel] = []
 
