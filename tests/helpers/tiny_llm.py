@@ -21,10 +21,8 @@ def build_tiny_llm_repo(config: pytest.Config, tmp_path_factory: pytest.TempPath
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    if config.cache is not None:
-        cache = config.cache.mkdir("tiny_llm")
-    else:
-        cache = tmp_path_factory.mktemp("tiny_llm")
+    store = getattr(config, "cache", None)  # absent under -p no:cacheprovider
+    cache = store.mkdir("tiny_llm") if store is not None else tmp_path_factory.mktemp("tiny_llm")
     root = cache / "models"
     target = root / MODEL
     if tiny_llm_is_built(target):
