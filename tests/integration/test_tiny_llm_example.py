@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +234,21 @@ def test_build_examples_keeps_a_tiny_llm_already_built(
     marker.write_text(json.dumps(stale))
     with pytest.raises(Exception, match="already exist"):
         build_examples(tmp_path, names=LLM_MODEL_NAMES)
+
+
+def test_the_module_command_keeps_a_current_build_and_refuses_a_stale_one(
+    tiny_llm_repo: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(tiny_llm_repo / MODEL, tmp_path / MODEL)
+    command = [sys.executable, "-m", "inferd.examples.tiny_llm", "--output", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "tiny_llm: already built (same seed and recipe), kept" in done.stdout
+    marker = tmp_path / MODEL / "1" / "inferd_build.json"
+    stale = json.loads(marker.read_text())
+    stale["recipe_version"] = 0
+    marker.write_text(json.dumps(stale))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "tiny_llm already exist" in done.stderr
+    assert "--force" in done.stderr
