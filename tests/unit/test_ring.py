@@ -1,0 +1,210 @@
+"""The shared-memory descriptor ring: order, loss, duplication, fullness and size limits,
+between threads and between spawned processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import struct
+import threading
+import time
+
+import pytest
+
+from inferd.server.frontends import (
+    DescriptorTooLargeError,
+    Doorbell,
+    Put,
+    Ring,
+    RingError,
+    available,
+)
+from inferd.server.frontends.shared import Segment
+
+pytestmark = pytest.mark.skipif(not available(), reason="needs Linux eventfd and /dev/shm")
+
+ITEM = struct.Struct("<II")  # producer id, sequence number
+SPAWN = multiprocessing.get_context("spawn")
+
+
+@pytest.fixture
+def rings() -> list[Ring]:
+    made: list[Ring] = []
+    yield made
+    for ring in made:
+        ring.close()
+        ring.unlink()
+
+
+def _make(rings: list[Ring], slots: int, slot_bytes: int) -> Ring:
+    ring = Ring.create(None, slots, slot_bytes)
+    rings.append(ring)
+    return ring
+
+
+def _payload(producer: int, seq: int) -> bytes:
+    # variable length, so a slot's length word is checked too
+    return ITEM.pack(producer, seq) + bytes([seq % 251]) * (seq % 17)
+
+
+def _check(data: bytes) -> tuple[int, int]:
+    producer, seq = ITEM.unpack_from(data)
+    assert data[ITEM.size :] == bytes([seq % 251]) * (seq % 17), "payload corrupted"
+    return producer, seq
+
+
+def _produce(name: str, producer: int, count: int, bell: Doorbell) -> None:
+    """Put ``count`` items, spinning while full; ring the consumer only on WAKE."""
+    ring = Ring.attach(name)
+    try:
+        for seq in range(count):
+            payload = _payload(producer, seq)
+            while (put := ring.offer(payload)) is Put.FULL:
+                time.sleep(0)  # let the consumer (maybe a thread of this process) run
+            if put is Put.WAKE:
+                bell.ring()
+    finally:
+        ring.close()
+
+
+def _consume_all(rings: list[Ring], bell: Doorbell, count: int) -> dict[int, list[int]]:
+    """Read ``count`` items from ``rings``, sleeping on ``bell`` whenever all are empty."""
+    seen: dict[int, list[int]] = {}
+    got = 0
+    while got < count:
+        progressed = False
+        for ring in rings:
+            while (data := ring.try_get()) is not None:
+                producer, seq = _check(data)
+                seen.setdefault(producer, []).append(seq)
+                got += 1
+                progressed = True
+        if not progressed:
+            # a lost wake-up shows as a timeout here, never as a hang
+            assert bell.wait(timeout_s=10), f"no doorbell after {got} of {count} items"
+            bell.drain()
+    return seen
+
+
+def test_put_get_in_order_and_empty_is_none(rings: list[Ring]) -> None:
+    ring = _make(rings, 4, 64)
+    assert ring.try_get() is None
+    for seq in range(10):  # wraps around the 4 slots
+        assert ring.try_put(_payload(0, seq))
+        assert _check(ring.try_get() or b"") == (0, seq)
+    assert ring.try_get() is None
+
+
+def test_full_ring_refuses_without_corruption(rings: list[Ring]) -> None:
+    ring = _make(rings, 8, 64)
+    for seq in range(8):
+        assert ring.try_put(_payload(1, seq))
+    assert len(ring) == 8
+    assert ring.try_put(_payload(1, 99)) is False
+    assert ring.offer(_payload(1, 99)) is Put.FULL
+    assert [_check(ring.try_get() or b"")[1] for _ in range(8)] == list(range(8))
+    assert ring.try_get() is None
+    assert ring.try_put(_payload(1, 8))
+    assert _check(ring.try_get() or b"") == (1, 8)
+
+
+def test_descriptor_larger_than_a_slot_is_refused(rings: list[Ring]) -> None:
+    ring = _make(rings, 2, 32)
+    assert ring.try_put(b"x" * 32)
+    with pytest.raises(DescriptorTooLargeError, match=r"33 bytes does not fit a ring slot of 32"):
+        ring.try_put(memoryview(b"y" * 33))
+    assert ring.try_get() == b"x" * 32
+    assert ring.try_get() is None
+
+
+def test_memoryview_payloads_of_any_format(rings: list[Ring]) -> None:
+    ring = _make(rings, 2, 64)
+    words = memoryview(bytearray(16)).cast("q")
+    words[0], words[1] = 7, -1
+    assert ring.try_put(words)
+    assert struct.unpack("<qq", ring.try_get() or b"") == (7, -1)
+
+
+def test_attach_sees_the_creators_items(rings: list[Ring]) -> None:
+    ring = _make(rings, 4, 16)
+    ring.try_put(b"one")
+    other = Ring.attach(ring.name)
+    try:
+        assert (other.slots, other.slot_bytes) == (4, 16)
+        assert other.try_get() == b"one"
+        assert ring.try_put(b"two")
+        assert ring.try_put(b"three")
+        assert other.try_get() == b"two"
+        assert other.try_get() == b"three"
+    finally:
+        other.close()
+
+
+def test_a_segment_that_is_not_a_ring_is_refused() -> None:
+    segment = Segment.create(None, 4096)
+    try:
+        with pytest.raises(RingError, match="not an inferd ring"):
+            Ring.attach(segment.name)
+    finally:
+        segment.close()
+        segment.unlink()
+
+
+def test_bad_geometry_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        Ring.create(None, 0, 64)
+    with pytest.raises(ValueError, match="slot_bytes"):
+        Ring.create(None, 4, 0)
+
+
+def test_many_producer_threads_one_consumer_thread(rings: list[Ring]) -> None:
+    producers, count = 6, 2000
+    bell = Doorbell()
+    made = [_make(rings, 16, 64) for _ in range(producers)]
+    threads = [
+        threading.Thread(target=_produce, args=(ring.name, i, count, bell))
+        for i, ring in enumerate(made)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        seen = _consume_all(made, bell, producers * count)
+    finally:
+        for thread in threads:
+            thread.join()
+        bell.close()
+    assert seen == {i: list(range(count)) for i in range(producers)}
+    assert all(ring.try_get() is None for ring in made)
+
+
+def test_one_ring_shared_by_a_producer_and_a_consumer_thread(rings: list[Ring]) -> None:
+    ring = _make(rings, 4, 64)
+    bell = Doorbell()
+    count = 20000
+    thread = threading.Thread(target=_produce, args=(ring.name, 3, count, bell))
+    thread.start()
+    try:
+        seen = _consume_all([ring], bell, count)
+    finally:
+        thread.join()
+        bell.close()
+    assert seen == {3: list(range(count))}
+
+
+def test_many_producer_processes_one_consumer(rings: list[Ring]) -> None:
+    producers, count = 4, 5000
+    bell = Doorbell()
+    made = [_make(rings, 8, 64) for _ in range(producers)]
+    procs = [
+        SPAWN.Process(target=_produce, args=(ring.name, i, count, bell))
+        for i, ring in enumerate(made)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        seen = _consume_all(made, bell, producers * count)
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+        bell.close()
+    assert [proc.exitcode for proc in procs] == [0] * producers
+    assert seen == {i: list(range(count)) for i in range(producers)}
