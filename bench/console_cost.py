@@ -12,10 +12,10 @@ loaded, and Debian's headless Chromium (Selenium): the time from navigation star
 table rendered and the page answering input (the console marks each finished view on
 ``document.body``), over ``--loads`` loads (the goal: within 1 s).
 
-**Event cost.** With ``--event-cost``, the work the server does for one event of one open page
-(a statistics snapshot of every model and the window's figures, as JSON), timed in process in
-CPU time, with 1 and ``--models`` models loaded: a figure that does not depend on how busy the
-machine is.
+**Event cost.** With ``--event-cost``, the work the server does for one tick's event (a
+statistics snapshot of every model and the window's figures, as JSON; the streams share it, so
+this is the cost of all pages open on one model), timed in process in CPU time, with 1 and
+``--models`` models loaded: a figure that does not depend on how busy the machine is.
 
     python bench/console_cost.py [--seconds 5] [--rounds 3] [--page | --event-cost] [--models 300]
 """

@@ -171,7 +171,7 @@ def test_the_event_stream_sends_a_window_a_second(server: ServerProcess) -> None
     assert headers["content-security-policy"] == CSP
     first, second = events[0], events[1]
     assert first["window_s"] == 0
-    assert 0.5 < second["window_s"] < 10
+    assert 0.5 <= second["window_s"] < 10  # at least half a tick
     [simple] = first["models"]
     assert (simple["name"], simple["version"]) == ("simple", "1")
     assert simple["totals"]["success"] == 20  # the counters the engine keeps, not parsed text

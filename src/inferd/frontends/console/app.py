@@ -47,9 +47,11 @@ from inferd.frontends.http.asgi import Message, Receive, Scope, Send, header_loo
 from inferd.frontends.http.errors import describe_exception
 from inferd.frontends.http.generate import ClientGone, watched
 
-__all__ = ["PREFIX", "SECURITY_HEADERS", "ConsoleApp", "ConsoleInfo"]
+__all__ = ["MAX_STREAMS", "PREFIX", "SECURITY_HEADERS", "ConsoleApp", "ConsoleInfo"]
 
 PREFIX = "/console"
+#: event streams open at once (each a page); more are answered 503 until one closes
+MAX_STREAMS = 64
 _ASSETS = "/console/assets/"
 
 CSP = (
@@ -121,6 +123,7 @@ class ConsoleApp:
         log: logging.Logger,
         access: AccessPolicy | None = None,
         interval_s: float = 1.0,
+        max_streams: int = MAX_STREAMS,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
@@ -129,6 +132,10 @@ class ConsoleApp:
         self._log = log
         self._access = access if access is not None else AccessPolicy()
         self._interval_s = interval_s
+        self._max_streams = max_streams
+        self._streams = 0  # event streams open now
+        self._samples: dict[int, Sample] = {}  # the last two ticks' samples
+        self._encoded: dict[tuple[int, str], bytes] = {}  # this tick's events, by model
         self._assets = _load_assets()
         if "index.html" not in self._assets:
             raise RuntimeError("the console's assets are missing from the package")
@@ -278,25 +285,62 @@ class ConsoleApp:
         """One reading of the server's counters (what each event is computed from)."""
         return Sample.of(time.monotonic(), process_usage(), self._engine.model_statistics())
 
+    def _sample_at(self, tick: int) -> Sample:
+        """The sample of one tick (``interval_s`` long), shared by every open stream: however
+        many pages are open, the counters are read once a tick."""
+        found = self._samples.get(tick)
+        if found is None:
+            found = self._samples[tick] = self.sample()
+            for old in [t for t in self._samples if t < tick - 1]:
+                del self._samples[old]
+            self._encoded = {k: v for k, v in self._encoded.items() if k[0] >= tick}
+        return found
+
+    def _tick_event(self, tick: int, prev: Sample, model: str | None) -> tuple[Sample, bytes]:
+        """Tick ``tick``'s event for ``model``: computed once for every stream whose previous
+        sample is the shared one of the tick before (all of them, once past their first)."""
+        cur = self._sample_at(tick)
+        if self._samples.get(tick - 1) is not prev:
+            return cur, _event(self.event(prev, cur, model))
+        key = (tick, model or "")
+        data = self._encoded.get(key)
+        if data is None:
+            data = self._encoded[key] = _event(self.event(prev, cur, model))
+        return cur, data
+
     async def _stream(self, send: Send, model: str | None) -> None:
-        """One event now, then one per interval, until the client leaves or the server stops.
-        Each reads one snapshot of the counters: nothing is added to the serving path."""
-        headers = [
-            *SECURITY_HEADERS,
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-store"),
-            (b"x-accel-buffering", b"no"),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send(_chunk(b"retry: 2000\n\n"))
-        prev = self.sample()
-        await send(_chunk(_event(self.event(prev, prev, model))))
-        while not self._info.stopping():
-            await asyncio.sleep(self._interval_s)
-            cur = self.sample()
-            await send(_chunk(_event(self.event(prev, cur, model))))
-            prev = cur
-        await send({"type": "http.response.body", "body": b""})
+        """One event now, then one a tick, until the client leaves or the server stops. The
+        counters are read once a tick for all streams together (:meth:`_sample_at`): nothing is
+        added to the serving path, and each open page adds little more than one send."""
+        if self._streams >= self._max_streams:
+            raise _Refused(
+                503,
+                f"too many console event streams open ({self._max_streams}); close a console "
+                "page and retry",
+            )
+        self._streams += 1
+        try:
+            headers = [
+                *SECURITY_HEADERS,
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-store"),
+                (b"x-accel-buffering", b"no"),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send(_chunk(b"retry: 2000\n\n"))
+            tick = int(time.monotonic() // self._interval_s)
+            prev = self._sample_at(tick)
+            await send(_chunk(_event(self.event(prev, prev, model))))
+            # the first window lasts at least half a tick (the shared sample may be recent)
+            tick = int((prev.t_s + self._interval_s / 2) // self._interval_s)
+            while not self._info.stopping():
+                tick += 1
+                await asyncio.sleep(max(0.0, tick * self._interval_s - time.monotonic()))
+                prev, data = self._tick_event(tick, prev, model)
+                await send(_chunk(data))
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            self._streams -= 1
 
     def event(self, prev: Sample, cur: Sample, model: str | None) -> dict[str, Any]:
         """One event's figures: the window between two samples (``model`` in full)."""

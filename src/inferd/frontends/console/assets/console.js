@@ -10,8 +10,14 @@ import { actions } from "./actions.js";
 let stream = null; // the page's one event stream
 let generation = 0; // bumped on each navigation: late answers of an old page are dropped
 
-function openStream(model, onEvent) {
+function closeStream() {
   if (stream) stream.close();
+  stream = null;
+}
+
+function openStream(model, onEvent) {
+  closeStream();
+  const gen = generation; // events reach only the view that opened the stream
   const url = "/console/api/events" + (model ? "?model=" + encodeURIComponent(model) : "");
   stream = new EventSource(url);
   const dot = document.getElementById("live-dot");
@@ -19,7 +25,7 @@ function openStream(model, onEvent) {
   stream.addEventListener("error", () => dot.classList.remove("on"));
   stream.addEventListener("stats", (event) => {
     dot.classList.add("on");
-    onEvent(JSON.parse(event.data));
+    if (gen === generation) onEvent(JSON.parse(event.data));
   });
 }
 
@@ -270,6 +276,7 @@ async function modelPage(main, model, gen) {
 async function route() {
   generation += 1;
   const gen = generation;
+  closeStream();
   const main = document.getElementById("main");
   const hash = location.hash || "#/";
   try {
