@@ -7,7 +7,7 @@ Only inference replies are compressed (PROTOCOL.md §2.3); errors are ``{"error"
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from inferd.core.routing import RolloutAdmin
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.frontends.access import ADMIN_APIS, AccessPolicy, cross_site_refusal
+from inferd.frontends.http.asgi import JSON, Receive, Scope, Send, header_lookup
 from inferd.frontends.http.body import (
     OFF_LOOP_COMPRESSED_BYTES,
     OffLoop,
@@ -45,12 +46,7 @@ if TYPE_CHECKING:  # the /v1 app and the console import this front end's modules
     from inferd.frontends.console.app import ConsoleApp
     from inferd.frontends.openai.app import OpenAIApp
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
-JSON = b"application/json"
 OCTET_STREAM = b"application/octet-stream"
 _NOT_FOUND = HttpStatusError(404, "Not Found")
 _NOT_ALLOWED = HttpStatusError(405, "Method Not Allowed")
@@ -87,20 +83,6 @@ class _Headers:
     content_encoding: str | None = None
     accept_encoding: str | None = None
     inference_header_length: str | None = None
-
-
-def _header_lookup(scope: Scope) -> Callable[[str], str | None]:
-    """The first value of a request header by lower-case name (for the access policy)."""
-    headers = scope.get("headers", ())
-
-    def lookup(name: str) -> str | None:
-        wanted = name.encode("latin-1")
-        for key, value in headers:
-            if key == wanted:
-                return str(value.decode("latin-1"))
-        return None
-
-    return lookup
 
 
 def _trace_context(scope: Scope) -> dict[str, str]:
@@ -234,11 +216,11 @@ class HttpApp:
         if route is None:
             raise _NOT_FOUND
         if self._guarded and route.endpoint in self._guarded:  # before the method, like Triton
-            self._access.check(route.api, _header_lookup(scope))
+            self._access.check(route.api, header_lookup(scope))
         if scope["method"] != route.method:
             raise _NOT_ALLOWED
         if route.endpoint in _STATE_CHANGING:
-            refusal = cross_site_refusal(_header_lookup(scope))
+            refusal = cross_site_refusal(header_lookup(scope))
             if refusal is not None:
                 raise HttpStatusError(403, refusal)
         return await self._handlers[route.endpoint](route, scope, receive)
