@@ -22,7 +22,14 @@ from inferd.core.routing import RolloutAdmin
 from inferd.engine import Engine
 from inferd.errors import InvalidArgumentError, NotFoundError
 from inferd.frontends.access import ADMIN_APIS, AccessPolicy, cross_site_refusal
-from inferd.frontends.http.asgi import JSON, Receive, Scope, Send, header_lookup
+from inferd.frontends.http.asgi import (
+    JSON,
+    Receive,
+    Scope,
+    Send,
+    header_lookup,
+    serve_lifespan,
+)
 from inferd.frontends.http.body import (
     OFF_LOOP_COMPRESSED_BYTES,
     OffLoop,
@@ -174,17 +181,8 @@ class HttpApp:
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "lifespan":
-            await self._lifespan(receive, send)
+            await serve_lifespan(receive, send)
         # other scope types (websocket) are not served; returning closes them
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._openai is not None and scope["path"].startswith("/v1/"):

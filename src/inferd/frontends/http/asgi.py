@@ -28,4 +28,24 @@ def header_lookup(scope: Scope) -> HeaderLookup:
     return lookup
 
 
-__all__ = ["JSON", "HeaderLookup", "Message", "Receive", "Scope", "Send", "header_lookup"]
+async def serve_lifespan(receive: Receive, send: Send) -> None:
+    """Answer an ASGI ``lifespan`` scope: nothing to start or stop, each step acknowledged."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+__all__ = [
+    "JSON",
+    "HeaderLookup",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "header_lookup",
+    "serve_lifespan",
+]

@@ -23,7 +23,15 @@ from inferd.core.names import check_model_name
 from inferd.engine import Engine
 from inferd.errors import InferdError
 from inferd.frontends.access import AccessPolicy, Api
-from inferd.frontends.http.asgi import JSON, Message, Receive, Scope, Send, header_lookup
+from inferd.frontends.http.asgi import (
+    JSON,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header_lookup,
+    serve_lifespan,
+)
 from inferd.frontends.http.generate import ClientGone, watched
 from inferd.frontends.openai.completions import answer, chunks, prepare
 from inferd.frontends.openai.embeddings import create_embeddings
@@ -90,13 +98,7 @@ class OpenAIApp:
         if scope["type"] == "http":
             await self.handle(scope, receive, send)
         elif scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer one HTTP request whose path is under ``/v1``."""
