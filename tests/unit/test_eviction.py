@@ -306,6 +306,24 @@ async def test_residency_refusals_are_counted_as_thrash() -> None:
     assert [name for name, _ in host.unloaded] == ["a"]
 
 
+async def test_a_request_that_joins_a_load_waiting_for_room_waits_its_own_time() -> None:
+    """The load waits for room as long as its latest request may: a request that joins late is
+    answered once room frees, even after the first request's wait ran out."""
+    host = _Host({"a": 100, "b": 100})
+    loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.2)
+    await loader.start()
+    await loader.ensure("a")
+    first = asyncio.create_task(loader.ensure("b"))
+    await asyncio.sleep(0.15)
+    second = asyncio.create_task(loader.ensure("b"))  # joins the same load
+    await asyncio.sleep(0.1)  # past the first request's 0.2 s, within the second's
+    host.clock.advance(61 * 10**9)  # 'a' may leave now
+    await second
+    with pytest.raises(UnavailableError):
+        await first
+    assert [name for name, _ in host.unloaded] == ["a"]
+
+
 async def test_a_load_larger_than_its_estimate_unloads_idle_models_after_it() -> None:
     host = _Host({"a": 100, "b": 100, "c": 100}, on_disk=False)  # nothing known before loads
     loader = host.loader(1000 + 250, min_residency_s=0.0)

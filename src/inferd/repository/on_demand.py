@@ -117,6 +117,7 @@ class OnDemandLoader:
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._no_room: dict[str, str] = {}  # loads waiting for room: why
+        self._room_until: dict[str, float] = {}  # a load waiting for room: until when (loop time)
         self._counters = _Counters()
         self.baseline_bytes = 0
         self._cfg = EvictionConfig(settings.min_residency_s)
@@ -166,6 +167,10 @@ class OnDemandLoader:
             task = asyncio.create_task(self._run(name, fut, reason), name=f"inferd-load-{name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        # a load waiting for room waits as long as its latest request may: one that joins late
+        # does not fail with the first request's deadline
+        until = asyncio.get_running_loop().time() + self.settings.wait_s
+        self._room_until[name] = max(until, self._room_until.get(name, until))
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.settings.wait_s)
         except TimeoutError:
@@ -202,6 +207,7 @@ class OnDemandLoader:
                 fut.set_result(None)
         finally:
             self._loading.pop(name, None)
+            self._room_until.pop(name, None)
 
     def _room(self) -> int | None:
         budget = self.settings.budget_bytes
@@ -274,7 +280,7 @@ class OnDemandLoader:
 
     async def _make_room(self, name: str, need: int, room: int) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.wait_s
+        fallback = loop.time() + self.settings.wait_s
         counted = False
         try:
             while True:
@@ -298,7 +304,7 @@ class OnDemandLoader:
                         ", ".join(repr(n) for n in choice.held_by_residency),
                         self.settings.min_residency_s,
                     )
-                if loop.time() >= deadline:
+                if loop.time() >= self._room_until.get(name, fallback):
                     raise UnavailableError(self._no_room[name])
                 await asyncio.sleep(_ROOM_RETRY_S)
         finally:
