@@ -175,6 +175,19 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "off (default: 100)",
     )
     repo.add_argument(
+        "--frontends",
+        type=_frontends,
+        default=1,
+        metavar="K|auto",
+        help="serve HTTP and gRPC from K front-end processes that share the ports "
+        "(SO_REUSEPORT), decode requests and hand them to this process's engine over shared "
+        "memory, so one model's requests still batch together and statistics and metrics stay "
+        "in one place; a front end that dies is restarted. 1: this process serves, as always; "
+        "auto: one per core available (CPU affinity and the cgroup's CPU quota) less one for "
+        "the engine, 1 below 3 cores. --http-max-connections then bounds each front end; "
+        "not with --openai-port yet (default: 1)",
+    )
+    repo.add_argument(
         "--allow-pickle-models",
         action="store_true",
         help="let the sklearn backend load model.pkl / model.joblib files; unpickling runs "
@@ -559,6 +572,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         model_max_threads=args.model_max_threads,
         warmup_from_recent=args.warmup_from_recent,
         inline_execution_max_us=args.inline_execution_max_us,
+        frontends=args.frontends,
         allow_http=args.allow_http,
         http_address=args.http_address,
         http_port=args.http_port,
@@ -605,6 +619,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         drift=drift_settings(args),
         **on_demand_fields(args),
     )
+
+
+def _frontends(text: str) -> int:
+    """``--frontends``: a count of front-end processes, or ``auto`` (from the cores)."""
+    if text == "auto":
+        from inferd.server.frontends.supervisor import auto_frontends
+
+        return auto_frontends()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or 'auto', got '{text}'") from None
 
 
 async def serve(config: ServerConfig) -> int:

@@ -39,6 +39,7 @@ class ServerConfig:
     model_max_threads: int = 0  # runtime threads one model may ask for (0: 4 per core)
     warmup_from_recent: int = 8  # recent requests per model that warm up its next version
     inline_execution_max_us: int = 100  # batches this short run on the event loop (0: never)
+    frontends: int = 1  # front-end processes serving HTTP and gRPC (1: this process serves)
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
@@ -110,6 +111,13 @@ class ServerConfig:
             raise InvalidArgumentError("--warmup-from-recent must be >= 0 (0 turns it off)")
         if self.inline_execution_max_us < 0:
             raise InvalidArgumentError("--inline-execution-max-us must be >= 0")
+        if self.frontends < 1:
+            raise InvalidArgumentError("--frontends must be >= 1 (or auto)")
+        if self.frontends > 1 and self.openai_port is not None:
+            raise InvalidArgumentError(
+                "--openai-port is not served with --frontends above 1 yet; the /v1 API is "
+                "served on the HTTP port (leave --openai-port out, or use --frontends 1)"
+            )
         if self.repository_poll_secs <= 0:
             raise InvalidArgumentError("--repository-poll-secs must be > 0")
         if self.http_max_input_bytes <= 0:

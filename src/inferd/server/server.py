@@ -223,22 +223,12 @@ class Server:
     async def _start_listeners(self) -> None:
         cfg = self.config
         openai = self._openai_app() if cfg.allow_http or cfg.openai_port is not None else None
-        if cfg.allow_http:
-            from inferd.frontends.http.app import HttpApp
+        if cfg.frontends > 1:  # front-end processes serve HTTP and gRPC (not --openai-port)
+            await self._start_frontends(openai)
+        elif cfg.allow_http:
             from inferd.frontends.http.server import start_http_server
 
-            app = HttpApp(
-                self.engine,
-                max_body_bytes=cfg.http_max_input_bytes,
-                max_json_body_bytes=cfg.http_max_json_input_bytes,
-                access=cfg.http_access(),
-                log=logging.getLogger("inferd.http"),
-                shared_memory=self.shared_memory,
-                drift_report=self._drift_report if self.drift is not None else None,
-                rollout=self.rollout,
-                openai=openai,
-                console=self._console_app() if cfg.allow_console else None,
-            )
+            app = self._http_app(openai)
             async with _starting("HTTP", cfg.http_address, cfg.http_port, "--http-port"):
                 handle, port = await start_http_server(
                     app,
@@ -267,7 +257,7 @@ class Server:
                     tls=cfg.http_tls,
                 )
             self._add("OpenAI", port, handle.stop)
-        if cfg.allow_grpc:
+        if cfg.allow_grpc and cfg.frontends == 1:
             from inferd.frontends.grpc.server import start_grpc_server
 
             async with _starting("GRPC", cfg.grpc_address, cfg.grpc_port, "--grpc-port"):
@@ -298,6 +288,53 @@ class Server:
                     max_connections=cfg.http_max_connections,
                 )
             self._add("Metrics", port, handle.stop)
+
+    def _http_app(self, openai: Any) -> Any:
+        """The HTTP front end's app over this process's engine."""
+        from inferd.frontends.http.app import HttpApp
+
+        cfg = self.config
+        return HttpApp(
+            self.engine,
+            max_body_bytes=cfg.http_max_input_bytes,
+            max_json_body_bytes=cfg.http_max_json_input_bytes,
+            access=cfg.http_access(),
+            log=logging.getLogger("inferd.http"),
+            shared_memory=self.shared_memory,
+            drift_report=self._drift_report if self.drift is not None else None,
+            rollout=self.rollout,
+            openai=openai,
+            console=self._console_app() if cfg.allow_console else None,
+        )
+
+    async def _start_frontends(self, openai: Any) -> None:
+        """``--frontends K``: K processes serve HTTP and gRPC on the ports and hand requests
+        to this process's engine; the rest of each request is answered here, in one place."""
+        from inferd.frontends.grpc.servicer import GrpcInferenceServicer
+        from inferd.server.frontends.bridge import EngineBridge
+        from inferd.server.frontends.supervisor import Supervisor
+
+        cfg = self.config
+        servicer = None
+        if cfg.allow_grpc:
+            servicer = GrpcInferenceServicer(
+                self.engine, log=logging.getLogger("inferd.grpc"), shared_memory=self.shared_memory
+            )
+        bridge = EngineBridge(
+            self.engine,
+            http_app=self._http_app(openai) if cfg.allow_http else None,
+            servicer=servicer,
+            log=logging.getLogger("inferd.frontends"),
+        )
+        log = logging.getLogger("inferd.frontends")
+        supervisor = Supervisor(cfg, bridge, cfg.frontends, log=log)
+        async with _starting("front-end", cfg.http_address, cfg.http_port, "--http-port"):
+            await supervisor.start()
+        stop: Any = supervisor.stop  # one stop for all the front ends' services
+        for name, port in supervisor.ports.items():
+            self._add(name.upper(), port, stop)
+            stop = _nothing_to_stop
+        _log.info("%d front-end processes serve HTTP and gRPC", cfg.frontends)
 
     def _collectors(self) -> list[Any]:
         """The metrics collectors of the components besides the models."""
@@ -394,6 +431,10 @@ async def _starting(service: str, address: str, port: int, flag: str) -> AsyncIt
             f"cannot start the {service} service on {address}:{port}: {reason} "
             f"(is another server using the port? choose another with {flag})"
         ) from None
+
+
+async def _nothing_to_stop(grace_s: float) -> None:
+    return None
 
 
 def _on_demand_settings(cfg: ServerConfig) -> OnDemandSettings | None:

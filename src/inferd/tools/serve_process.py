@@ -23,6 +23,9 @@ from inferd.errors import ServerStartError
 
 __all__ = ["READY_MARKER", "ServerProcess", "ServerStartError", "start_server"]
 
+#: Set to K, every server started here without ``--frontends`` of its own gets ``--frontends K``.
+FRONTENDS_ENV = "INFERD_TEST_FRONTENDS"
+
 #: What ``inferd serve`` prints, followed by its ports as JSON, once every endpoint listens.
 READY_MARKER = "inferd ready: "
 
@@ -99,6 +102,10 @@ def start_server(
         "0",
         *args,
     ]
+    # the end-to-end suite runs against front-end processes with INFERD_TEST_FRONTENDS=K
+    frontends = (env or {}).get(FRONTENDS_ENV, os.environ.get(FRONTENDS_ENV, ""))
+    if frontends and not any(a == "--frontends" or a.startswith("--frontends=") for a in args):
+        cmd += ["--frontends", frontends]
     process = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

@@ -26,12 +26,14 @@ from inferd.frontends.tls import TlsSettings
 _log = logging.getLogger(__name__)
 
 
-def _bind(host: str, port: int, backlog: int) -> socket.socket:
+def _bind(host: str, port: int, backlog: int, reuse_port: bool = False) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # front-end processes share the port (the kernel spreads connections)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -104,12 +106,14 @@ async def start_http_server(
     tls: TlsSettings | None = None,
     timeout_graceful_shutdown_s: int = 5,
     backlog: int = 2048,
+    reuse_port: bool = False,
 ) -> tuple[HttpServer, int]:
     """Serve ``app`` on ``host:port`` (0 = an ephemeral port); return the handle and the port.
 
     ``max_connections`` bounds the open connections (None: unbounded); at the limit, up to
     ``probe_slots`` more may each get one health answer, their request head due within
-    ``probe_head_timeout_s`` (:mod:`inferd.frontends.http.slots`); ``tls`` serves HTTPS.
+    ``probe_head_timeout_s`` (:mod:`inferd.frontends.http.slots`); ``tls`` serves HTTPS;
+    ``reuse_port`` lets other processes of this user listen on the same port (SO_REUSEPORT).
     """
     limits = ConnectionLimits(
         header_timeout_s,
@@ -122,7 +126,7 @@ async def start_http_server(
     context = server_ssl_context(tls) if tls is not None else None
     state = ServerState(app, limits)
     loop = asyncio.get_running_loop()
-    sock = _bind(host, port, backlog)
+    sock = _bind(host, port, backlog, reuse_port)
     try:
         server = await loop.create_server(
             lambda: HttpConnection(state, loop), sock=sock, ssl=context, backlog=backlog

@@ -1,0 +1,258 @@
+"""The messages a front-end process and the engine process exchange over their channel.
+
+Every message is a fixed 16-byte header (kind, flags, call id) and a body. A call is one
+request of the front end (an inference request, an HTTP request the engine answers, a gRPC
+call the engine answers) and every reply carries its id. Metadata travels as JSON (never a
+pickle); tensor bytes follow it raw, in the order the JSON lists them, each tensor as the
+binary tensor extension writes it (numeric: little-endian row-major bytes; BYTES: 4-byte
+length-prefixed elements).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferd.codecs.raw_tensor import deserialize_bytes_elements, serialize_bytes_elements
+from inferd.core.inference import InferRequest, InferResponse, RequestedOutput
+from inferd.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    ErrorCode,
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OverloadedError,
+    PermissionDeniedError,
+    RequestCancelledError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnsupportedError,
+)
+
+__all__ = [
+    "FINAL",
+    "HEADER",
+    "Kind",
+    "Message",
+    "decode_error",
+    "decode_message",
+    "decode_request",
+    "decode_response",
+    "encode_error",
+    "encode_message",
+    "encode_request",
+    "encode_response",
+    "error_from",
+]
+
+HEADER = struct.Struct("<BBxxxxxxQ")  # kind, flags, call id
+_JSON_LENGTH = struct.Struct("<I")
+FINAL = 1  # flags: the last reply of a call (streams)
+MORE = 2  # flags: an ASGI body message with more to come
+UNDECODABLE = 4  # flags: a stream's request message that did not parse
+
+
+class Kind(enum.IntEnum):
+    # front end → engine
+    INFER = 1  # an InferRequest; answered by RESPONSE or ERROR
+    HTTP = 2  # an HTTP request for the engine's HTTP app; answered by HTTP_* replies
+    GRPC = 3  # a unary gRPC call for the engine's servicer; answered by GRPC_REPLY
+    CANCEL = 4  # the caller of a call has gone (no body)
+    GRPC_STREAM = 5  # open a ModelStreamInfer stream: {"metadata"}; answered like GRPC
+    STREAM_IN = 6  # a request message of a stream (flags FINAL: the client's half-close;
+    # UNDECODABLE: the message did not parse, the body says why)
+    # engine → front end
+    RESPONSE = 10  # an InferResponse
+    ERROR = 11  # the call failed: {"code", "message"}
+    HTTP_START = 12  # an ASGI http.response.start: {"status", "headers"}
+    HTTP_BODY = 13  # an ASGI http.response.body: the bytes (flags MORE: more to come)
+    HTTP_END = 14  # the engine's app returned (FINAL)
+    GRPC_REPLY = 15  # {"code", "details"} and the serialized response message
+    STREAM_OUT = 16  # a response message of a stream
+
+
+@dataclass(slots=True)
+class Message:
+    kind: Kind
+    flags: int
+    call: int
+    body: memoryview
+
+
+def encode_message(kind: Kind, call: int, body: bytes | bytearray = b"", flags: int = 0) -> bytes:
+    return HEADER.pack(kind, flags, call) + body
+
+
+def decode_message(payload: bytes | bytearray | memoryview) -> Message:
+    view = memoryview(payload)
+    if len(view) < HEADER.size:
+        raise InternalError(f"a channel message of {len(view)} bytes is shorter than its header")
+    kind, flags, call = HEADER.unpack_from(view)
+    return Message(Kind(kind), flags, call, view[HEADER.size :])
+
+
+def json_and_blobs(meta: Any, blobs: Sequence[bytes | memoryview]) -> bytes:
+    head = orjson.dumps(meta)
+    return b"".join((_JSON_LENGTH.pack(len(head)), head, *blobs))
+
+
+def split_json(body: memoryview) -> tuple[Any, memoryview]:
+    (length,) = _JSON_LENGTH.unpack_from(body)
+    end = _JSON_LENGTH.size + length
+    return orjson.loads(body[_JSON_LENGTH.size : end]), body[end:]
+
+
+# -- tensors ----------------------------------------------------------------------------------
+
+
+def _tensor_blob(array: np.ndarray[Any, Any]) -> tuple[str, bytes | memoryview]:
+    if array.dtype.kind in "OSU":
+        return "BYTES", serialize_bytes_elements(array.reshape(-1))
+    dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    data = np.ascontiguousarray(array, dtype=dtype)
+    return dtype.str, data.reshape(-1).view(np.uint8).data
+
+
+def _tensors_meta(
+    tensors: dict[str, np.ndarray[Any, Any]],
+) -> tuple[list[list[Any]], list[bytes | memoryview]]:
+    meta: list[list[Any]] = []
+    blobs: list[bytes | memoryview] = []
+    for name, array in tensors.items():
+        kind, blob = _tensor_blob(array)
+        meta.append([name, kind, list(array.shape), len(blob)])
+        blobs.append(blob)
+    return meta, blobs
+
+
+def _tensors_from(meta: list[list[Any]], data: memoryview) -> dict[str, np.ndarray[Any, Any]]:
+    tensors: dict[str, np.ndarray[Any, Any]] = {}
+    pos = 0
+    for name, kind, shape, size in meta:
+        blob = data[pos : pos + size]
+        pos += size
+        count = prod(shape)
+        if kind == "BYTES":
+            tensors[name] = deserialize_bytes_elements(blob, count, f"tensor '{name}'").reshape(
+                shape
+            )
+        else:
+            tensors[name] = np.frombuffer(blob, dtype=np.dtype(kind), count=count).reshape(shape)
+    return tensors
+
+
+# -- inference requests and responses ---------------------------------------------------------
+
+
+def encode_request(request: InferRequest) -> bytes:
+    """An inference request as the engine rebuilds it (no callbacks, no sinks: the front end
+    sends only what a client can say)."""
+    inputs, blobs = _tensors_meta(request.inputs)
+    outputs = (
+        None
+        if request.outputs is None
+        else [[o.name, o.binary, o.classification, o.parameters] for o in request.outputs]
+    )
+    meta = {
+        "m": request.model_name,
+        "v": request.model_version,
+        "id": request.id,
+        "p": request.parameters,
+        "b": request.binary_output_default,
+        "o": outputs,
+        "i": inputs,
+        "t": request.trace_context,
+    }
+    return json_and_blobs(meta, blobs)
+
+
+def decode_request(body: memoryview) -> InferRequest:
+    meta, data = split_json(body)
+    outputs = meta["o"]
+    return InferRequest(
+        model_name=meta["m"],
+        inputs=_tensors_from(meta["i"], data),
+        model_version=meta["v"],
+        id=meta["id"],
+        outputs=None
+        if outputs is None
+        else [RequestedOutput(n, b, c, p) for n, b, c, p in outputs],
+        parameters=meta["p"],
+        binary_output_default=meta["b"],
+        trace_context=meta["t"],
+    )
+
+
+def encode_response(response: InferResponse) -> bytes:
+    outputs, blobs = _tensors_meta(response.outputs)
+    meta = {
+        "m": response.model_name,
+        "v": response.model_version,
+        "id": response.id,
+        "p": response.parameters,
+        "o": outputs,
+    }
+    return json_and_blobs(meta, blobs)
+
+
+def decode_response(body: memoryview) -> InferResponse:
+    meta, data = split_json(body)
+    return InferResponse(
+        model_name=meta["m"],
+        model_version=meta["v"],
+        outputs=_tensors_from(meta["o"], data),
+        id=meta["id"],
+        parameters=meta["p"],
+    )
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+_ERRORS: dict[ErrorCode, type[InferdError]] = {
+    ErrorCode.INVALID_ARGUMENT: InvalidArgumentError,
+    ErrorCode.NOT_FOUND: NotFoundError,
+    ErrorCode.UNAVAILABLE: UnavailableError,
+    ErrorCode.UNSUPPORTED: UnsupportedError,
+    ErrorCode.ALREADY_EXISTS: AlreadyExistsError,
+    ErrorCode.OVERLOADED: OverloadedError,
+    ErrorCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    ErrorCode.CANCELLED: RequestCancelledError,
+    ErrorCode.INTERNAL: InternalError,
+    ErrorCode.UNAUTHENTICATED: UnauthenticatedError,
+    ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
+}
+
+
+def encode_error(exc: InferdError) -> bytes:
+    return orjson.dumps({"code": exc.code.value, "message": exc.message})
+
+
+def decode_error(body: memoryview) -> InferdError:
+    meta = orjson.loads(body)
+    return error_from(meta["code"], meta["message"])
+
+
+def error_from(code: str, message: str) -> InferdError:
+    """The error of the engine's code, raised again on the front end's side."""
+    try:
+        cls = _ERRORS[ErrorCode(code)]
+    except ValueError:
+        cls = InternalError
+    return cls(message)
+
+
+def check_kind(message: Message, *kinds: Kind) -> None:
+    if message.kind not in kinds:
+        raise InvalidArgumentError(
+            f"unexpected channel message {message.kind.name} (expected "
+            f"{' or '.join(k.name for k in kinds)})"
+        )
