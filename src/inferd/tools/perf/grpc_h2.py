@@ -19,14 +19,13 @@ GOAWAY ending the streams they name. A cancelled call resets its stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import struct
 from collections.abc import Callable, Sequence
 from typing import cast
 from urllib.parse import unquote
 
 from inferd.tools.perf.hpack_decode import HeaderDecoder, HpackError, literal
+from inferd.tools.perf.http_connection import set_nodelay
 from inferd.tools.perf.metadata import ACCESS_HINT, is_restricted
 from inferd.tools.perf.transport import PerfRequestError
 
@@ -148,10 +147,7 @@ class Http2Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
         self.open = True
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_nodelay(transport)
         settings = struct.pack(
             ">HIHI", SETTINGS_ENABLE_PUSH, 0, SETTINGS_INITIAL_WINDOW, MAX_WINDOW
         )

@@ -19,11 +19,9 @@ puts every connection on TLS (one context per transport).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import ssl
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote
 
 import httptools
@@ -36,6 +34,7 @@ from inferd.client.tls import HttpsSettings
 from inferd.errors import InvalidArgumentError, PerfAccessError, PerfRequestError
 from inferd.tools.perf import metadata
 from inferd.tools.perf.connect import open_connection
+from inferd.tools.perf.http_connection import HttpAnswerConnection
 from inferd.tools.perf.inputs import batch_tensors
 from inferd.tools.perf.payload import datatype_of, json_data, raw_bytes
 from inferd.tools.perf.transport import ModelInfo, RequestData, SequenceFlags
@@ -44,39 +43,18 @@ DEFAULT_HTTP_PORT = 8000
 _Reply = tuple[int, bytes | None]
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(HttpAnswerConnection):
     """One keep-alive connection carrying one request at a time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
+        super().__init__()
         self._waiter: asyncio.Future[_Reply] | None = None
         self._want_body = False
         self._collect = False
         self._chunks: list[bytes] = []
         self._status = 0
-        self.open = False
-
-    # --- asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.open = True
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(f"malformed HTTP answer from the server ({exc})")
-            self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.open = False
-        self._fail("the server closed the connection" + (f" ({exc})" if exc else ""))
 
     # --- httptools callbacks
     def on_headers_complete(self) -> None:
@@ -110,16 +88,6 @@ class _Connection(asyncio.Protocol):
         self._want_body = want_body
         self._transport.write(data)
         return waiter
-
-    def _fail(self, message: str) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(PerfRequestError(message))
-
-    def close(self) -> None:
-        self.open = False
-        if self._transport is not None:
-            self._transport.close()
 
 
 class _Prepared:

@@ -16,12 +16,10 @@ message (the driver counts it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote
 
 import httptools
@@ -33,6 +31,7 @@ from inferd.client.tls import HttpsSettings
 from inferd.errors import InvalidArgumentError, PerfAccessError, PerfRequestError
 from inferd.tools.perf import metadata
 from inferd.tools.perf.connect import open_connection
+from inferd.tools.perf.http_connection import HttpAnswerConnection
 from inferd.tools.perf.llm_inputs import EndpointType, LlmOptions, Prompt, TokenCounter
 from inferd.tools.perf.llm_metrics import LlmSample
 from inferd.tools.perf.sse import events
@@ -42,7 +41,7 @@ DEFAULT_HTTP_PORT = 8000
 _Pieces = list[tuple[int, bytes]]
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(HttpAnswerConnection):
     """One keep-alive connection carrying one request at a time; the answer's body pieces are
     kept with their arrival times."""
 
@@ -50,30 +49,10 @@ class _Connection(asyncio.Protocol):
         self._loop = loop
         self._clock = clock
         self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
+        super().__init__()
         self._waiter: asyncio.Future[tuple[int, _Pieces]] | None = None
         self._pieces: _Pieces = []
         self._status = 0
-        self.open = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        self.open = True
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(f"malformed HTTP answer from the server ({exc})")
-            self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.open = False
-        self._fail("the server closed the connection" + (f" ({exc})" if exc else ""))
 
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
@@ -98,16 +77,6 @@ class _Connection(asyncio.Protocol):
         self._waiter = waiter
         self._transport.write(data)
         return waiter
-
-    def _fail(self, message: str) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(PerfRequestError(message))
-
-    def close(self) -> None:
-        self.open = False
-        if self._transport is not None:
-            self._transport.close()
 
 
 def _body(options: LlmOptions, model: str, prompt: Prompt) -> dict[str, Any]:
