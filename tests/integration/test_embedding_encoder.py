@@ -175,3 +175,26 @@ def test_unreadable_parameters_are_refused(tmp_path: Path, extra: str, message: 
     # a later parameter of the same key wins in the parsed map
     with pytest.raises(ConfigError, match=message):
         _instance(tmp_path, extra)
+
+
+def test_a_batch_of_mixed_lengths_runs_as_groups_of_similar_length(tmp_path: Path) -> None:
+    instance, recorder = _instance(
+        tmp_path, 'parameters { key: "normalize" value { string_value: "false" } }'
+    )
+    long_text = " ".join(["a", "b", "c", "d"] * 3)  # 14 tokens with [CLS] and [SEP]
+    texts = [long_text if i % 2 else "abcd"[i // 2] for i in range(8)]  # 3 tokens, 14, 3…
+    results = instance.execute([_request(t) for t in texts])
+    # one run padded to 14 would be 112 tokens for 68 real ones: two runs, 12 + 56
+    assert sorted(recorder.shapes) == [(4, 3), (4, 14)]
+    for text, result in zip(texts, results, strict=True):
+        assert not isinstance(result, Exception)
+        ids = [1, *(VOCAB[w] for w in text.split()), 2]
+        np.testing.assert_allclose(result["embedding"][0], _mean(ids), rtol=1e-6)
+        assert result["token_count"].tolist() == [[len(ids)]]
+
+
+def test_a_batch_of_similar_lengths_runs_once(tmp_path: Path) -> None:
+    instance, recorder = _instance(tmp_path)
+    # 4, 5, 4, 5, 4, 5 tokens: 30 padded for 27 real, not worth a second run
+    instance.execute([_request("a b", "a b c"), _request("d c"), _request("c d a", "b a", "a a a")])
+    assert recorder.shapes == [(6, 5)]

@@ -25,7 +25,9 @@ The runtime loads the encoder under an *inner* configuration built here (the enc
 tensors, without these parameters), so this module is runtime-neutral: it wraps whatever
 ``LoadedModel`` the runtime produced. ``execute(batch)`` runs on the instance's thread, never on
 the event loop: it tokenises the batch, pads it to **its own** longest sequence (not a fixed
-length: short texts cost what short texts cost), runs the encoder once, pools and normalises.
+length: short texts cost what short texts cost), runs the encoder, pools and normalises. A batch
+whose lengths differ widely runs as a few groups of similar length (each padded to its own
+longest; see :func:`length_groups`) instead of one run padded to the longest of all.
 """
 
 from __future__ import annotations
@@ -264,8 +266,39 @@ def _texts(array: np.ndarray[Any, Any]) -> list[str]:
     return texts
 
 
+#: a batch is split into runs of similar lengths when padding every row to the batch's longest
+#: would add more than this share of padding tokens (the encoder's cost grows with rows x
+#: longest, so padding is work thrown away) ...
+PADDING_SLACK = 0.2
+#: ... and each run keeps at least this many rows (a run has a fixed cost of its own)
+MIN_GROUP_ROWS = 4
+
+
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Row indices grouped for the encoder: sorted by length, a new group starts where the
+    current one, padded to its longest row, would hold more than ``PADDING_SLACK`` padding
+    (and has ``MIN_GROUP_ROWS`` rows already). One group when padding is cheap."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    groups: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for index in order:
+        length = lengths[index]
+        padded = (len(current) + 1) * length  # sorted: this row is the group's longest
+        if len(current) >= MIN_GROUP_ROWS and padded > (1 + PADDING_SLACK) * (tokens + length):
+            groups.append(current)
+            current, tokens = [], 0
+        current.append(index)
+        tokens += length
+    groups.append(current)
+    if len(groups) == 1:
+        return [list(range(len(lengths)))]  # the batch as it came
+    return groups
+
+
 class TextEncoderInstance:
-    """Tokenise, pad to the batch's longest, encode once, pool, normalise (instance thread)."""
+    """Tokenise, pad each group of similar lengths to its longest, encode, pool, normalise
+    (instance thread)."""
 
     def __init__(self, model: TextEncoderModel, inner: ModelInstance) -> None:
         self._model = model
@@ -329,6 +362,17 @@ class TextEncoderInstance:
         return [r for r in results if r is not None]
 
     def _encode(self, rows: list[list[int]], request_id: str) -> np.ndarray[Any, Any]:
+        """The pooled embeddings of ``rows``, in order: one encoder run per group of
+        similar lengths (:func:`length_groups`), each padded to its own longest row."""
+        groups = length_groups([len(r) for r in rows])
+        if len(groups) == 1:
+            return self._encode_padded(rows, request_id)
+        out = np.empty((len(rows), self._model.settings.dimensions), dtype=np.float32)
+        for group in groups:
+            out[group] = self._encode_padded([rows[j] for j in group], request_id)
+        return out
+
+    def _encode_padded(self, rows: list[list[int]], request_id: str) -> np.ndarray[Any, Any]:
         settings = self._model.settings
         longest = max(len(r) for r in rows)
         ids = np.zeros((len(rows), longest), dtype=np.int64)

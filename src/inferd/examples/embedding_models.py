@@ -63,7 +63,11 @@ output [
   {{ name: "token_count" data_type: TYPE_INT32 dims: [ 1 ] }}
 ]
 dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+# Two instances share the cores (each gets half of them), and a lone request runs on the
+# model's solo session with every core, whose threads do not spin between runs: with one
+# instance, its session's spinning threads compete with the server on a busy machine (a
+# single short text took 3-4x as long on 2 busy cores; bench/embeddings_peers.py).
+instance_group [ {{ kind: KIND_CPU count: 2 }} ]
 parameters {{ key: "tokenizer" value {{ string_value: "tokenizer.json" }} }}
 parameters {{ key: "pooling" value {{ string_value: "mean" }} }}
 parameters {{ key: "normalize" value {{ string_value: "true" }} }}
