@@ -20,6 +20,7 @@ from inferd.server.frontends import (
     available,
     create_channel,
 )
+from inferd.server.frontends.shared import SHM_DIR
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs Linux eventfd and /dev/shm")
 
@@ -122,6 +123,21 @@ def test_close_wakes_a_waiting_receiver(
             await engine.receive()
 
     run(main())
+
+
+def test_names_unlinked_once_attached_leave_the_channel_working(
+    run: Callable[[Any], Any], pair: tuple[Channel, Channel]
+) -> None:
+    engine, frontend = pair
+    names = [engine.incoming.name, engine.outgoing.name]
+    engine.unlink()
+    assert not [name for name in names if (SHM_DIR / name).exists()]
+
+    async def main() -> bytes:
+        await frontend.send(b"still here")
+        return await engine.receive()
+
+    assert run(main()) == b"still here"
 
 
 def _echo_front_end(spec: ChannelSpec, loop_kind: str, count: int) -> None:

@@ -194,6 +194,15 @@ class Channel:
 
     # -- lifetime -------------------------------------------------------------------------------
 
+    def unlink(self) -> None:
+        """Remove the rings' names from ``/dev/shm`` now; both mappings stay valid.
+
+        The engine calls this once the front end has attached, so that nothing is left behind
+        even if both processes are killed.
+        """
+        self.incoming.unlink()
+        self.outgoing.unlink()
+
     def close(self) -> None:
         """Stop watching, wake waiters with :class:`ChannelClosedError`, unmap the rings.
 
