@@ -34,7 +34,8 @@ TRITON_COUNTERS = (
 )
 
 
-def _buckets(h: Histogram) -> list[tuple[str, float]]:
+def cumulative_buckets(h: Histogram) -> list[tuple[str, float]]:
+    """A histogram's buckets as Prometheus wants them: cumulative counts by upper bound."""
     out: list[tuple[str, float]] = []
     running = 0
     for bound, count in zip(h.bounds, h.counts, strict=False):
@@ -170,8 +171,9 @@ class ModelCollector(Collector):
             labels=_LABELS,
         )
         for s in snaps:
-            latency.add_metric([s.name, s.version], _buckets(s.latency_us), s.latency_us.total)
-            batch.add_metric([s.name, s.version], _buckets(s.batch_rows), s.batch_rows.total)
+            labels = [s.name, s.version]
+            latency.add_metric(labels, cumulative_buckets(s.latency_us), s.latency_us.total)
+            batch.add_metric(labels, cumulative_buckets(s.batch_rows), s.batch_rows.total)
         yield latency
         yield batch
         rejected = CounterMetricFamily(

@@ -13,20 +13,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from inferd.core.statistics import Histogram
+from inferd.metrics.models import cumulative_buckets
 from inferd.repository.on_demand import OnDemandStats
 
 __all__ = ["OnDemandCollector"]
-
-
-def _buckets(h: Histogram) -> list[tuple[str, float]]:
-    out: list[tuple[str, float]] = []
-    running = 0
-    for bound, count in zip(h.bounds, h.counts, strict=False):
-        running += count
-        out.append((repr(float(bound)), running))
-    out.append(("+Inf", running + h.counts[-1]))
-    return out
 
 
 class OnDemandCollector(Collector):
@@ -83,5 +73,5 @@ class OnDemandCollector(Collector):
             labels=["runtime"],
         )
         for runtime, histogram in sorted(stats.load_seconds.items()):
-            latency.add_metric([runtime], _buckets(histogram), histogram.total)
+            latency.add_metric([runtime], cumulative_buckets(histogram), histogram.total)
         yield latency
