@@ -8,8 +8,10 @@ import os
 import signal
 import struct
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from inferd.server.frontends import Arena, ArenaError, Block, Doorbell, Put, Ring, available
 from inferd.server.frontends.shared import Segment
@@ -179,5 +181,39 @@ def test_a_producer_killed_mid_stream_leaks_no_slots() -> None:
         full.close()
         ring.close()
         ring.unlink()
+        arena.close()
+        arena.unlink()
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    steps=st.lists(st.one_of(st.integers(1, 600), st.integers(-40, -1)), max_size=60),
+)
+def test_live_blocks_never_overlap(steps: list[int]) -> None:
+    """Allocations (a size) and releases (an index into the live blocks) in any order: live
+    blocks never share a slot, each keeps its bytes, and the free count adds up."""
+    arena = Arena.create(None, 12, 128)
+    live: list[tuple[Block, int]] = []
+    try:
+        for i, step in enumerate(steps):
+            if step > 0:
+                block = arena.allocate(step, holder=1 + i % 3)
+                if block is None:
+                    continue
+                view = arena.view(block)
+                view[:] = bytes([i % 256]) * step
+                view.release()
+                live.append((block, i % 256))
+            elif live:
+                block, _ = live.pop(-step % len(live))
+                arena.release(block)
+            taken = [s for b, _ in live for s in range(b.first, b.first + b.count)]
+            assert len(taken) == len(set(taken))
+            assert arena.free_slots() == arena.slots - len(taken)
+            for block, fill in live:
+                view = arena.view(block)
+                assert view.tobytes() == bytes([fill]) * block.nbytes
+                view.release()
+    finally:
         arena.close()
         arena.unlink()

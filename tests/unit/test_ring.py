@@ -8,7 +8,9 @@ import struct
 import threading
 import time
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from inferd.server.frontends import (
     DescriptorTooLargeError,
@@ -208,3 +210,30 @@ def test_many_producer_processes_one_consumer(rings: list[Ring]) -> None:
         bell.close()
     assert [proc.exitcode for proc in procs] == [0] * producers
     assert seen == {i: list(range(count)) for i in range(producers)}
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    slots=st.integers(1, 5),
+    steps=st.lists(st.one_of(st.integers(0, 24), st.none()), max_size=80),
+)
+def test_ring_behaves_like_a_bounded_queue(slots: int, steps: list[int | None]) -> None:
+    """Any sequence of puts (a length) and gets (None) matches a bounded FIFO model."""
+    ring = Ring.create(None, slots, 24)
+    model: list[bytes] = []
+    try:
+        for i, step in enumerate(steps):
+            if step is None:
+                assert ring.try_get() == (model.pop(0) if model else None)
+            else:
+                payload = bytes([i % 256]) * step
+                put = ring.offer(payload)
+                if len(model) == slots:
+                    assert put is Put.FULL
+                else:
+                    assert put is (Put.WAKE if not model else Put.QUEUED)
+                    model.append(payload)
+            assert len(ring) == len(model)
+    finally:
+        ring.close()
+        ring.unlink()
