@@ -15,7 +15,13 @@ docs/scaling.md.
 """
 
 from .arena import Arena, ArenaError, Block
-from .channel import Channel, ChannelClosedError, ChannelSpec, create_channel
+from .channel import (
+    Channel,
+    ChannelClosedError,
+    ChannelSpec,
+    ChannelStatistics,
+    create_channel,
+)
 from .doorbell import Doorbell
 from .ring import DescriptorTooLargeError, Put, Ring, RingError
 from .shared import available
@@ -27,6 +33,7 @@ __all__ = [
     "Channel",
     "ChannelClosedError",
     "ChannelSpec",
+    "ChannelStatistics",
     "DescriptorTooLargeError",
     "Doorbell",
     "Put",

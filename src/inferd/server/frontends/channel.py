@@ -29,6 +29,16 @@ from .doorbell import Doorbell
 from .ring import Put, Ring
 
 
+@dataclass(frozen=True)
+class ChannelStatistics:
+    """Counters of one end since it was opened (a snapshot)."""
+
+    sent: int  #: descriptors put on the outgoing ring
+    received: int  #: descriptors taken from the incoming ring
+    doorbells: int  #: writes to the peer's doorbell (data for it, or room it waited for)
+    waits_for_room: int  #: times a sender found the outgoing ring full and slept
+
+
 class ChannelClosedError(ConnectionError):
     """The channel was closed while a coroutine was waiting on it."""
 
@@ -115,6 +125,7 @@ class Channel:
         self._waiters: list[asyncio.Future[None]] = []
         self._send_lock: asyncio.Lock | None = None
         self._blocked_senders = 0
+        self._sent = self._received = self._waits_for_room = 0
         self._closed = False
 
     # -- the loop side ----------------------------------------------------------------------
@@ -159,6 +170,7 @@ class Channel:
             async with self._send_lock:
                 while not self._put(payload):
                     if self.outgoing.wait_for_space():
+                        self._waits_for_room += 1
                         try:
                             await self._sleep(loop)
                         finally:
@@ -170,18 +182,26 @@ class Channel:
 
     def _put(self, payload: bytes | bytearray | memoryview) -> bool:
         result = self.outgoing.offer(payload)
+        if result is Put.FULL:
+            return False
+        self._sent += 1
         if result is Put.WAKE:
             self.peer.ring()
-        return result is not Put.FULL
+        return True
 
     # -- receiving ----------------------------------------------------------------------------
 
     def receive_nowait(self) -> bytes | None:
         """The next descriptor if one is waiting (the peer is woken if it waits for room)."""
         data = self.incoming.try_get()
-        if data is not None and self.incoming.take_space_signal():
-            self.peer.ring()
+        if data is not None:
+            self._received += 1
+            if self.incoming.take_space_signal():
+                self.peer.ring()
         return data
+
+    def statistics(self) -> ChannelStatistics:
+        return ChannelStatistics(self._sent, self._received, self.peer.rung, self._waits_for_room)
 
     async def receive(self) -> bytes:
         """The next descriptor, waiting for one."""
