@@ -269,6 +269,19 @@ def test_a_failed_load_fails_only_its_own_requests(server: ServerProcess) -> Non
     assert _index(server)["broken"]["state"] == "UNAVAILABLE"
 
 
+def test_a_failed_load_answers_with_its_error_during_the_back_off(
+    server: ServerProcess,
+) -> None:
+    with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as client:
+        for _ in range(2):  # the second comes within the back-off of the first's failure
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("broken", _inputs(httpclient))
+    message = str(caught.value)
+    assert "failed to load 'broken'" in message
+    assert "tried again on a request after" in message
+    assert "--model-load-retry-secs" in message
+
+
 def test_the_warm_up_runs_inside_the_on_demand_load(server: ServerProcess) -> None:
     with (
         httpclient.InferenceServerClient(server.http_url) as client,
@@ -309,6 +322,11 @@ def test_explicit_load_is_refused_in_on_demand_mode(server: ServerProcess) -> No
         (
             ["--model-control-mode", "on-demand", "--model-memory-budget", "lots"],
             "--model-memory-budget 'lots' is not a size",
+        ),
+        (["--model-load-retry-secs", "5"], "--model-load-retry-secs only apply to"),
+        (
+            ["--model-control-mode", "on-demand", "--model-load-retry-secs", "-1"],
+            "--model-load-retry-secs must be >= 0",
         ),
     ],
 )

@@ -244,6 +244,34 @@ async def test_a_failed_load_fails_only_its_waiters() -> None:
     assert host.load_calls == {"bad": 1, "a": 1}
 
 
+async def test_a_failed_load_is_not_tried_again_until_its_back_off_ends() -> None:
+    host = _Host({"bad": 100}, fail={"bad"})
+    loader = host.loader(None, load_retry_s=10.0)
+    await loader.start()
+    with pytest.raises(UnavailableError, match=r"failed to load 'bad': broken$"):
+        await loader.ensure("bad")
+    host.clock.advance(9 * 10**9)
+    for _ in range(5):  # refused with the remembered error, no load
+        with pytest.raises(UnavailableError, match=r"broken \(model 'bad' failed to load 9"):
+            await loader.ensure("bad")
+    assert host.load_calls == {"bad": 1}
+    host.clock.advance(10**9)
+    host.fail.clear()  # the operator fixed it: the first request after the back-off loads it
+    await loader.ensure("bad")
+    assert host.load_calls == {"bad": 2}
+    assert host.loaded == {"bad": 0}
+
+
+async def test_a_zero_back_off_tries_the_load_on_every_request() -> None:
+    host = _Host({"bad": 100}, fail={"bad"})
+    loader = host.loader(None, load_retry_s=0.0)
+    await loader.start()
+    for _ in range(3):
+        with pytest.raises(UnavailableError, match=r"failed to load 'bad': broken$"):
+            await loader.ensure("bad")
+    assert host.load_calls == {"bad": 3}
+
+
 async def test_eviction_makes_room_lru_first_and_the_index_says_why() -> None:
     host = _Host({"a": 100, "b": 100, "c": 100})
     loader = host.loader(1000 + 250, min_residency_s=0.0)

@@ -50,6 +50,15 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         help="how long a request waits for its model to load on demand (or for room to load "
         "it) before a 503 says it is loading; the load goes on (default: 30)",
     )
+    group.add_argument(
+        "--model-load-retry-secs",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after a model's load fails, its requests are refused with that error (503) for "
+        "this long before a request tries the load again, so a broken model does not make "
+        "every request pay for a load (0: try on every request; default: 10)",
+    )
 
 
 def on_demand_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,4 +71,6 @@ def on_demand_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["model_min_residency_s"] = args.model_min_residency_secs
     if args.model_load_wait_secs is not None:
         fields["model_load_wait_s"] = args.model_load_wait_secs
+    if args.model_load_retry_secs is not None:
+        fields["model_load_retry_s"] = args.model_load_retry_secs
     return fields

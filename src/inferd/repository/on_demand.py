@@ -12,6 +12,8 @@ The repository manager owns the models; this loader decides when one loads and w
   idle models to unload (least recently used first; never one with requests in flight, pinned,
   or loaded less than ``min_residency_s`` ago). While no choice makes room the load waits (up
   to ``wait_s``) for requests to finish and residencies to run out, then fails its waiters;
+- **back-off**: a failed load's error answers the model's requests (503) for ``load_retry_s``;
+  the first request after that loads it again (the operator may have fixed it meanwhile);
 - **sizes**: a model's size is the largest resident-set growth measured at any of its loads, at
   least its files' size on disk; the budget also holds the server's own baseline (its resident
   set before the first on-demand load). A model whose size alone exceeds what the budget leaves
@@ -49,6 +51,7 @@ class OnDemandSettings:
     pins: frozenset[str] = frozenset()
     min_residency_s: float = 10.0
     wait_s: float = 30.0
+    load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
 
 
 @dataclass(slots=True)
@@ -60,6 +63,8 @@ class _Model:
     evicted_at: str = ""  # ISO 8601, UTC
     evicted_reason: str = ""
     too_big: str = ""  # the refusal, once the model is known to exceed the budget
+    failed: str = ""  # the error of its last load, when that load failed
+    failed_at_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,7 @@ class OnDemandLoader:
         most ``wait_s`` (then a 503 says the model is loading)."""
         fut = self._loading.get(name)
         if fut is None:
+            self._check_backoff(name)
             fut = asyncio.get_running_loop().create_future()
             fut.add_done_callback(_retrieve)
             self._loading[name] = fut
@@ -184,6 +190,21 @@ class OnDemandLoader:
                 f"model '{name}' is loading on demand and was not ready within "
                 f"{self.settings.wait_s:g} s; retry shortly"
             ) from None
+
+    def _check_backoff(self, name: str) -> None:
+        """Refuse with the remembered error while a failed load's back-off lasts, so that a
+        broken model does not make every request pay for a load."""
+        model = self._models.get(name)
+        if model is None or not model.failed:
+            return
+        retry_s = self.settings.load_retry_s
+        ago = self._now() - model.failed_at_s
+        if ago < retry_s:
+            raise UnavailableError(
+                f"{model.failed} (model '{name}' failed to load {ago:.1f} s ago; its load is "
+                f"tried again on a request after {retry_s - ago:.1f} s, "
+                "--model-load-retry-secs)"
+            )
 
     def loading(self) -> list[str]:
         return sorted(self._loading)
@@ -237,7 +258,12 @@ class OnDemandLoader:
         reason = reason or ("after_eviction" if model.loads else "first_request")
         before = await asyncio.to_thread(self._measure)
         started = self._now()
-        runtime = await self._load(name)
+        try:
+            runtime = await self._load(name)
+        except Exception as exc:
+            model.failed, model.failed_at_s = str(exc), self._now()
+            raise
+        model.failed = ""
         elapsed = self._now() - started
         grown = max(0, await asyncio.to_thread(self._measure) - before)
         model.size_bytes = max(model.size_bytes, grown, on_disk)

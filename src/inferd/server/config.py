@@ -83,6 +83,7 @@ class ServerConfig:
     model_pins: tuple[str, ...] = ()  # on-demand mode: loaded at start, never unloaded
     model_min_residency_s: float = 10.0  # on-demand mode: loaded at least this long
     model_load_wait_s: float = 30.0  # on-demand mode: a request waits this long for a load
+    model_load_retry_s: float = 10.0  # on-demand mode: a failed load is not retried this long
 
     def __post_init__(self) -> None:
         if (
@@ -180,6 +181,7 @@ class ServerConfig:
                 ("--model-pin", bool(self.model_pins)),
                 ("--model-min-residency-secs", self.model_min_residency_s != 10.0),
                 ("--model-load-wait-secs", self.model_load_wait_s != 30.0),
+                ("--model-load-retry-secs", self.model_load_retry_s != 10.0),
             )
             if used
         ]
@@ -199,6 +201,8 @@ class ServerConfig:
             raise InvalidArgumentError("--model-min-residency-secs must be >= 0")
         if self.model_load_wait_s <= 0:
             raise InvalidArgumentError("--model-load-wait-secs must be > 0")
+        if self.model_load_retry_s < 0:
+            raise InvalidArgumentError("--model-load-retry-secs must be >= 0")
 
     def http_access(self) -> AccessPolicy:
         return AccessPolicy(
