@@ -130,6 +130,12 @@ class Engine:
             ],
         )
 
+    async def ensure_model(self, name: str, version: str = "") -> None:
+        """Return once ``name`` (``version``) is loaded: in on-demand mode a model that is not
+        loaded loads first (a 503 says it is loading when that takes longer than the wait);
+        otherwise, and for a model that is not in the repository, the unknown-model error."""
+        await self._manager.acquire(name, parse_version(version))
+
     def model_config(self, name: str, version: str = "") -> ModelSpec:
         """The normalised configuration: ``spec.config`` is its JSON rendering."""
         return self._manager.get(name, parse_version(version)).spec

@@ -130,12 +130,16 @@ class GrpcInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # t
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            meta = self._engine.model_metadata(check_model_name(request.name), request.version)
+            name = check_model_name(request.name)
+            await self._engine.ensure_model(name, request.version)  # on-demand mode loads it
+            meta = self._engine.model_metadata(name, request.version)
             return model_metadata_response(meta)
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         async with self._mapped_errors(context):
-            spec = self._engine.model_config(check_model_name(request.name), request.version)
+            name = check_model_name(request.name)
+            await self._engine.ensure_model(name, request.version)  # on-demand mode loads it
+            spec = self._engine.model_config(name, request.version)
             return service_pb2.ModelConfigResponse(config=from_json_dict(spec.config))
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:

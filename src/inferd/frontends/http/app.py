@@ -291,6 +291,7 @@ class HttpApp:
         return Reply.json(v2_http.server_metadata_dict(self._engine.server_metadata()))
 
     async def _model_metadata(self, route: Route, scope: Scope, receive: Receive) -> Reply:
+        await self._engine.ensure_model(route.model, route.version)  # on-demand mode loads it
         meta = self._engine.model_metadata(route.model, route.version)
         return Reply.json(v2_http.model_metadata_dict(meta))
 
@@ -301,6 +302,7 @@ class HttpApp:
 
     async def _model_config(self, route: Route, scope: Scope, receive: Receive) -> Reply:
 
+        await self._engine.ensure_model(route.model, route.version)  # on-demand mode loads it
         spec = self._engine.model_config(route.model, route.version)
         return Reply.json(spec.config)
 

@@ -76,7 +76,8 @@ async def decode_generate(
 ) -> InferRequest:
     """The inference request of a generate body (``{}`` when empty) for ``model``; a large body
     is parsed off the event loop."""
-    meta = engine.model_metadata(model, version)  # an unknown model: 404 before any parsing
+    await engine.ensure_model(model, version)  # an unknown model: 404 before any parsing
+    meta = engine.model_metadata(model, version)
     return await off_loop.run(len(body), _decode, model, version, body, meta.inputs)
 
 

@@ -21,7 +21,7 @@ import orjson
 
 from inferd.core.names import check_model_name
 from inferd.engine import Engine
-from inferd.errors import InferdError
+from inferd.errors import InferdError, InvalidArgumentError, NotFoundError
 from inferd.frontends.access import AccessPolicy, Api
 from inferd.frontends.http.asgi import (
     JSON,
@@ -162,6 +162,7 @@ class OpenAIApp:
         return _Json(await self.catalog.list())
 
     async def _retrieve_model(self, scope: Scope, receive: Receive, argument: str) -> Answer:
+        await self._on_demand(argument)
         return _Json(self.catalog.retrieve(argument))
 
     async def _completions(self, scope: Scope, receive: Receive, argument: str) -> Answer:
@@ -173,14 +174,23 @@ class OpenAIApp:
         return await self._run(request, receive)
 
     async def _embeddings(self, scope: Scope, receive: Receive, argument: str) -> Answer:
-        body = await self.read_body(scope, receive)
+        body = parse_body(await self.read_body(scope, receive))
+        await self._on_demand(body.get("model"))
         return _Json(await watched(create_embeddings(self._engine, body), receive))
 
     async def _run(self, request: Any, receive: Receive) -> Answer:
+        await self._on_demand(request.model)
         prepared = await prepare(self._engine, self.catalog, self._tokenizers, request)
         if request.stream:
             return _Stream(chunks(prepared))
         return _Json(await watched(answer(prepared), receive))
+
+    async def _on_demand(self, model: object) -> None:
+        """In on-demand mode, load ``model`` when it is not loaded (a 503 while it loads);
+        a name that is no model's is left to the handler's own ``model_not_found``."""
+        if isinstance(model, str) and model:
+            with contextlib.suppress(NotFoundError, InvalidArgumentError):
+                await self._engine.ensure_model(model)
 
 
 def _model_id(scope: Scope) -> str:
