@@ -130,6 +130,12 @@ class Engine:
             ],
         )
 
+    def model_loaded(self, name: str, version: str = "") -> tuple[int, float]:
+        """The version a request for ``name`` gets (or ``version``) and when that load was
+        made, in Unix seconds."""
+        model = self._manager.get(name, parse_version(version))
+        return model.version, model.loaded_at_s
+
     async def ensure_model(self, name: str, version: str = "") -> None:
         """Return once ``name`` (``version``) is loaded: in on-demand mode a model that is not
         loaded loads first (a 503 says it is loading when that takes longer than the wait);

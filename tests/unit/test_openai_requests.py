@@ -46,7 +46,7 @@ def test_a_completion_request_is_parsed_into_its_fields() -> None:
         },
         LIMITS,
     )
-    assert (request.model, request.prompt, request.max_tokens, request.n) == ("m", "hi", 5, 2)
+    assert (request.model, request.prompts, request.max_tokens, request.n) == ("m", ("hi",), 5, 2)
     assert request.stop == ("x",)
     assert request.sampling == {"temperature": 0, "seed": 3}
     assert request.stream
@@ -59,7 +59,12 @@ def test_a_completion_request_is_parsed_into_its_fields() -> None:
     [
         ({"prompt": "x"}, "model", "required"),
         ({"model": "m"}, "prompt", "required"),
-        ({"model": "m", "prompt": ["a", "b"]}, "prompt", "several prompts"),
+        ({"model": "m", "prompt": ["a", "b"], "n": 3}, "prompt", "6 choices"),
+        ({"model": "m", "prompt": ["a", 1]}, "prompt", "not a mix"),
+        ({"model": "m", "prompt": [[1], []]}, "prompt", "prompt[1]"),
+        ({"model": "m", "prompt": [-1]}, "prompt", "token ids"),
+        ({"model": "m", "prompt": []}, "prompt", "required"),
+        ({"model": "m", "prompt": "x", "logprobs": -1}, "logprobs", "at least 0"),
         ({"model": "m", "prompt": "x", "max_tokens": 101}, "max_tokens", "--openai-max-tokens"),
         ({"model": "m", "prompt": "x", "max_tokens": 0}, "max_tokens", "at least 1"),
         ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens", "integer"),
@@ -68,7 +73,7 @@ def test_a_completion_request_is_parsed_into_its_fields() -> None:
         ({"model": "m", "prompt": "x", "top_p": "1"}, "top_p", "number"),
         ({"model": "m", "prompt": "x", "stop": ["a"] * 5}, "stop", "at most 4"),
         ({"model": "m", "prompt": "x", "stop": [""]}, "stop", "non-empty"),
-        ({"model": "m", "prompt": "x", "logprobs": 1}, "logprobs", "not supported"),
+        ({"model": "m", "prompt": "x", "logprobs": 1}, "logprobs", "chosen token's"),
         ({"model": "m", "prompt": "x", "echo": True}, "echo", "not supported"),
         ({"model": "m", "prompt": "x", "stream_options": {}}, "stream_options", "stream"),
         ({"model": "m", "prompt": "x", "bogus": 1}, "bogus", "Unrecognized"),
@@ -79,6 +84,27 @@ def test_completion_refusals_name_the_field(body: dict[str, Any], param: str, wo
     assert error.param == param
     assert words in error.message
     assert error.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_completion_prompt_takes_openais_four_forms() -> None:
+    def prompts(prompt: Any) -> tuple[Any, ...]:
+        return parse_completion({"model": "m", "prompt": prompt}, LIMITS).prompts
+
+    assert prompts("a") == ("a",)
+    assert prompts(["a", "b"]) == ("a", "b")
+    assert prompts([5, 6]) == ((5, 6),)
+    assert prompts([[5], [6, 7]]) == ((5,), (6, 7))
+    request = parse_completion({"model": "m", "prompt": "a", "logprobs": 0}, LIMITS)
+    assert request.logprobs
+
+
+def test_chat_logprobs_take_only_the_chosen_token() -> None:
+    base = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    assert parse_chat({**base, "logprobs": True, "top_logprobs": 0}, LIMITS).logprobs
+    assert not parse_chat(base, LIMITS).logprobs
+    assert _refused({**base, "logprobs": True, "top_logprobs": 2}, True).param == "top_logprobs"
+    assert _refused({**base, "top_logprobs": 0}, True).param == "top_logprobs"
+    assert _refused({**base, "logprobs": 1}, True).param == "logprobs"
 
 
 def test_chat_messages_and_max_completion_tokens() -> None:

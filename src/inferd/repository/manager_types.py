@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +40,8 @@ class ServingModel:
     # distinct for every load of this version: response-cache keys include it, so a reloaded
     # version never answers from the entries of an earlier load
     cache_epoch: int = 0
+    # when this load of the version was made (Unix seconds: shown to clients, e.g. /v1/models)
+    loaded_at_s: float = field(default_factory=time.time)
 
 
 class ModelManager(Protocol):

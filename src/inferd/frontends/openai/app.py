@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
@@ -82,7 +81,7 @@ class OpenAIApp:
         self._limits = limits if limits is not None else OpenAILimits()
         self._access = access if access is not None else AccessPolicy()
         self._guarded = self._access.guards(Api.OPENAI)
-        self.catalog = ModelCatalog(engine, int(time.time()))
+        self.catalog = ModelCatalog(engine)
         # the route table: exact path -> method -> handler; "/v1/models/" takes a model id
         self.routes: dict[str, dict[str, Handler]] = {
             "/v1/models": {"GET": self._list_models},

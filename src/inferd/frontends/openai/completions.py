@@ -1,10 +1,14 @@
 """``POST /v1/completions`` and ``POST /v1/chat/completions``: their answers, whole or streamed.
 
-Both run ``n`` choices of one prompt on a text model (:mod:`.generation`) — for chat, the
-messages rendered with the model's chat template (:mod:`.tokenizer`). Whole answers wait for
+Both run ``n`` choices of each prompt on a text model (:mod:`.generation`) — for chat, the
+messages rendered with the model's chat template (:mod:`.tokenizer`); a completion's prompts
+given as token ids are decoded with the model's tokenizer. Choices are numbered as OpenAI
+numbers them: prompt by prompt, ``n`` each (``index`` = prompt * n + j). Whole answers wait for
 every choice; streamed ones are server-sent events, one chunk per delta as the model produces
 it, ``data: [DONE]`` last, with a usage chunk before it when ``stream_options.include_usage``
-asks. ``usage`` is counted with the model's tokenizer (and left out when the model has none).
+asks. ``usage`` is counted with the model's tokenizer (and left out when the model has none):
+each prompt once, as the model reads it (the chat template applied, with the special tokens its
+tokenizer adds), and every choice's text. ``logprobs`` are the model's (``logprobs`` output).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from inferd.core.model_spec import ModelSpec
 from inferd.engine import Engine
 from inferd.frontends.openai.generation import Delta, check_honoured, deltas
+from inferd.frontends.openai.logprobs import Token, shaped, within
 from inferd.frontends.openai.models import ModelCatalog
 from inferd.frontends.openai.schemas import ChatRequest, CompletionRequest, TextRequest
 from inferd.frontends.openai.tokenizer import TextTokenizer, TokenizerStore
@@ -32,11 +37,21 @@ class Prepared:
     engine: Engine
     spec: ModelSpec
     request: TextRequest
-    prompt: str
+    prompts: list[str]  # one per prompt; choice i runs prompts[i // n]
     tokenizer: TextTokenizer
     chat: bool
     id: str
     created: int
+
+    @property
+    def choices(self) -> int:
+        return len(self.prompts) * self.request.n
+
+    def prompt_of(self, index: int) -> str:
+        return self.prompts[index // self.request.n]
+
+    def deltas(self, index: int) -> AsyncGenerator[Delta, None]:
+        return deltas(self.engine, self.spec, self.request, self.prompt_of(index), self.tokenizer)
 
     @property
     def object(self) -> str:
@@ -55,20 +70,26 @@ async def prepare(
 ) -> Prepared:
     """Everything that may refuse the request, before the model runs."""
     spec = catalog.text_spec(request.model)
-    tokenizer = await tokenizers.get(spec.name)
+    tokenizer = await tokenizers.get(spec.name, catalog.version(spec.name))
+    if isinstance(request, ChatRequest):
+        prompts = [tokenizer.render(request.messages)]
+    else:
+        prompts = [
+            p if isinstance(p, str) else tokenizer.decode(p, f"prompt[{i}]")
+            for i, p in enumerate(request.prompts)
+        ]
     chat = isinstance(request, ChatRequest)
-    prompt = tokenizer.render(request.messages) if chat else request.prompt  # type: ignore[union-attr]
     check_honoured(spec, request, tokenizer)
     prefix = "chatcmpl-" if chat else "cmpl-"
     return Prepared(
-        engine, spec, request, prompt, tokenizer, chat, prefix + uuid.uuid4().hex, int(time.time())
+        engine, spec, request, prompts, tokenizer, chat, prefix + uuid.uuid4().hex, int(time.time())
     )
 
 
 def _usage(prepared: Prepared, completions: list[str]) -> dict[str, int] | None:
     if not prepared.tokenizer.counts:
         return None
-    prompt = prepared.tokenizer.count(prepared.prompt)
+    prompt = sum(prepared.tokenizer.count_prompt(p) for p in prepared.prompts)
     completion = sum(prepared.tokenizer.count(text) for text in completions)
     return {
         "prompt_tokens": prompt,
@@ -77,26 +98,27 @@ def _usage(prepared: Prepared, completions: list[str]) -> dict[str, int] | None:
     }
 
 
-async def _choice(prepared: Prepared) -> tuple[str, str]:
+async def _choice(prepared: Prepared, index: int) -> tuple[str, str, list[Token] | None]:
     texts: list[str] = []
+    tokens: list[Token] | None = [] if prepared.request.logprobs else None
     reason = "stop"
-    events = deltas(
-        prepared.engine, prepared.spec, prepared.request, prepared.prompt, prepared.tokenizer
-    )
-    async with contextlib.aclosing(events) as stream:
+    async with contextlib.aclosing(prepared.deltas(index)) as stream:
         async for delta in stream:
             texts.append(delta.text)
+            if tokens is not None:
+                tokens.extend(delta.tokens)
             reason = delta.finish_reason or reason
-    return "".join(texts), reason
+    text = "".join(texts)
+    return text, reason, None if tokens is None else within(tokens, len(text))
 
 
 async def answer(prepared: Prepared) -> dict[str, Any]:
-    """The whole answer: every choice run to its end (concurrently when ``n`` > 1)."""
-    n = prepared.request.n
-    if n == 1:
-        results = [await _choice(prepared)]
+    """The whole answer: every choice run to its end (concurrently when there are several)."""
+    count = prepared.choices
+    if count == 1:
+        results = [await _choice(prepared, 0)]
     else:
-        tasks = [asyncio.ensure_future(_choice(prepared)) for _ in range(n)]
+        tasks = [asyncio.ensure_future(_choice(prepared, i)) for i in range(count)]
         try:
             results = list(await asyncio.gather(*tasks))
         finally:  # one choice failed, or the client left: the others' requests are cancelled
@@ -104,19 +126,20 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     choices = []
-    for index, (text, reason) in enumerate(results):
+    for index, (text, reason, tokens) in enumerate(results):
+        logprobs = shaped(tokens, prepared.chat)
         if prepared.chat:
             choices.append(
                 {
                     "index": index,
                     "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": reason,
                 }
             )
         else:
             choices.append(
-                {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+                {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
             )
     body: dict[str, Any] = {
         "id": prepared.id,
@@ -125,7 +148,7 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
         "model": prepared.request.model,
         "choices": choices,
     }
-    usage = _usage(prepared, [text for text, _ in results])
+    usage = _usage(prepared, [text for text, _, _ in results])
     if usage is not None:
         body["usage"] = usage
     return body
@@ -133,24 +156,17 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
 
 async def _merged(prepared: Prepared) -> AsyncGenerator[tuple[int, Delta], None]:
     """The deltas of every choice, as they come, with the choice's index."""
-    spec = prepared.spec
-    n = prepared.request.n
-    if n == 1:
-        events = deltas(
-            prepared.engine, spec, prepared.request, prepared.prompt, prepared.tokenizer
-        )
-        async with contextlib.aclosing(events) as stream:
+    count = prepared.choices
+    if count == 1:
+        async with contextlib.aclosing(prepared.deltas(0)) as stream:
             async for delta in stream:
                 yield 0, delta
         return
     queue: asyncio.Queue[tuple[int, Delta] | BaseException | None] = asyncio.Queue()
 
     async def run(index: int) -> None:
-        events = deltas(
-            prepared.engine, spec, prepared.request, prepared.prompt, prepared.tokenizer
-        )
         try:
-            async with contextlib.aclosing(events) as stream:
+            async with contextlib.aclosing(prepared.deltas(index)) as stream:
                 async for delta in stream:
                     await queue.put((index, delta))
         except Exception as exc:
@@ -158,9 +174,9 @@ async def _merged(prepared: Prepared) -> AsyncGenerator[tuple[int, Delta], None]
         else:
             await queue.put(None)
 
-    tasks = [asyncio.ensure_future(run(i)) for i in range(n)]
+    tasks = [asyncio.ensure_future(run(i)) for i in range(count)]
     try:
-        running = n
+        running = count
         while running:
             item = await queue.get()
             if item is None:
@@ -187,10 +203,15 @@ def _chunk(prepared: Prepared, choices: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def chunks(prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
     """The chunks of a streamed answer, in order (``[DONE]`` is the writer's)."""
-    texts = [""] * prepared.request.n
-    roles = [False] * prepared.request.n
+    texts = [""] * prepared.choices
+    roles = [False] * prepared.choices
+    offsets = [0] * prepared.choices
     async with contextlib.aclosing(_merged(prepared)) as merged:
         async for index, delta in merged:
+            logprobs = None
+            if prepared.request.logprobs:
+                logprobs = shaped(delta.tokens, prepared.chat, offsets[index])
+                offsets[index] += len(delta.text)
             texts[index] += delta.text
             if prepared.chat and not roles[index]:
                 # the role first, as OpenAI sends it: once the model answers, so that a request
@@ -207,14 +228,14 @@ async def chunks(prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
                 choice: dict[str, Any] = {
                     "index": index,
                     "delta": {"content": delta.text} if delta.text else {},
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": delta.finish_reason,
                 }
             else:
                 choice = {
                     "index": index,
                     "text": delta.text,
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": delta.finish_reason,
                 }
             yield _chunk(prepared, [choice])

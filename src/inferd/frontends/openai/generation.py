@@ -3,7 +3,10 @@ Triton's conventions, and the model's text as deltas with ``stop`` and ``max_tok
 
 The model gets ``text_input`` (the prompt), ``stream`` when it takes it, ``sampling_parameters``
 (the vLLM backend's JSON: ``max_tokens``, ``stop``, ``n``=1, and the sampling fields given) when
-it takes it, ``exclude_input_in_output`` = true when it takes it. A model without
+it takes it, ``exclude_input_in_output`` = true when it takes it, and, for a request that asks
+for ``logprobs``, ``return_logprobs`` = true with ``"logprobs": 0`` in ``sampling_parameters``
+(the chosen tokens only; a model without that input and a ``logprobs`` output refuses
+``logprobs`` by name). A model without
 ``sampling_parameters`` cannot honour ``temperature``, ``top_p``, ``seed`` or the penalties: a
 request that sets one is refused by name. ``stop`` and ``max_tokens`` are applied here as
 well (a model that ignores them is cut short; ``max_tokens`` needs the model's tokenizer then).
@@ -15,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,8 +30,11 @@ from inferd.core.streaming import ResponseBudget
 from inferd.engine import Engine
 from inferd.frontends.http.generate import STREAM_RESPONSES
 from inferd.frontends.openai.errors import invalid
+from inferd.frontends.openai.logprobs import Token, parse_tokens
 from inferd.frontends.openai.models import (
     EXCLUDE_INPUT,
+    LOGPROBS,
+    RETURN_LOGPROBS,
     SAMPLING_PARAMETERS,
     STREAM,
     TEXT_INPUT,
@@ -40,10 +46,24 @@ from inferd.frontends.openai.tokenizer import TextTokenizer
 
 @dataclass(slots=True)
 class Delta:
-    """A piece of a choice's text; ``finish_reason`` set on the last one."""
+    """A piece of a choice's text; ``finish_reason`` set on the last one. ``tokens``: the
+    tokens that begin in it, when the request asked for ``logprobs``."""
 
     text: str
     finish_reason: str | None = None
+    tokens: list[Token] = field(default_factory=list)
+
+
+def gives_logprobs(spec: ModelSpec) -> bool:
+    """Whether the model answers ``return_logprobs`` with a ``logprobs`` output."""
+    flag = spec.input_by_name.get(RETURN_LOGPROBS)
+    output = spec.output_by_name.get(LOGPROBS)
+    return (
+        flag is not None
+        and output is not None
+        and output.datatype.is_bytes
+        and SAMPLING_PARAMETERS in spec.input_by_name
+    )
 
 
 def check_honoured(spec: ModelSpec, request: TextRequest, tokenizer: TextTokenizer) -> None:
@@ -64,10 +84,18 @@ def check_honoured(spec: ModelSpec, request: TextRequest, tokenizer: TextTokeniz
                 "max_tokens",
                 "unsupported_parameter",
             )
+    if request.logprobs and not gives_logprobs(spec):
+        raise invalid(
+            f"the model '{spec.name}' returns no log probabilities (it has no "
+            f"'{RETURN_LOGPROBS}' input and '{LOGPROBS}' output), so 'logprobs' cannot be "
+            "honoured; leave it out",
+            "logprobs",
+            "unsupported_parameter",
+        )
     if request.include_usage and not tokenizer.counts:
         raise invalid(
             f"the model '{spec.name}' has no tokenizer to count usage with (tokenizer.json "
-            "beside its config.pbtxt, or --tokenizer PATH)",
+            "in its version folder or beside its config.pbtxt, or --tokenizer PATH)",
             "stream_options",
             "unsupported_parameter",
         )
@@ -94,12 +122,16 @@ def build_request(spec: ModelSpec, request: TextRequest, prompt: str) -> InferRe
             sampling["max_tokens"] = request.max_tokens
         if request.stop:
             sampling["stop"] = list(request.stop)
+        if request.logprobs:
+            sampling["logprobs"] = 0  # vLLM's count of alternatives: the chosen token only
         payload = orjson.dumps(sampling)
         inputs[SAMPLING_PARAMETERS] = np.array([payload], dtype=object).reshape(
             _shape(by_name[SAMPLING_PARAMETERS], spec)
         )
     if EXCLUDE_INPUT in by_name:
         inputs[EXCLUDE_INPUT] = np.array([True]).reshape(_shape(by_name[EXCLUDE_INPUT], spec))
+    if request.logprobs:
+        inputs[RETURN_LOGPROBS] = np.array([True]).reshape(_shape(by_name[RETURN_LOGPROBS], spec))
     return InferRequest(spec.name, inputs, id=uuid.uuid4().hex)
 
 
@@ -135,6 +167,29 @@ class _StopScanner:
         return out
 
 
+class _Tokens:
+    """The tokens received, handed out with the text they begin in as it is sent."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[int, Token]] = []  # (start in the choice's text, token)
+        self._received = 0  # characters of token text received
+        self._sent = 0  # characters of text sent
+
+    def add(self, tokens: list[Token]) -> None:
+        for token in tokens:
+            self._pending.append((self._received, token))
+            self._received += len(token.text)
+
+    def take(self, length: int) -> list[Token]:
+        self._sent += length
+        count = 0
+        while count < len(self._pending) and self._pending[count][0] < self._sent:
+            count += 1
+        taken = [token for _, token in self._pending[:count]]
+        del self._pending[:count]
+        return taken
+
+
 async def deltas(
     engine: Engine,
     spec: ModelSpec,
@@ -146,6 +201,7 @@ async def deltas(
     scanner = _StopScanner(request.stop)
     limit = request.max_tokens if tokenizer.counts else None
     used = 0
+    tokens = _Tokens()
     infer = build_request(spec, request, prompt)
     events = engine.stream_infer(infer, ResponseBudget(STREAM_RESPONSES))
     async with contextlib.aclosing(events) as stream:
@@ -153,6 +209,10 @@ async def deltas(
             if event.error is not None:
                 raise event.error
             if event.response is not None:
+                if request.logprobs:
+                    given = event.response.outputs.get(LOGPROBS)
+                    if given is not None:
+                        tokens.add(parse_tokens(given))
                 output = event.response.outputs.get(TEXT_OUTPUT)
                 if output is not None:
                     text, stopped = scanner.feed(_text(output))
@@ -160,13 +220,13 @@ async def deltas(
                         text, cut = tokenizer.truncate(text, limit - used)
                         used += tokenizer.count(text)
                         if cut or used >= limit:
-                            yield Delta(text, "length")
+                            yield Delta(text, "length", tokens.take(len(text)))
                             return  # leaving the stream cancels the request
                     if stopped:
-                        yield Delta(text, "stop")
+                        yield Delta(text, "stop", tokens.take(len(text)))
                         return
                     if text:
-                        yield Delta(text)
+                        yield Delta(text, None, tokens.take(len(text)))
             if event.final:
                 break
     rest = scanner.flush()
@@ -174,10 +234,10 @@ async def deltas(
         rest, cut = tokenizer.truncate(rest, limit - used)
         used += tokenizer.count(rest)
         if cut or used >= limit:
-            yield Delta(rest, "length")
+            yield Delta(rest, "length", tokens.take(len(rest)))
             return
     reason = "length" if request.max_tokens is not None and used >= request.max_tokens else "stop"
-    yield Delta(rest, reason)
+    yield Delta(rest, reason, tokens.take(len(rest)))
 
 
-__all__ = ["Delta", "build_request", "check_honoured", "deltas"]
+__all__ = ["Delta", "build_request", "check_honoured", "deltas", "gives_logprobs"]

@@ -2,9 +2,11 @@
 
 A **text model** serves completions and chat: decoupled, with a ``text_input`` (BYTES) input and a
 ``text_output`` (BYTES) output; it may also take ``stream`` (BOOL), the vLLM backend's
-``sampling_parameters`` (BYTES holding JSON) and ``exclude_input_in_output`` (BOOL). An
+``sampling_parameters`` (BYTES holding JSON) and ``exclude_input_in_output`` (BOOL), and answer
+``logprobs`` when it takes ``return_logprobs`` (BOOL) and has a ``logprobs`` (BYTES) output. An
 **embedding model** is whatever :func:`inferd.frontends.openai.embeddings.serves_embeddings` says
-it is, when that module is present.
+it is, when that module is present. A model's ``created`` is when the version that answers it
+was loaded (Unix seconds): a reload changes it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ TEXT_OUTPUT = "text_output"
 STREAM = "stream"
 SAMPLING_PARAMETERS = "sampling_parameters"
 EXCLUDE_INPUT = "exclude_input_in_output"
+RETURN_LOGPROBS = "return_logprobs"  # Triton's vLLM backend: asks for the output below
+LOGPROBS = "logprobs"
 
 
 def is_text_model(spec: ModelSpec) -> bool:
@@ -51,9 +55,8 @@ def embeddings_check() -> Callable[[ModelSpec], bool] | None:
 class ModelCatalog:
     """The models of the engine that answer an endpoint of ``/v1``."""
 
-    def __init__(self, engine: Engine, created: int) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._created = created
         self._embeddings = embeddings_check()
 
     def text_spec(self, name: str) -> ModelSpec:
@@ -74,8 +77,19 @@ class ModelCatalog:
             return True
         return self._embeddings is not None and bool(self._embeddings(spec))
 
+    def version(self, name: str) -> int | None:
+        """The version of ``name`` that answers a request (None: none is loaded)."""
+        try:
+            return self._engine.model_loaded(name)[0]
+        except InferdError:
+            return None
+
     def card(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": self._created, "owned_by": OWNER}
+        try:
+            created = int(self._engine.model_loaded(name)[1])
+        except InferdError as exc:  # unloaded since it was listed
+            raise model_not_found(name) from exc
+        return {"id": name, "object": "model", "created": created, "owned_by": OWNER}
 
     async def list(self) -> dict[str, Any]:
         names = dict.fromkeys(
@@ -87,7 +101,10 @@ class ModelCatalog:
         for name in names:
             spec = self._spec(name)
             if spec is not None and self._serves(spec):
-                data.append(self.card(name))
+                try:
+                    data.append(self.card(name))
+                except OpenAIError:
+                    continue
         return {"object": "list", "data": data}
 
     def retrieve(self, name: str) -> dict[str, Any]:
@@ -104,7 +121,9 @@ class ModelCatalog:
 
 __all__ = [
     "EXCLUDE_INPUT",
+    "LOGPROBS",
     "OWNER",
+    "RETURN_LOGPROBS",
     "SAMPLING_PARAMETERS",
     "STREAM",
     "TEXT_INPUT",

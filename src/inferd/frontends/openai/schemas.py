@@ -3,7 +3,10 @@ typed requests (pure: no I/O, no engine).
 
 Every refusal is a 400 in OpenAI's shape naming the field (``param``). A field OpenAI defines
 that inferd cannot honour (``logit_bias``, ``tools``, ``echo``…) is refused by name rather than
-ignored; so is a field OpenAI does not define.
+ignored; so is a field OpenAI does not define. A completion's ``prompt`` takes OpenAI's four
+forms (a string, strings, token ids, lists of token ids); ``logprobs`` asks for the chosen
+tokens' log probabilities only (``logprobs: 0`` for completions, ``logprobs: true`` with
+``top_logprobs`` 0 or absent for chat): alternatives are refused by name.
 """
 
 from __future__ import annotations
@@ -73,11 +76,13 @@ class TextRequest:
     stream: bool = False
     include_usage: bool = False
     user: str | None = None
+    logprobs: bool = False  # the chosen tokens' log probabilities (the model must give them)
 
 
 @dataclass(slots=True)
 class CompletionRequest(TextRequest):
-    prompt: str = ""
+    # one entry per prompt: its text, or its token ids (decoded with the model's tokenizer)
+    prompts: tuple[str | tuple[int, ...], ...] = ()
 
 
 @dataclass(slots=True)
@@ -98,26 +103,58 @@ def parse_body(body: bytes) -> dict[str, Any]:
 
 def parse_completion(body: dict[str, Any], limits: OpenAILimits) -> CompletionRequest:
     _check_fields(body, _COMPLETION_FIELDS)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        if len(prompt) != 1 or not isinstance(prompt[0], str):
-            raise invalid(
-                "'prompt' must be one string (a list of several prompts or of token ids is "
-                "not supported)",
-                "prompt",
-            )
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise invalid("'prompt' is required and must be a string", "prompt")
-    request = CompletionRequest(model="", prompt=prompt)
+    request = CompletionRequest(model="", prompts=_prompts(body.get("prompt")))
     _fill(request, body, limits, "max_tokens")
+    choices = len(request.prompts) * request.n
+    if choices > limits.max_n:
+        raise invalid(
+            f"{len(request.prompts)} prompts with 'n' {request.n} ask for {choices} choices, above "
+            f"this server's limit of {limits.max_n} (--openai-max-n)",
+            "prompt",
+            "n_limit_exceeded",
+        )
+    logprobs = body.get("logprobs")
+    if logprobs is not None:
+        if not _is_int(logprobs) or logprobs < 0:
+            raise invalid("'logprobs' must be an integer of at least 0", "logprobs")
+        if logprobs > 0:
+            raise _no_top_logprobs("logprobs", logprobs)
+        request.logprobs = True
     return request
+
+
+def _prompts(prompt: Any) -> tuple[str | tuple[int, ...], ...]:
+    """A prompt, a list of prompts, token ids or a list of token-id lists (OpenAI's four
+    forms), as one entry per prompt."""
+    if isinstance(prompt, str):
+        return (prompt,)
+    if not isinstance(prompt, list) or not prompt:
+        raise invalid(
+            "'prompt' is required: a string, an array of strings, an array of token ids or an "
+            "array of arrays of token ids",
+            "prompt",
+        )
+    if all(isinstance(p, str) for p in prompt):
+        return tuple(prompt)
+    if all(_is_int(t) for t in prompt):
+        return (_token_ids(prompt, "prompt"),)
+    if all(isinstance(p, list) for p in prompt):
+        return tuple(_token_ids(p, f"prompt[{i}]") for i, p in enumerate(prompt))
+    raise invalid(
+        "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+        "arrays of token ids (not a mix)",
+        "prompt",
+    )
+
+
+def _token_ids(ids: list[Any], where: str) -> tuple[int, ...]:
+    if not ids or not all(_is_int(t) and t >= 0 for t in ids):
+        raise invalid(f"'{where}' must be a non-empty array of token ids (integers >= 0)", "prompt")
+    return tuple(ids)
 
 
 def parse_chat(body: dict[str, Any], limits: OpenAILimits) -> ChatRequest:
     _check_fields(body, _CHAT_FIELDS)
-    if body.get("top_logprobs") not in (None, 0):
-        raise _no_logprobs()
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("'messages' is required and must be a non-empty array", "messages")
@@ -129,6 +166,18 @@ def parse_chat(body: dict[str, Any], limits: OpenAILimits) -> ChatRequest:
             "max_completion_tokens",
         )
     _fill(request, body, limits, tokens_key)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise invalid("'logprobs' must be a boolean", "logprobs")
+    top = body.get("top_logprobs")
+    if top is not None:
+        if not _is_int(top) or not 0 <= top <= 20:
+            raise invalid("'top_logprobs' must be an integer between 0 and 20", "top_logprobs")
+        if not logprobs:
+            raise invalid("'top_logprobs' needs 'logprobs' set to true", "top_logprobs")
+        if top > 0:
+            raise _no_top_logprobs("top_logprobs", top)
+    request.logprobs = bool(logprobs)
     return request
 
 
@@ -185,8 +234,6 @@ def _fill(
             raise invalid(f"'{name}' must be a number", name)
         _check_range(name, value)
         request.sampling[name] = value
-    if body.get("logprobs") not in (None, False, 0):
-        raise _no_logprobs()
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise invalid("'stream' must be a boolean", "stream")
@@ -269,11 +316,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _no_logprobs() -> OpenAIError:
+def _no_top_logprobs(name: str, value: int) -> OpenAIError:
     return invalid(
-        "'logprobs' is not supported: the models this server serves over /v1 return no "
-        "log probabilities",
-        "logprobs",
+        f"'{name}' is {value}, but only the chosen token's log probability is available "
+        "(alternatives are not): ask for 0",
+        name,
         "unsupported_parameter",
     )
 

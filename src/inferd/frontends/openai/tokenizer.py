@@ -1,10 +1,14 @@
 """A text model's tokenizer and chat template, read from the operator's files only.
 
 Where they come from, first found wins: the folder given to ``inferd serve --tokenizer PATH``
-(for every model), else the model's own folder in the repository (``<repository>/<model>/``):
-``tokenizer.json`` (a Hugging Face ``tokenizers`` file) counts tokens, and the chat template is
-``chat_template.jinja`` or the ``chat_template`` of ``tokenizer_config.json``. Nothing a client
-sends names a path: the model name is checked by the routes and must name a loaded model.
+(for every model), else the folder of the model's loaded version
+(``<repository>/<model>/<version>/``, where Hugging Face files lie), else the model's own
+folder (``<repository>/<model>/``):
+``tokenizer.json`` (a Hugging Face ``tokenizers`` file) counts tokens and decodes prompts given as
+token ids, and the chat template is ``chat_template.jinja`` or the ``chat_template`` of
+``tokenizer_config.json``. Nothing a client sends names a path: the model name is checked by the
+routes and must name a loaded model. A file in the repository that resolves outside the model's
+folder (a symbolic link out of it) is refused, not read.
 
 Files are read off the event loop, once per model, and kept. Templates render as Hugging Face
 renders them (``apply_chat_template``): Jinja2's immutable sandbox, ``trim_blocks`` and
@@ -79,6 +83,40 @@ class TextTokenizer:
             return 0
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def count_prompt(self, text: str) -> int:
+        """The tokens of a prompt as the model reads it: with the special tokens its tokenizer
+        adds (a ``<s>`` first), as a vLLM-style runtime encodes ``text_input``."""
+        if self._tokenizer is None:
+            return 0
+        return len(self._tokenizer.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids: Sequence[int], where: str) -> str:
+        """The text of a prompt given as token ids; a 400 naming ``where`` for an id the
+        model's vocabulary lacks, or when the model has no tokenizer. The special tokens that
+        encoding adds (a leading ``<s>``) are left out: the model adds its own."""
+        if self._tokenizer is None:
+            raise OpenAIError(
+                400,
+                f"the model '{self.model}' has no tokenizer to decode token ids with: send the "
+                f"prompt as text, or the operator can add {TOKENIZER_FILE} to its folder or "
+                "start the server with --tokenizer PATH",
+                param="prompt",
+                code="tokenizer_missing",
+            )
+        size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+        bad = [i for i in ids if i >= size]
+        if bad:
+            raise invalid(
+                f"'{where}' holds token id {bad[0]}, outside the model's vocabulary of {size}",
+                "prompt",
+            )
+        added = self._tokenizer.encode("", add_special_tokens=True).ids
+        body = list(ids)
+        if added and body[: len(added)] == added:
+            body = body[len(added) :]
+        text: str = self._tokenizer.decode(body, skip_special_tokens=False)
+        return text
+
     def truncate(self, text: str, max_tokens: int) -> tuple[str, bool]:
         """``text`` cut after its first ``max_tokens`` tokens, and whether it was cut."""
         if self._tokenizer is None or not text:
@@ -93,9 +131,9 @@ class TextTokenizer:
             raise OpenAIError(
                 400,
                 f"the model '{self.model}' has no chat template: the operator can add "
-                f"'chat_template' to its {CONFIG_FILE} or a {TEMPLATE_FILE} beside its "
-                "config.pbtxt, or start the server with --tokenizer PATH; /v1/completions "
-                "serves it without one",
+                f"'chat_template' to its {CONFIG_FILE} or a {TEMPLATE_FILE} in its version "
+                "folder or beside its config.pbtxt, or start the server with --tokenizer "
+                "PATH; /v1/completions serves it without one",
                 param="messages",
                 code="chat_template_missing",
             )
@@ -113,23 +151,37 @@ class TextTokenizer:
             ) from None
 
 
-def load_tokenizer(model: str, folder: Path | None) -> TextTokenizer:
-    """Read the files of ``folder`` (blocking: call it off the event loop)."""
+def _confined(path: Path, within: Path | None) -> Path:
+    if within is not None and not path.resolve().is_relative_to(within.resolve()):
+        raise OpenAIError(
+            500,
+            f"the model's {path.name} resolves outside its folder {within} (a symbolic link out "
+            "of it is refused; the operator can copy the file in)",
+            code="tokenizer_outside_model_folder",
+            type="server_error",
+        )
+    return path
+
+
+def load_tokenizer(model: str, folder: Path | None, within: Path | None = None) -> TextTokenizer:
+    """Read the files of ``folder`` (blocking: call it off the event loop); each must resolve
+    inside ``within`` when given."""
     if folder is None:
         return TextTokenizer(model, None, None, {})
     tokenizer = None
     if (folder / TOKENIZER_FILE).is_file():
         from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        tokenizer = Tokenizer.from_file(str(_confined(folder / TOKENIZER_FILE, within)))
     config: dict[str, Any] = {}
     if (folder / CONFIG_FILE).is_file():
-        loaded = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+        path = _confined(folder / CONFIG_FILE, within)
+        loaded = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(loaded, dict):
             config = loaded
     source = None
     if (folder / TEMPLATE_FILE).is_file():
-        source = (folder / TEMPLATE_FILE).read_text(encoding="utf-8")
+        source = _confined(folder / TEMPLATE_FILE, within).read_text(encoding="utf-8")
     else:
         source = _template_source(config.get("chat_template"))
     template = _environment().from_string(source) if source else None
@@ -160,34 +212,42 @@ class TokenizerStore:
     def __init__(self, repositories: Sequence[Path], override: Path | None = None) -> None:
         self._repositories = tuple(repositories)
         self._override = override
-        self._loaded: dict[str, asyncio.Future[TextTokenizer]] = {}
+        self._loaded: dict[tuple[str, int | None], asyncio.Future[TextTokenizer]] = {}
 
-    def _folder(self, model: str) -> Path | None:
+    def _folder(self, model: str, version: int | None) -> tuple[Path | None, Path | None]:
+        """The folder to read, and the folder its files must resolve inside."""
         if self._override is not None:
-            return self._override
+            return self._override, None
         for repository in self._repositories:
-            folder = repository / model
-            if (folder / TOKENIZER_FILE).is_file() or (folder / CONFIG_FILE).is_file():
-                return folder
-            if (folder / TEMPLATE_FILE).is_file():
-                return folder
-        return None
+            model_dir = repository / model
+            folders = [model_dir]
+            if version is not None:
+                folders.insert(0, model_dir / str(version))
+            for folder in folders:
+                if any(
+                    (folder / f).is_file() for f in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE)
+                ):
+                    return _confined(folder, model_dir), model_dir
+        return None, None
 
-    def _load(self, model: str) -> TextTokenizer:
-        return load_tokenizer(model, self._folder(model))
+    def _load(self, model: str, version: int | None) -> TextTokenizer:
+        folder, within = self._folder(model, version)
+        return load_tokenizer(model, folder, within)
 
-    async def get(self, model: str) -> TextTokenizer:
-        pending = self._loaded.get(model)
+    async def get(self, model: str, version: int | None = None) -> TextTokenizer:
+        """The tokenizer of ``model`` as its loaded ``version`` has it (read once per version)."""
+        key = (model, version)
+        pending = self._loaded.get(key)
         if pending is not None and pending.done() and pending.exception() is None:
             return pending.result()  # the common case: read before
         if pending is None:
-            pending = asyncio.ensure_future(asyncio.to_thread(self._load, model))
-            self._loaded[model] = pending
+            pending = asyncio.ensure_future(asyncio.to_thread(self._load, model, version))
+            self._loaded[key] = pending
         try:
             return await asyncio.shield(pending)
         except Exception:
-            if self._loaded.get(model) is pending:
-                del self._loaded[model]  # a failed read is tried again next time
+            if self._loaded.get(key) is pending:
+                del self._loaded[key]  # a failed read is tried again next time
             raise
 
 
