@@ -198,3 +198,16 @@ def test_a_batch_of_similar_lengths_runs_once(tmp_path: Path) -> None:
     # 4, 5, 4, 5, 4, 5 tokens: 30 padded for 27 real, not worth a second run
     instance.execute([_request("a b", "a b c"), _request("d c"), _request("c d a", "b a", "a a a")])
     assert recorder.shapes == [(6, 5)]
+
+
+def test_a_run_holds_at_most_512_tokens(tmp_path: Path) -> None:
+    instance, recorder = _instance(
+        tmp_path, 'parameters { key: "normalize" value { string_value: "false" } }'
+    )
+    texts = [" ".join("abcd"[(i + j) % 4] for j in range(98)) for i in range(8)]  # 100 tokens
+    results = instance.execute([_request(*texts[:3]), _request(*texts[3:])])
+    assert recorder.shapes == [(5, 100), (3, 100)]  # not one run of 800 tokens
+    embeddings = np.concatenate([r["embedding"] for r in results if not isinstance(r, Exception)])
+    for text, embedding in zip(texts, embeddings, strict=True):
+        ids = [1, *(VOCAB[w] for w in text.split()), 2]
+        np.testing.assert_allclose(embedding, _mean(ids), rtol=1e-6)
