@@ -71,6 +71,8 @@ class Generation:
     prefix: str = ""  # text before the generated text in a whole answer ("" to leave it out)
     deadline: float | None = None  # on the engine's clock (monotonic seconds)
     on_token: Callable[[int], None] | None = None  # sees each generated id (usage, tests)
+    # sees each generated id with its log-probability (the runtime's ``logprobs`` output)
+    on_logprob: Callable[[int, float], None] | None = None
 
 
 @dataclass(slots=True)
@@ -224,7 +226,7 @@ class GenerationEngine:
             counts = dict(self._counts)
             sums = dict(self._sums)
             running, waiting = len(self._running), len(self._waiting) + len(self._inbox)
-        used = self._blocks.used_count  # read without the loop's lock: a plain int
+        used = self.kv_blocks_used
         return LlmStatistics(
             running=running,
             waiting=waiting,
@@ -247,6 +249,11 @@ class GenerationEngine:
             itl_p50_s=_percentile(itl, 0.5),
             itl_p99_s=_percentile(itl, 0.99),
         )
+
+    @property
+    def kv_blocks_used(self) -> int:
+        """KV blocks held by sequences now (a plain int, read without the loop's lock)."""
+        return self._blocks.used_count
 
     def _wake(self) -> None:
         with self._cond:
@@ -392,7 +399,7 @@ class GenerationEngine:
         return True
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
-        ids, _ = self._sampler.sample(
+        ids, logprobs = self._sampler.sample(
             logits,
             [s.gen.params for s in seqs],
             [s.generator for s in seqs],
@@ -402,9 +409,10 @@ class GenerationEngine:
         )
         now = self._clock()
         chosen = ids.tolist()
+        chosen_logprobs = logprobs.tolist() if any(s.gen.on_logprob for s in seqs) else None
         ttft: list[float] = []
         itl: list[float] = []
-        for seq, token in zip(seqs, chosen, strict=True):
+        for row, (seq, token) in enumerate(zip(seqs, chosen, strict=True)):
             if seq.generated == 0:
                 ttft.append(now - seq.arrival)
             elif seq.last_token_at:
@@ -414,6 +422,8 @@ class GenerationEngine:
             seq.generated += 1
             if seq.gen.on_token is not None:
                 seq.gen.on_token(token)
+            if seq.gen.on_logprob is not None and chosen_logprobs is not None:
+                seq.gen.on_logprob(token, chosen_logprobs[row])
             text, reason = seq.checker.push(token)
             if reason is None and len(seq.tokens) >= self.cfg.max_model_len:
                 text += seq.checker.flush()

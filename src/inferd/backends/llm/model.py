@@ -19,9 +19,7 @@ error naming what is supported. Weights come only from safetensors (never a pick
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -320,55 +318,38 @@ class LlamaModel:
         dev = self.device
         lengths = [len(s.tokens) for s in seqs]
         flat_tokens: list[int] = []
-        flat_positions: list[int] = []
-        write_slots: list[int] = []
-        read_slots: list[torch.Tensor] = []
+        tables: list[Sequence[int]] = []
         for s, n in zip(seqs, lengths, strict=True):
-            end = s.start + n
             if n == 0:
                 raise ValueError("a step sequence needs at least one token")
-            if math.ceil(end / bt) > len(s.block_table):
-                raise ValueError(f"block table too short for {end} tokens")
+            used = -(-(s.start + n) // bt)
+            if used > len(s.block_table):
+                raise ValueError(f"block table too short for {s.start + n} tokens")
             flat_tokens.extend(s.tokens)
-            positions = range(s.start, end)
-            flat_positions.extend(positions)
-            write_slots.extend(s.block_table[p // bt] * bt + p % bt for p in positions)
-            table = torch.tensor(s.block_table[: math.ceil(end / bt)], dtype=torch.int64)
-            read_slots.append(
-                ((table[:, None] * bt + torch.arange(bt)[None, :]).reshape(-1)[:end]).to(dev)
-            )
-        tokens = torch.tensor(flat_tokens, dtype=torch.int64, device=dev)
-        positions_t = torch.tensor(flat_positions, dtype=torch.int64, device=dev)
-        write = torch.tensor(write_slots, dtype=torch.int64, device=dev)
-        cos, sin = self._rotary(positions_t)
-        # prefill chunks attend one sequence at a time (causal within the chunk); every decode
-        # token of the step attends in one padded batch
-        offsets = [0, *itertools.accumulate(lengths)]
-        chunks: list[tuple[int, int, torch.Tensor, torch.Tensor]] = []  # offset, n, slots, mask
-        decode_rows: list[int] = []
-        decode_slots: list[torch.Tensor] = []
-        for i, (s, n) in enumerate(zip(seqs, lengths, strict=True)):
-            if n == 1:
-                decode_rows.append(offsets[i])
-                decode_slots.append(read_slots[i])
-            else:
-                keys = torch.arange(s.start + n, device=dev)[None, :]
-                queries = torch.arange(s.start, s.start + n, device=dev)[:, None]
-                chunks.append((offsets[i], n, read_slots[i], keys <= queries))
-        decode: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        if decode_rows:
-            longest = max(len(t) for t in decode_slots)
-            padded = torch.zeros((len(decode_rows), longest), dtype=torch.int64, device=dev)
-            valid = torch.zeros((len(decode_rows), longest), dtype=torch.bool, device=dev)
-            for row, slots in enumerate(decode_slots):
-                padded[row, : len(slots)] = slots
-                valid[row, : len(slots)] = True
-            rows = torch.tensor(decode_rows, dtype=torch.int64, device=dev)
-            decode = (rows, padded, valid[:, None, None, :])
-        x = self.embed[tokens]
+            tables.append(s.block_table[:used])
+        # the step's index tensors, built once (not per layer, not per sequence)
+        widest = max(len(t) for t in tables)
+        table = torch.tensor([[*t, *([0] * (widest - len(t)))] for t in tables], dtype=torch.int64)
+        n_t = torch.tensor(lengths, dtype=torch.int64)
+        start_t = torch.tensor([s.start for s in seqs], dtype=torch.int64)
+        ends = torch.cumsum(n_t, 0)
+        owner = torch.repeat_interleave(torch.arange(len(seqs)), n_t)
+        positions_t = start_t[owner] + torch.arange(len(flat_tokens)) - (ends - n_t)[owner]
+        write = (table[owner, positions_t // bt] * bt + positions_t % bt).to(dev)
+        cos, sin = self._rotary(positions_t.to(dev))
+        # attention in two padded batches, one SDPA call each: the prefill chunks (each query
+        # attends to its sequence's cached keys and its own chunk up to itself: a causal mask
+        # per row) and the decode tokens (one query each)
+        is_decode = n_t == 1
+        groups_of = [
+            _AttentionGroup.build(torch.nonzero(pick).flatten(), n_t, start_t, ends, table, bt, dev)
+            for pick in (~is_decode, is_decode)
+            if bool(pick.any())
+        ]
+        x = self.embed[torch.tensor(flat_tokens, dtype=torch.int64, device=dev)]
         q_size = cfg.heads * cfg.head_dim
         kv_size = cfg.kv_heads * cfg.head_dim
-        groups = cfg.heads // cfg.kv_heads
+        gqa = cfg.heads != cfg.kv_heads
         total = len(flat_tokens)
         for index, layer in enumerate(self.layers):
             h = self._rms(x, layer["input_layernorm.weight"])
@@ -383,31 +364,62 @@ class LlamaModel:
             k_cache[write] = k
             v_cache[write] = v
             attn = torch.empty((total, q_size), dtype=x.dtype, device=dev)
-            for offset, n, slots, mask in chunks:
-                qs = q[offset : offset + n].transpose(0, 1)[None]  # [1, heads, n, d]
-                ks = k_cache[slots].transpose(0, 1)  # [kv_heads, L, d]
-                vs = v_cache[slots].transpose(0, 1)
-                if groups > 1:
-                    ks = ks.repeat_interleave(groups, dim=0)
-                    vs = vs.repeat_interleave(groups, dim=0)
-                o = F.scaled_dot_product_attention(qs, ks[None], vs[None], attn_mask=mask)
-                attn[offset : offset + n] = o[0].transpose(0, 1).reshape(n, q_size)
-            if decode is not None:
-                rows, padded, valid = decode
-                qs = q[rows][:, :, None, :]  # [B, heads, 1, d]
-                ks = k_cache[padded].transpose(1, 2)  # [B, kv_heads, L, d]
-                vs = v_cache[padded].transpose(1, 2)
-                if groups > 1:
-                    ks = ks.repeat_interleave(groups, dim=1)
-                    vs = vs.repeat_interleave(groups, dim=1)
-                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=valid)
-                attn[rows] = o.reshape(len(rows), q_size)
+            for g in groups_of:
+                qs = q[g.queries].transpose(1, 2)  # [B, heads, N, d]
+                ks = k_cache[g.slots].transpose(1, 2)  # [B, kv_heads, L, d]
+                vs = v_cache[g.slots].transpose(1, 2)
+                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=g.mask, enable_gqa=gqa)
+                attn[g.rows] = o.transpose(1, 2).reshape(-1, q_size)[g.valid]
             x = x + attn @ layer["self_attn.o_proj.weight"].T
             h = self._rms(x, layer["post_attention_layernorm.weight"])
             gate_up = h @ layer["gate_up"].T
             gate = gate_up[:, : cfg.intermediate_size]
             up = gate_up[:, cfg.intermediate_size :]
             x = x + (F.silu(gate) * up) @ layer["mlp.down_proj.weight"].T
-        last = torch.tensor(list(itertools.accumulate(lengths)), device=dev) - 1
-        final = self._rms(x[last], self.norm)
+        final = self._rms(x[(ends - 1).to(dev)], self.norm)
         return (final @ self.lm_head.T).float()
+
+
+@dataclass(frozen=True, slots=True)
+class _AttentionGroup:
+    """Some of a step's sequences padded into one attention batch: ``queries`` ``[B, N]``
+    indexes the step's flat tokens (padding repeats a sequence's last token), ``slots``
+    ``[B, L]`` the cache (padding points anywhere, masked), ``mask`` ``[B, 1, N, L]`` lets each
+    query see the keys at or before its position; ``valid`` picks the real rows of the
+    flattened ``[B * N]`` output and ``rows`` says where they go in the step."""
+
+    queries: torch.Tensor
+    slots: torch.Tensor
+    mask: torch.Tensor
+    valid: torch.Tensor
+    rows: torch.Tensor
+
+    @staticmethod
+    def build(
+        members: torch.Tensor,
+        n_t: torch.Tensor,
+        start_t: torch.Tensor,
+        ends: torch.Tensor,
+        table: torch.Tensor,
+        bt: int,
+        dev: torch.device,
+    ) -> _AttentionGroup:
+        n = n_t[members]
+        first = ends[members] - n  # each member's first row in the step
+        longest = int(n.max())
+        i = torch.arange(longest)[None, :]
+        valid = i < n[:, None]
+        clamped = torch.minimum(i, n[:, None] - 1)  # padding queries repeat the last one
+        queries = first[:, None] + clamped
+        query_pos = start_t[members][:, None] + clamped  # [B, N]
+        keys = int((start_t[members] + n).max())
+        blocks = -(-keys // bt)
+        slots = (table[members, :blocks, None] * bt + torch.arange(bt)).reshape(len(members), -1)
+        mask = torch.arange(keys)[None, None, :] <= query_pos[:, :, None]
+        return _AttentionGroup(
+            queries=queries.to(dev),
+            slots=slots[:, :keys].to(dev),
+            mask=mask[:, None].to(dev),
+            valid=valid.reshape(-1).to(dev),
+            rows=queries[valid].to(dev),
+        )
