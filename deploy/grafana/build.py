@@ -5,7 +5,8 @@
 
 The dashboard is generated so that every panel is built the same way (one data source
 variable, the same label filters, units, legends) and laid out without gaps or overlaps; edit
-dashboard_panels.py (the panels), not the JSON. docs/dashboards.md describes the panels.
+dashboard_panels.py and on_demand_panels.py (the panels), not the JSON. docs/dashboards.md
+describes the panels.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ WIDTH = 24  # Grafana's grid is 24 columns wide
 # the panels live beside this script; put its folder on the path when it is loaded by file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard_panels import ROWS, M, Panel, Row, Target  # noqa: E402
+from on_demand_panels import on_demand_row  # noqa: E402
+
+ALL_ROWS = (*ROWS, on_demand_row)
 
 # -- JSON --------------------------------------------------------------------------------------
 
@@ -246,7 +250,7 @@ def dashboard() -> dict[str, Any]:
                 ),
             ]
         },
-        "panels": _layout([make() for make in ROWS]),
+        "panels": _layout([make() for make in ALL_ROWS]),
     }
 
 

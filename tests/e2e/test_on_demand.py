@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 from inferd.testing import ServerProcess, running_server
 from tests.e2e.conftest import raw_request
 from tests.helpers.models import finish
+from tests.helpers.monitoring_assets import exported_names, is_on_demand, used_names
 
 pytestmark = pytest.mark.e2e
 
@@ -301,6 +302,22 @@ def test_eviction_under_load_fails_no_request(server: ServerProcess) -> None:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(client, range(8)))  # raises on the first failed request
     assert _metric(_metrics(server), "inferd_model_evictions_total") > evictions
+
+
+def test_the_server_exports_every_on_demand_metric_the_dashboard_and_rules_read(
+    server: ServerProcess,
+) -> None:
+    _infer_http(server, "m1")  # a load at least: the latency histogram has a series
+    wanted = {name for name in used_names() if is_on_demand(name)}
+    assert {
+        "inferd_model_loads_total",
+        "inferd_model_evictions_total",
+        "inferd_model_resident_bytes",
+        "inferd_model_memory_budget_bytes",
+        "inferd_model_load_duration_seconds_bucket",
+    } <= wanted
+    missing = wanted - exported_names(_metrics(server))
+    assert not missing, f"read but not exported in on-demand mode: {sorted(missing)}"
 
 
 def test_explicit_load_is_refused_in_on_demand_mode(server: ServerProcess) -> None:

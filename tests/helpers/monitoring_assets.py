@@ -86,6 +86,29 @@ def used_names() -> dict[str, set[str]]:
     return used
 
 
+#: the families only a server in on-demand mode exports (inferd.metrics.on_demand)
+ON_DEMAND_FAMILIES = (
+    "inferd_model_loads",
+    "inferd_model_evictions",
+    "inferd_model_eviction_thrash",
+    "inferd_model_resident_bytes",
+    "inferd_model_memory_budget_bytes",
+    "inferd_model_memory_baseline_bytes",
+    "inferd_model_load_duration_seconds",
+)
+
+
+def is_on_demand(name: str) -> bool:
+    """True for a sample name of an on-demand family (``_total``, ``_bucket``... included)."""
+    return any(
+        name.startswith(family) and name.removeprefix(family) in _SUFFIXES
+        for family in ON_DEMAND_FAMILIES
+    )
+
+
+_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
+
+
 def as_recording_rules(queries: list[str]) -> dict[str, Any]:
     """Dashboard queries as a Prometheus rule file (variables given values), for
     ``promtool check rules`` to parse."""

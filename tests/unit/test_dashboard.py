@@ -125,6 +125,7 @@ def test_the_rows_grafana_shows() -> None:
         "Model $model",
         "Rollout",
         "Drift and data quality",
+        "On-demand loading",
     ]
     assert rows[1]["repeat"] == "model"
 
@@ -143,6 +144,13 @@ def test_the_dashboard_reads_what_the_brief_of_each_row_needs() -> None:
         "inferd_rollout_canary_rollbacks_total",
         "inferd_drift_alert",
         "inferd_data_quality_nan_total",
+        "inferd_model_loads_total",
+        "inferd_model_evictions_total",
+        "inferd_model_eviction_thrash_total",
+        "inferd_model_resident_bytes",
+        "inferd_model_memory_budget_bytes",
+        "inferd_model_memory_baseline_bytes",
+        "inferd_model_load_duration_seconds_bucket",
     } <= names
 
 
