@@ -149,12 +149,6 @@ def test_the_frontends_flag() -> None:
         build_parser().parse_args(["serve", "--model-repository", "m", "--frontends", "many"])
 
 
-def test_front_ends_do_not_serve_the_openai_port_yet() -> None:
-    with pytest.raises(InvalidArgumentError, match="--openai-port is not served with --frontends"):
-        ServerConfig(model_repositories=(Path("m"),), frontends=2, openai_port=0)
-    assert ServerConfig(model_repositories=(Path("m"),), frontends=1, openai_port=0)
-
-
 def test_auto_chooses_from_the_cores_and_the_cgroup_quota(tmp_path: Path) -> None:
     assert [frontends_for(n) for n in (1, 2, 3, 4, 16)] == [1, 1, 2, 3, 15]
     (tmp_path / "cpu.max").write_text("100000 100000\n")  # a quota of one CPU

@@ -184,8 +184,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "memory, so one model's requests still batch together and statistics and metrics stay "
         "in one place; a front end that dies is restarted. 1: this process serves, as always; "
         "auto: one per core available (CPU affinity and the cgroup's CPU quota) less one for "
-        "the engine, 1 below 3 cores. --http-max-connections then bounds each front end; "
-        "not with --openai-port yet (default: 1)",
+        "the engine, 1 below 3 cores. --http-max-connections then bounds each front end "
+        "(default: 1)",
     )
     repo.add_argument(
         "--allow-pickle-models",

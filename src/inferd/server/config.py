@@ -114,11 +114,6 @@ class ServerConfig:
             raise InvalidArgumentError("--inline-execution-max-us must be >= 0")
         if self.frontends < 1:
             raise InvalidArgumentError("--frontends must be >= 1 (or auto)")
-        if self.frontends > 1 and self.openai_port is not None:
-            raise InvalidArgumentError(
-                "--openai-port is not served with --frontends above 1 yet; the /v1 API is "
-                "served on the HTTP port (leave --openai-port out, or use --frontends 1)"
-            )
         if self.repository_poll_secs <= 0:
             raise InvalidArgumentError("--repository-poll-secs must be > 0")
         if self.http_max_input_bytes <= 0:

@@ -223,7 +223,7 @@ class Server:
     async def _start_listeners(self) -> None:
         cfg = self.config
         openai = self._openai_app() if cfg.allow_http or cfg.openai_port is not None else None
-        if cfg.frontends > 1:  # front-end processes serve HTTP and gRPC (not --openai-port)
+        if cfg.frontends > 1:  # front-end processes serve HTTP, gRPC and --openai-port
             await self._start_frontends(openai)
         elif cfg.allow_http:
             from inferd.frontends.http.server import start_http_server
@@ -241,7 +241,7 @@ class Server:
                     tls=cfg.http_tls,
                 )
             self._add("HTTP", port, handle.stop)
-        if cfg.openai_port is not None:
+        if cfg.openai_port is not None and cfg.frontends == 1:
             from inferd.frontends.http.server import start_http_server
 
             async with _starting("OpenAI", cfg.http_address, cfg.openai_port, "--openai-port"):
@@ -320,9 +320,12 @@ class Server:
             servicer = GrpcInferenceServicer(
                 self.engine, log=logging.getLogger("inferd.grpc"), shared_memory=self.shared_memory
             )
+        apps = {"http": self._http_app(openai)} if cfg.allow_http else {}
+        if cfg.openai_port is not None:
+            apps["openai"] = openai
         bridge = EngineBridge(
             self.engine,
-            http_app=self._http_app(openai) if cfg.allow_http else None,
+            http_apps=apps,
             servicer=servicer,
             log=logging.getLogger("inferd.frontends"),
         )
@@ -332,9 +335,9 @@ class Server:
             await supervisor.start()
         stop: Any = supervisor.stop  # one stop for all the front ends' services
         for name, port in supervisor.ports.items():
-            self._add(name.upper(), port, stop)
+            self._add({"openai": "OpenAI"}.get(name, name.upper()), port, stop)
             stop = _nothing_to_stop
-        _log.info("%d front-end processes serve HTTP and gRPC", cfg.frontends)
+        _log.info("%d front-end processes serve %s", cfg.frontends, ", ".join(supervisor.ports))
 
     def _collectors(self) -> list[Any]:
         """The metrics collectors of the components besides the models."""

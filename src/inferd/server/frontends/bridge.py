@@ -26,6 +26,7 @@ from inferd.server.frontends.link import MessageLink
 from inferd.server.frontends.messages import (
     FINAL,
     MORE,
+    STREAM_WINDOW,
     UNDECODABLE,
     Kind,
     Message,
@@ -70,12 +71,12 @@ class EngineBridge:
         self,
         engine: Any,
         *,
-        http_app: Callable[..., Any] | None,
+        http_apps: dict[str, Callable[..., Any]],
         servicer: Any | None,
         log: logging.Logger,
     ) -> None:
         self._engine = engine
-        self._http_app = http_app
+        self._http_apps = http_apps  # by the port's service: "http", "openai"
         self._servicer = servicer
         self._log = log
 
@@ -85,6 +86,7 @@ class EngineBridge:
         tasks: dict[int, asyncio.Task[None]] = {}
         disconnects: dict[int, asyncio.Event] = {}
         streams: dict[int, asyncio.Queue[Message]] = {}  # the request messages of streams
+        credits: dict[int, asyncio.Semaphore] = {}  # streamed replies each call may still send
         loop = asyncio.get_running_loop()
 
         def finished(call: int) -> Callable[[asyncio.Task[None]], None]:
@@ -93,6 +95,7 @@ class EngineBridge:
                     del tasks[call]
                     disconnects.pop(call, None)
                     streams.pop(call, None)
+                    credits.pop(call, None)
 
             return done
 
@@ -108,6 +111,11 @@ class EngineBridge:
                     elif task is not None:
                         task.cancel()
                     continue
+                if message.kind is Kind.ACK:
+                    credit = credits.get(message.call)
+                    if credit is not None:
+                        credit.release()
+                    continue
                 if message.kind is Kind.STREAM_IN:
                     inbox = streams.get(message.call)
                     if inbox is not None:
@@ -117,12 +125,14 @@ class EngineBridge:
                     coro = self._infer(link, message)
                 elif message.kind is Kind.HTTP:
                     event = disconnects[message.call] = asyncio.Event()
-                    coro = self._http(link, message, event)
+                    credit = credits[message.call] = asyncio.Semaphore(STREAM_WINDOW)
+                    coro = self._http(link, message, event, credit)
                 elif message.kind is Kind.GRPC:
                     coro = self._grpc(link, message)
                 elif message.kind is Kind.GRPC_STREAM:
                     inbox = streams[message.call] = asyncio.Queue()
-                    coro = self._grpc_stream(link, message, inbox)
+                    credit = credits[message.call] = asyncio.Semaphore(STREAM_WINDOW)
+                    coro = self._grpc_stream(link, message, inbox, credit)
                 else:
                     self._log.warning("front end %s sent an unexpected %s", name, message.kind.name)
                     continue
@@ -153,12 +163,15 @@ class EngineBridge:
             return
         await link.send(Kind.RESPONSE, message.call, body, FINAL)
 
-    async def _http(self, link: MessageLink, message: Message, gone: asyncio.Event) -> None:
+    async def _http(
+        self, link: MessageLink, message: Message, gone: asyncio.Event, credit: asyncio.Semaphore
+    ) -> None:
         call = message.call
         try:
-            if self._http_app is None:
-                raise InternalError("the engine serves no HTTP app")
             meta, body = split_json(message.body)
+            app = self._http_apps.get(meta["app"])
+            if app is None:
+                raise InternalError(f"the engine serves no '{meta['app']}' app")
             scope = {
                 "type": "http",
                 "asgi": {"version": "3.0"},
@@ -195,9 +208,10 @@ class EngineBridge:
                     await link.send(Kind.HTTP_START, call, json_and_blobs(head, []))
                 elif reply["type"] == "http.response.body":
                     more = MORE if reply.get("more_body", False) else 0
+                    await credit.acquire()
                     await link.send(Kind.HTTP_BODY, call, bytes(reply.get("body", b"")), more)
 
-            await self._http_app(scope, receive, send)
+            await app(scope, receive, send)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -215,7 +229,10 @@ class EngineBridge:
             method = _SERVICE.methods_by_name.get(meta["method"])
             if method is None or method.server_streaming or method.client_streaming:
                 raise InternalError(f"'{meta['method']}' is not a unary call of the service")
-            request = getattr(service_pb2, method.input_type.name).FromString(bytes(data))
+            if meta.get("undecodable") is not None:
+                request: Any = Undecodable(meta["undecodable"])
+            else:
+                request = getattr(service_pb2, method.input_type.name).FromString(bytes(data))
             context = _CallContext([(k, v) for k, v in meta["metadata"]])
             reply = await getattr(self._servicer, meta["method"])(request, context)
             head = {
@@ -231,7 +248,11 @@ class EngineBridge:
         await link.send(Kind.GRPC_REPLY, call, json_and_blobs(head, [blob]), FINAL)
 
     async def _grpc_stream(
-        self, link: MessageLink, message: Message, inbox: asyncio.Queue[Message]
+        self,
+        link: MessageLink,
+        message: Message,
+        inbox: asyncio.Queue[Message],
+        credit: asyncio.Semaphore,
     ) -> None:
         call = message.call
 
@@ -253,6 +274,7 @@ class EngineBridge:
             responses = self._servicer.ModelStreamInfer(requests(), context)
             async with contextlib.aclosing(responses):
                 async for response in responses:
+                    await credit.acquire()
                     await link.send(Kind.STREAM_OUT, call, response.SerializeToString())
             head = {
                 "code": None if context.code is None else context.code.value[0],

@@ -55,6 +55,9 @@ __all__ = [
 ]
 
 HEADER = struct.Struct("<BBxxxxxxQ")  # kind, flags, call id
+#: streamed replies (HTTP bodies, gRPC stream responses) a call may have sent and not had
+#: acknowledged: a client that does not read holds its call back, as a single process does
+STREAM_WINDOW = 16
 _JSON_LENGTH = struct.Struct("<I")
 FINAL = 1  # flags: the last reply of a call (streams)
 MORE = 2  # flags: an ASGI body message with more to come
@@ -68,6 +71,7 @@ class Kind(enum.IntEnum):
     GRPC = 3  # a unary gRPC call for the engine's servicer; answered by GRPC_REPLY
     CANCEL = 4  # the caller of a call has gone (no body)
     GRPC_STREAM = 5  # open a ModelStreamInfer stream: {"metadata"}; answered like GRPC
+    ACK = 7  # the front end has passed on one streamed reply of the call (flow control)
     STREAM_IN = 6  # a request message of a stream (flags FINAL: the client's half-close;
     # UNDECODABLE: the message did not parse, the body says why)
     # engine → front end

@@ -119,9 +119,10 @@ class EngineProxy:
     # -- whole requests the engine answers -----------------------------------------------------
 
     async def forward_http(
-        self, scope: Scope, receive: Receive, send: Send, max_body_bytes: int
+        self, scope: Scope, receive: Receive, send: Send, max_body_bytes: int, app: str = "http"
     ) -> None:
-        """Have the engine's HTTP app answer this request; its messages are sent as they come
+        """Have the engine's HTTP app (``app``: the one of the port, "http" or "openai") answer
+        this request; its messages are sent as they come
         (a stream of server-sent events streams). A body past ``max_body_bytes`` is cut one
         byte past it, so that the engine's app refuses it with its own answer."""
         chunks: list[bytes] = []
@@ -137,6 +138,7 @@ class EngineProxy:
                 break
         body = b"".join(chunks)[: max_body_bytes + 1]
         meta = {
+            "app": app,
             "method": scope["method"],
             "path": scope["path"],
             "raw_path": _text(scope.get("raw_path")),
@@ -152,17 +154,26 @@ class EngineProxy:
         )
 
     async def forward_grpc(
-        self, method: str, request: bytes, metadata: list[tuple[str, str]]
+        self,
+        method: str,
+        request: bytes,
+        metadata: list[tuple[str, str]],
+        undecodable: str | None = None,
     ) -> tuple[int | None, str, bytes]:
         """The engine's servicer's answer to a unary call: (status code value or None, details,
-        the serialized response)."""
+        the serialized response). ``undecodable``: why the request did not parse (the call is
+        one whose servicer method answers that itself)."""
         replies: list[Message] = []
 
         async def keep(message: Message) -> bool:
             replies.append(message)
             return True
 
-        meta = {"method": method, "metadata": [[k, v] for k, v in metadata]}
+        meta = {
+            "method": method,
+            "metadata": [[k, v] for k, v in metadata],
+            "undecodable": undecodable,
+        }
         await self._stream(Kind.GRPC, json_and_blobs(meta, [request]), keep, None)
         message = replies[-1]
         if message.kind is Kind.ERROR:
@@ -193,6 +204,7 @@ class EngineProxy:
                     yield message
                     return
                 yield message
+                await self._send(Kind.ACK, call, b"")  # passed on: the engine may send more
         finally:
             self._queues.pop(call, None)
             if pump is not None:
@@ -244,6 +256,8 @@ class EngineProxy:
                 if await deliver(message):
                     finished = True
                     return
+                if message.kind is Kind.HTTP_BODY:  # passed on: the engine may send more
+                    await self._send(Kind.ACK, call, b"")
         finally:
             self._queues.pop(call, None)
             if watcher is not None:

@@ -26,7 +26,7 @@ from inferd.server.config import ServerConfig
 from inferd.server.frontends.bridge import EngineBridge
 from inferd.server.frontends.channel import Channel, create_channel
 from inferd.server.frontends.link import MessageLink
-from inferd.server.frontends.worker import Settings
+from inferd.server.frontends.worker import Settings, frontend_config, local_infer
 
 __all__ = ["FrontendError", "Supervisor", "auto_frontends", "frontends_for"]
 
@@ -108,6 +108,9 @@ class Supervisor:
         if cfg.allow_http:
             self._reserved.append(reserve_port(cfg.http_address, cfg.http_port))
             self.ports["http"] = self._reserved[-1].getsockname()[1]
+        if cfg.openai_port is not None:
+            self._reserved.append(reserve_port(cfg.http_address, cfg.openai_port))
+            self.ports["openai"] = self._reserved[-1].getsockname()[1]
         if cfg.allow_grpc:
             self._reserved.append(reserve_port(cfg.grpc_address, cfg.grpc_port))
             self.ports["grpc"] = self._reserved[-1].getsockname()[1]
@@ -131,11 +134,13 @@ class Supervisor:
         )
         settings = Settings(
             index=frontend.index,
-            config=self._config,
+            config=frontend_config(self._config),
             channel=spec.as_dict(),
             slot_bytes=SLOT_BYTES,
             http_port=self.ports.get("http"),
             grpc_port=self.ports.get("grpc"),
+            openai_port=self.ports.get("openai"),
+            local_infer=local_infer(self._config),
         )
         process = await asyncio.create_subprocess_exec(
             sys.executable,

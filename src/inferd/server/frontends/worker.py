@@ -34,6 +34,7 @@ from inferd.frontends.grpc.handlers import (
     API_BY_METHOD,
     HEALTH_API_BY_METHOD,
     Undecodable,
+    sees_undecodable,
     service_handler,
 )
 from inferd.frontends.grpc.server import server_credentials, server_options
@@ -48,7 +49,7 @@ from inferd.server.frontends.link import MessageLink
 from inferd.server.frontends.messages import Kind, decode_error, split_json
 from inferd.server.frontends.proxy import EngineProxy
 
-__all__ = ["FrontendHttpApp", "FrontendServicer", "Settings", "main"]
+__all__ = ["ForwardingApp", "FrontendHttpApp", "FrontendServicer", "Settings", "main"]
 
 _LENGTH = struct.Struct("<Q")
 _SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -60,11 +61,13 @@ class Settings:
     """What the engine process tells a front end (over a pipe only the two of them hold)."""
 
     index: int
-    config: ServerConfig
+    config: ServerConfig  # what front ends read of it: frontend_config()
     channel: dict[str, str | int]
     slot_bytes: int
     http_port: int | None
     grpc_port: int | None
+    openai_port: int | None
+    local_infer: bool  # see local_infer()
 
     def encode(self) -> bytes:
         # the parent's own settings object, to its own child: no client ever writes these bytes
@@ -78,13 +81,43 @@ def local_infer(config: ServerConfig) -> bool:
     return not config.allow_shared_memory and config.tracing is None
 
 
+#: the settings a front end serves with (the rest concern the engine alone)
+_FRONTEND_FIELDS = (
+    "model_repositories",
+    "exit_timeout_secs",
+    "http_address",
+    "http_max_input_bytes",
+    "http_max_json_input_bytes",
+    "http_header_timeout_s",
+    "http_body_timeout_s",
+    "http_idle_timeout_s",
+    "http_max_connections",
+    "http_restricted_apis",
+    "http_tls",
+    "openai_max_body_bytes",
+    "grpc_address",
+    "grpc_restricted_protocols",
+    "grpc_tls",
+    "admin_token",
+    "feedback_token",
+    "open_apis",
+)
+
+
+def frontend_config(config: ServerConfig) -> ServerConfig:
+    """``config`` less what only the engine reads (models, monitoring, tracing...)."""
+    return ServerConfig(**{name: getattr(config, name) for name in _FRONTEND_FIELDS})
+
+
 class FrontendHttpApp:
     """Inference here; every other request answered by the engine's HTTP app."""
 
-    def __init__(self, proxy: EngineProxy, config: ServerConfig, log: logging.Logger) -> None:
+    def __init__(
+        self, proxy: EngineProxy, config: ServerConfig, log: logging.Logger, local: bool
+    ) -> None:
         self._proxy = proxy
         self._local: HttpApp | None = None
-        if local_infer(config):
+        if local:
             self._local = HttpApp(
                 cast(Engine, proxy),  # the inference path uses infer() and tracing only
                 max_body_bytes=config.http_max_input_bytes,
@@ -101,6 +134,19 @@ class FrontendHttpApp:
             await self._local(scope, receive, send)
             return
         await self._proxy.forward_http(scope, receive, send, self._max_body_bytes)
+
+
+class ForwardingApp:
+    """Every request answered by the engine's app of this port (the /v1 port's)."""
+
+    def __init__(self, proxy: EngineProxy, app: str, max_body_bytes: int) -> None:
+        self._proxy = proxy
+        self._app = app
+        self._max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._proxy.forward_http(scope, receive, send, self._max_body_bytes, self._app)
 
 
 def _is_infer(scope: Scope) -> bool:
@@ -154,9 +200,14 @@ class FrontendServicer(GrpcInferenceServicer):
 
     async def forward(self, method: str, request: Any, context: Any) -> Any:
         try:
-            code, details, data = await self._proxy.forward_grpc(
-                method, request.SerializeToString(), _metadata(context)
-            )
+            if isinstance(request, Undecodable):  # for a call that answers it itself
+                code, details, data = await self._proxy.forward_grpc(
+                    method, b"", _metadata(context), undecodable=request.message
+                )
+            else:
+                code, details, data = await self._proxy.forward_grpc(
+                    method, request.SerializeToString(), _metadata(context)
+                )
         except InferdError as exc:
             status, message = status_for(exc, log=self._flog, request_id=method)
             set_status(context, status, message)
@@ -179,6 +230,9 @@ def _forwarder(method: str) -> Any:
         return await self.forward(method, request, context)
 
     call.__name__ = method
+    base = getattr(GrpcInferenceServicer, method, None)
+    if getattr(base, "sees_undecodable", False):  # as the engine's servicer, which answers
+        sees_undecodable(call)
     return call
 
 
@@ -222,7 +276,7 @@ async def _start_grpc(proxy: EngineProxy, settings: Settings, log: logging.Logge
     # the port is shared with the other front ends on purpose (the engine process holds it)
     options = [o for o in server_options() if o[0] != "grpc.so_reuseport"]
     server = grpc.aio.server(options=[*options, ("grpc.so_reuseport", 1)])
-    servicer = FrontendServicer(proxy, log=log, local=local_infer(config))
+    servicer = FrontendServicer(proxy, log=log, local=settings.local_infer)
     server.add_generic_rpc_handlers(
         (
             service_handler(
@@ -257,13 +311,27 @@ async def serve(settings: Settings) -> int:
     proxy = EngineProxy(MessageLink(channel, settings.slot_bytes), log=log)
     reader = loop.create_task(proxy.run())
     reader.add_done_callback(lambda _: stop.set())
-    http = grpc_server = None
+    http = grpc_server = openai = None
     try:
         if settings.http_port is not None:
             http, _ = await start_http_server(
-                FrontendHttpApp(proxy, config, logging.getLogger("inferd.http")),
+                FrontendHttpApp(
+                    proxy, config, logging.getLogger("inferd.http"), settings.local_infer
+                ),
                 config.http_address,
                 settings.http_port,
+                timeout_keep_alive_s=config.http_idle_timeout_s,
+                header_timeout_s=config.http_header_timeout_s,
+                body_timeout_s=config.http_body_timeout_s,
+                max_connections=config.http_max_connections,
+                tls=config.http_tls,
+                reuse_port=True,
+            )
+        if settings.openai_port is not None:
+            openai, _ = await start_http_server(
+                ForwardingApp(proxy, "openai", config.openai_max_body_bytes),
+                config.http_address,
+                settings.openai_port,
                 timeout_keep_alive_s=config.http_idle_timeout_s,
                 header_timeout_s=config.http_header_timeout_s,
                 body_timeout_s=config.http_body_timeout_s,
@@ -280,6 +348,8 @@ async def serve(settings: Settings) -> int:
         grace = config.exit_timeout_secs
         if http is not None:
             await http.stop(grace)
+        if openai is not None:
+            await openai.stop(grace)
         if grpc_server is not None:
             await grpc_server.stop(grace)
         reader.cancel()
