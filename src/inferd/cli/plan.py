@@ -1,5 +1,6 @@
 """``inferd plan``: simulate Kubernetes' HorizontalPodAutoscaler over inferd replicas, from one
-replica's measured capacity curve and a traffic trace."""
+replica's measured capacity curve and a traffic trace; with ``--models``, size pods for
+on-demand loading of a catalogue of models (:mod:`inferd.cli.plan_models`)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,37 @@ if TYPE_CHECKING:
 
 def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from inferd.cli.plan_args import DESCRIPTION, EPILOG, add_plan_arguments
+    from inferd.cli.plan_models import add_models_arguments
 
     p = sub.add_parser(
         "plan",
-        help="simulate HPA autoscaling of inferd replicas over a traffic trace",
+        help="simulate HPA autoscaling of inferd replicas over a traffic trace, or size pods "
+        "for a catalogue of models loaded on demand (--models)",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_plan_arguments(p)
-    p.set_defaults(func=run_plan_command)
+    add_models_arguments(p)
+    defaults = vars(p.parse_args([]))  # --models refuses every other flag given
+
+    def run(args: argparse.Namespace) -> int:
+        return run_plan_command(args, defaults)
+
+    p.set_defaults(func=run)
 
 
-def run_plan_command(args: argparse.Namespace) -> int:
+def run_plan_command(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> int:
     try:
+        if args.models is not None or args.model_size is not None or args.model_sizes:
+            from inferd.cli.plan_models import run_models_plan
+
+            return run_models_plan(args, defaults or {})
+        if args.capacity is None or args.traffic is None:
+            raise InvalidArgumentError(
+                "--capacity and --traffic are required (or --models to size pods for "
+                "on-demand loading)"
+            )
         return _run(args)
     except InferdError as exc:
         print(f"inferd plan: error: {exc}", file=sys.stderr)

@@ -33,7 +33,12 @@ latency percentiles; writes the time series as JSON or CSV and a plot as HTML.
 
 The HPA can scale on inferd's own metrics: pending (nv_inference_pending_request_count per
 pod), queue (average queue time per request) and cpu (utilisation of the pod's CPU request).
-See docs/capacity-planning.md."""
+See docs/capacity-planning.md.
+
+With --models, it sizes pods for on-demand loading instead: given a catalogue of models, their
+sizes, a Zipf popularity law and each pod's memory budget, the hit ratio (the share of requests
+that find their model loaded; LRU by Che's approximation) for each number of pods, and the
+pods needed. See docs/multi-model.md."""
 
 EPILOG = """\
 traffic specs (components add up; times take s, m, h or d):
@@ -46,7 +51,9 @@ example:
   inferd perf -m digits --concurrency-range 1:16 --json-output digits.json
   inferd plan --capacity digits.json --traffic "daily:low=200,high=3000 + \\
       spike:height=2000,at=13h,duration=10m,rise=1m" --metric pending=2 --metric cpu=70 \\
-      --min-replicas 1,2,3 --max-replicas 20 --plot plan.html"""
+      --min-replicas 1,2,3 --max-replicas 20 --plot plan.html
+  inferd plan --models 2000 --model-size 300MiB --zipf 0.9 --pod-budget 24GiB \\
+      --baseline 200MiB --target-hit-ratio 0.95 --rate 500 --load-time 1.5s"""
 
 _METRIC_NAMES = {"pending": "pending", "queue": "queue-us", "cpu": "cpu"}
 
@@ -56,10 +63,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     inputs.add_argument(
         "--capacity",
         type=Path,
-        required=True,
         metavar="FILE",
-        help="one replica's capacity curve: 'inferd perf --json-output' (best: it has the "
-        "server's queue time and CPU) or a perf_analyzer-style CSV ('inferd perf -f')",
+        help="one replica's capacity curve (required without --models): 'inferd perf "
+        "--json-output' (best: it has the server's queue time and CPU) or a "
+        "perf_analyzer-style CSV ('inferd perf -f')",
     )
     inputs.add_argument(
         "--batch-size",
@@ -69,7 +76,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="the batch size of a CSV curve's requests (a JSON curve records its own)",
     )
     inputs.add_argument(
-        "--traffic", required=True, metavar="SPEC", help="requests per second over time (below)"
+        "--traffic",
+        metavar="SPEC",
+        help="requests per second over time (below; required without --models)",
     )
     inputs.add_argument(
         "--duration", metavar="TIME", help="how long to simulate (default: the trace's length)"

@@ -7,4 +7,6 @@ Pure modules: :mod:`~inferd.tools.scaling.hpa` (the controller's rule),
 (traces), :mod:`~inferd.tools.scaling.replica` (one pod's queue and metrics),
 :mod:`~inferd.tools.scaling.latency` (histograms), :mod:`~inferd.tools.scaling.report`;
 the loop: :mod:`~inferd.tools.scaling.simulate` and :mod:`~inferd.tools.scaling.sweep`.
+:mod:`~inferd.tools.scaling.model_cache` sizes pods for models loaded on demand within a memory
+budget (``inferd plan --models``).
 """
