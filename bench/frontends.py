@@ -96,9 +96,9 @@ def measure(repo: Path, frontends: int, args: argparse.Namespace) -> dict[str, f
         ]
         pids = _tree(server.pid)
         count0 = _served(server.http_url)
-        cpu0, t0 = _cpu_s(pids), time.monotonic()
+        cpu0, engine0, t0 = _cpu_s(pids), _cpu_s([server.pid]), time.monotonic()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        cpu1, t1 = _cpu_s(pids), time.monotonic()
+        cpu1, engine1, t1 = _cpu_s(pids), _cpu_s([server.pid]), time.monotonic()
         # the server's own count (one place for every front end), warm-up included like the CPU
         requests = _served(server.http_url) - count0
         report = json.loads(out.read_text())
@@ -108,6 +108,7 @@ def measure(repo: Path, frontends: int, args: argparse.Namespace) -> dict[str, f
     return {
         "throughput": throughput,
         "cpu_us_per_request": 1e6 * (cpu1 - cpu0) / requests,
+        "engine_us_per_request": 1e6 * (engine1 - engine0) / requests,
         "server_cores": (cpu1 - cpu0) / (t1 - t0),
     }
 
@@ -139,7 +140,8 @@ def main() -> None:
         r = best[k]
         print(
             f"  --frontends {k}: {r['throughput']:8.0f} infer/s  "
-            f"{r['cpu_us_per_request']:6.0f} µs server CPU/request  "
+            f"{r['cpu_us_per_request']:6.0f} µs server CPU/request "
+            f"({r['engine_us_per_request']:.0f} in the engine process)  "
             f"{r['server_cores']:.2f} cores  "
             f"(x{r['throughput'] / best[base]['throughput']:.2f} throughput, "
             f"x{r['cpu_us_per_request'] / best[base]['cpu_us_per_request']:.2f} CPU/request)"

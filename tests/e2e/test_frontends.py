@@ -12,6 +12,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from inferd.testing import ServerProcess, running_server
+from inferd.testing.process import ServerStartError, start_server
 from tests.helpers.models import ADD_SUB_CONFIG, add_sub_model
 
 pytestmark = pytest.mark.e2e
@@ -386,3 +388,19 @@ def test_graceful_stop_finishes_requests_and_stops_every_process(repo: Path) -> 
     assert "front end 0 stopped" in log
     assert "front end 1 stopped" in log
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_a_port_another_process_listens_on_is_refused(repo: Path) -> None:
+    """SO_REUSEPORT must not let the server join another listener on its port."""
+    other = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    try:
+        port = other.getsockname()[1]
+        with pytest.raises(ServerStartError) as refused:
+            start_server([repo], ["--frontends", "2", "--http-port", str(port)])
+    finally:
+        other.close()
+    assert f"cannot start the front-end service on 127.0.0.1:{port}" in str(refused.value)
+    assert "Address already in use" in str(refused.value)

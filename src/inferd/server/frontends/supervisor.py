@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import math
 import socket
@@ -64,10 +65,28 @@ def reserve_port(host: str, port: int) -> socket.socket:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(address)
+        if port != 0:
+            _refuse_if_served(sock)
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def _refuse_if_served(sock: socket.socket) -> None:
+    """SO_REUSEPORT would let this server join another process's listener on the port (of the
+    same user) and split its connections: refuse to start when something answers there."""
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    try:
+        probe = socket.create_connection((host, port), timeout=1.0)
+    except OSError:
+        return  # nobody listens: the port is this server's
+    probe.close()
+    raise OSError(errno.EADDRINUSE, "Address already in use")
 
 
 @dataclass(slots=True)
