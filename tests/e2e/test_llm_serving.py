@@ -108,9 +108,15 @@ def test_the_configuration_is_auto_completed(http: httpx.Client) -> None:
     assert config["backend"] == "llm"
     assert config["model_transaction_policy"]["decoupled"] is True
     inputs = {t["name"]: t for t in config["input"]}
-    assert set(inputs) == {"text_input", "stream", "sampling_parameters", "exclude_input_in_output"}
+    assert set(inputs) == {
+        "text_input",
+        "stream",
+        "sampling_parameters",
+        "exclude_input_in_output",
+        "return_logprobs",
+    }
     assert inputs["stream"]["optional"] is True
-    assert [t["name"] for t in config["output"]] == ["text_output"]
+    assert [t["name"] for t in config["output"]] == ["text_output", "logprobs"]
 
 
 def test_generate_whole_and_streamed_agree(http: httpx.Client) -> None:

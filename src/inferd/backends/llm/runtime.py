@@ -11,8 +11,17 @@ resolved. The model takes Triton's vLLM backend's tensors (auto-completed when
 ``stream``                 BOOL ``[1]``, opt.  true: one response per text delta, then final
 ``sampling_parameters``    BYTES ``[1]``, opt. vLLM's sampling parameters as a JSON object
 ``exclude_input_in_output`` BOOL ``[1]``, opt. true: the whole answer leaves the prompt out
+``return_logprobs``        BOOL ``[1]``, opt.  true: answer ``logprobs`` too
 ``text_output``            BYTES ``[-1]``      the text (a delta when streaming)
+``logprobs``               BYTES ``[-1]``, opt. the tokens of the response, as vLLM's backend
+                                               writes them: a JSON array, one
+                                               ``{"<id>": {"logprob", "rank", "decoded_token"}}``
+                                               per token (``rank`` is null: not computed)
 =========================  ==================  =================================================
+
+``sampling_parameters`` may set ``logprobs`` (0 or true: the chosen token only) when the model
+declares the ``logprobs`` output; a model without it refuses ``logprobs`` and
+``return_logprobs``.
 
 One :class:`~inferd.backends.llm.engine.GenerationEngine` (its own thread, the model and the
 KV cache) serves every instance of a loaded model: ``execute`` only checks each request, hands
@@ -31,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from inferd.backends.base import LoadContext, Result
 from inferd.backends.llm.delivery import StreamSender
@@ -49,6 +59,8 @@ STREAM = "stream"
 SAMPLING_PARAMETERS = "sampling_parameters"
 EXCLUDE_INPUT = "exclude_input_in_output"
 TEXT_OUTPUT = "text_output"
+RETURN_LOGPROBS = "return_logprobs"
+LOGPROBS = "logprobs"
 
 #: parameter -> what it sets (the accepted keys; any other is refused)
 PARAMETERS = {
@@ -203,8 +215,60 @@ def _timeout_s(request: InferRequest) -> float | None:
     return value / 1e6 if value else None
 
 
-def _output(text: str) -> dict[str, np.ndarray[Any, Any]]:
-    return {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=object)}
+def _output(text: str, tokens: bytes | None = None) -> dict[str, np.ndarray[Any, Any]]:
+    outputs = {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=object)}
+    if tokens is not None:
+        outputs[LOGPROBS] = np.array([tokens], dtype=object)
+    return outputs
+
+
+class _TokenLog:
+    """The generated tokens and log-probabilities not sent yet (engine thread in, sender out).
+
+    Each token's ``decoded_token`` is the text it adds (decoded incrementally, as the text
+    output is: a token that ends inside a character adds nothing, the next one the character),
+    so the tokens' texts join into the text output."""
+
+    _WINDOW = 6  # tokens decoded before the new one, so that it decodes in context
+
+    def __init__(self, tokenizer: Any, skip_special: bool) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special
+        self._lock = threading.Lock()
+        self._pending: list[tuple[int, float]] = []
+        self._ids: list[int] = []
+        self._read = 0  # tokens whose text has been given out
+
+    def add(self, token: int, logprob: float) -> None:
+        with self._lock:
+            self._pending.append((token, logprob))
+
+    def _piece(self, token: int) -> str:
+        self._ids.append(token)
+        start = max(0, self._read - self._WINDOW)
+        decode = self._tokenizer.decode
+        before: str = decode(self._ids[start : self._read], skip_special_tokens=self._skip_special)
+        after: str = decode(self._ids[start:], skip_special_tokens=self._skip_special)
+        if after.endswith("\ufffd"):  # ends inside a character: its text comes later
+            return ""
+        self._read = len(self._ids)
+        return after[len(before) :]
+
+    def take(self) -> bytes:
+        """vLLM's backend's JSON for the tokens since the last take."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            entries = [
+                {
+                    str(token): {
+                        "logprob": logprob,
+                        "rank": None,
+                        "decoded_token": self._piece(token),
+                    }
+                }
+                for token, logprob in pending
+            ]
+        return orjson.dumps(entries)
 
 
 class LlmLoadedModel:
@@ -255,6 +319,13 @@ class LlmLoadedModel:
         if sampling is not None and not isinstance(sampling, (bytes, str, np.bytes_)):
             raise InvalidArgumentError(f"input '{SAMPLING_PARAMETERS}' must be BYTES (JSON)")
         timeout = _timeout_s(request)
+        gives_logprobs = LOGPROBS in self.spec.output_by_name
+        wants_logprobs = _flag(request, RETURN_LOGPROBS)
+        if wants_logprobs and not gives_logprobs:
+            raise InvalidArgumentError(
+                f"input '{RETURN_LOGPROBS}' needs the output '{LOGPROBS}', which the model's "
+                "configuration does not declare"
+            )
         ids = self._tokenizer.encode(prompt).ids if prompt else []
         limit = self.engine.cfg.max_model_len
         if len(ids) >= limit:
@@ -265,21 +336,25 @@ class LlmLoadedModel:
         params = parse_sampling_parameters(
             bytes(sampling) if isinstance(sampling, np.bytes_) else sampling,
             max_tokens_limit=limit - len(ids),
+            returns_logprobs=gives_logprobs,
         )
+        log = _TokenLog(self._tokenizer, params.skip_special_tokens) if wants_logprobs else None
         sink = request.sink
         done = threading.Event()
         answer: list[Result] = []
 
         def to_sink(text: str | None, error: InferdError | None, final: bool) -> None:
             assert sink is not None
-            outputs = _output(text) if text is not None else None
+            outputs = None
+            if text is not None:
+                outputs = _output(text, log.take() if log is not None else None)
             sink.send(StreamedResponse(outputs, error, final))
 
         def respond(text: str | None, error: InferdError | None, final: bool) -> None:
             if error is not None:
                 answer.append(error)
             elif text is not None:
-                answer.append(_output(text))
+                answer.append(_output(text, log.take() if log is not None else None))
             if final:
                 done.set()
 
@@ -295,6 +370,7 @@ class LlmLoadedModel:
             stream=stream and sink is not None,
             prefix="" if exclude else prompt,
             deadline=None if timeout is None else time.monotonic() + timeout,
+            on_logprob=log.add if log is not None else None,
         )
         handle = self.engine.submit(gen)  # raises for a request that can never fit
         if sink is None:  # no stream to answer through: wait for the whole answer
@@ -334,6 +410,7 @@ def _auto_io(config: Any) -> None:
             (STREAM, "TYPE_BOOL", True),
             (SAMPLING_PARAMETERS, "TYPE_STRING", True),
             (EXCLUDE_INPUT, "TYPE_BOOL", True),
+            (RETURN_LOGPROBS, "TYPE_BOOL", True),
         ):
             tensor = config.input.add()
             tensor.name = name
@@ -341,10 +418,11 @@ def _auto_io(config: Any) -> None:
             tensor.dims.append(1)
             tensor.optional = optional
     if not config.output:
-        tensor = config.output.add()
-        tensor.name = TEXT_OUTPUT
-        tensor.data_type = mc.DataType.Value("TYPE_STRING")
-        tensor.dims.append(-1)
+        for name in (TEXT_OUTPUT, LOGPROBS):
+            tensor = config.output.add()
+            tensor.name = name
+            tensor.data_type = mc.DataType.Value("TYPE_STRING")
+            tensor.dims.append(-1)
     if not config.HasField("model_transaction_policy"):
         config.model_transaction_policy.decoupled = True
 

@@ -30,7 +30,7 @@ from inferd.core.streaming import ResponseBudget
 from inferd.engine import Engine
 from inferd.frontends.http.generate import STREAM_RESPONSES
 from inferd.frontends.openai.errors import invalid
-from inferd.frontends.openai.logprobs import Token, parse_tokens
+from inferd.frontends.openai.logprobs import Token, clipped, parse_tokens
 from inferd.frontends.openai.models import (
     EXCLUDE_INPUT,
     LOGPROBS,
@@ -186,6 +186,9 @@ class _Tokens:
         while count < len(self._pending) and self._pending[count][0] < self._sent:
             count += 1
         taken = [token for _, token in self._pending[:count]]
+        if taken:  # a token the text was cut in (stop, max_tokens) keeps the part sent
+            start = self._pending[count - 1][0]
+            taken[-1] = clipped(taken[-1], self._sent - start)
         del self._pending[:count]
         return taken
 

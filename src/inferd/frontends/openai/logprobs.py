@@ -66,9 +66,14 @@ def within(tokens: Sequence[Token], length: int) -> list[Token]:
     for token in tokens:
         if start >= length:
             break
-        kept.append(token)
+        kept.append(clipped(token, length - start))
         start += len(token.text)
     return kept
+
+
+def clipped(token: Token, length: int) -> Token:
+    """``token`` with its text cut to ``length`` characters (the text sent ends inside it)."""
+    return token if len(token.text) <= length else Token(token.text[:length], token.logprob)
 
 
 def shaped(tokens: Sequence[Token] | None, chat: bool, offset: int = 0) -> dict[str, Any] | None:
@@ -100,4 +105,4 @@ def shaped(tokens: Sequence[Token] | None, chat: bool, offset: int = 0) -> dict[
     }
 
 
-__all__ = ["Token", "parse_tokens", "shaped", "within"]
+__all__ = ["Token", "clipped", "parse_tokens", "shaped", "within"]

@@ -1,16 +1,16 @@
 """A text model's tokenizer and chat template, read from the operator's files only.
 
 Where they come from, first found wins: the folder given to ``inferd serve --tokenizer PATH``
-(for every model), else the folder of the model's loaded version
-(``<repository>/<model>/<version>/``, where Hugging Face files lie), else the model's own
-folder (``<repository>/<model>/``):
+(for every model), else the model's own folder (``<repository>/<model>/``, beside
+``config.pbtxt``), then the folder of its loaded version (``<repository>/<model>/<version>/``,
+where Hugging Face folders hold them), file by file:
 ``tokenizer.json`` (a Hugging Face ``tokenizers`` file) counts tokens and decodes prompts given as
 token ids, and the chat template is ``chat_template.jinja`` or the ``chat_template`` of
 ``tokenizer_config.json``. Nothing a client sends names a path: the model name is checked by the
 routes and must name a loaded model. A file in the repository that resolves outside the model's
 folder (a symbolic link out of it) is refused, not read.
 
-Files are read off the event loop, once per model, and kept. Templates render as Hugging Face
+Files are read off the event loop, once per model version, and kept. Templates render as Hugging Face
 renders them (``apply_chat_template``): Jinja2's immutable sandbox, ``trim_blocks`` and
 ``lstrip_blocks``, ``raise_exception``, a ``tojson`` filter, the special tokens of
 ``tokenizer_config.json`` and ``add_generation_prompt=True``.
@@ -163,27 +163,37 @@ def _confined(path: Path, within: Path | None) -> Path:
     return path
 
 
-def load_tokenizer(model: str, folder: Path | None, within: Path | None = None) -> TextTokenizer:
-    """Read the files of ``folder`` (blocking: call it off the event loop); each must resolve
-    inside ``within`` when given."""
+def load_tokenizer(
+    model: str, folder: Path | Sequence[Path] | None, within: Path | None = None
+) -> TextTokenizer:
+    """Read the files of ``folder`` (blocking: call it off the event loop). Given several
+    folders, each file is taken from the first that has it (the chat template from the first
+    that has one; ``tokenizer_config.json``'s keys merged, the first folder's winning); each
+    file must resolve inside ``within`` when given."""
     if folder is None:
         return TextTokenizer(model, None, None, {})
+    folders = [folder] if isinstance(folder, Path) else list(folder)
     tokenizer = None
-    if (folder / TOKENIZER_FILE).is_file():
-        from tokenizers import Tokenizer
+    for place in folders:
+        if (place / TOKENIZER_FILE).is_file():
+            from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(_confined(folder / TOKENIZER_FILE, within)))
+            tokenizer = Tokenizer.from_file(str(_confined(place / TOKENIZER_FILE, within)))
+            break
     config: dict[str, Any] = {}
-    if (folder / CONFIG_FILE).is_file():
-        path = _confined(folder / CONFIG_FILE, within)
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(loaded, dict):
-            config = loaded
     source = None
-    if (folder / TEMPLATE_FILE).is_file():
-        source = _confined(folder / TEMPLATE_FILE, within).read_text(encoding="utf-8")
-    else:
-        source = _template_source(config.get("chat_template"))
+    for place in reversed(folders):  # the first folder's keys and template win
+        own: dict[str, Any] = {}
+        if (place / CONFIG_FILE).is_file():
+            path = _confined(place / CONFIG_FILE, within)
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(loaded, dict):
+                own = loaded
+        config.update(own)
+        if (place / TEMPLATE_FILE).is_file():
+            source = _confined(place / TEMPLATE_FILE, within).read_text(encoding="utf-8")
+        else:
+            source = _template_source(own.get("chat_template")) or source
     template = _environment().from_string(source) if source else None
     special = {}
     for name in _SPECIAL:
@@ -214,25 +224,28 @@ class TokenizerStore:
         self._override = override
         self._loaded: dict[tuple[str, int | None], asyncio.Future[TextTokenizer]] = {}
 
-    def _folder(self, model: str, version: int | None) -> tuple[Path | None, Path | None]:
-        """The folder to read, and the folder its files must resolve inside."""
+    def _folders(self, model: str, version: int | None) -> tuple[list[Path], Path | None]:
+        """The folders to read, first found first, and the folder their files must resolve
+        inside: beside config.pbtxt (the operator's), then the version folder."""
         if self._override is not None:
-            return self._override, None
+            return [self._override], None
         for repository in self._repositories:
             model_dir = repository / model
-            folders = [model_dir]
+            candidates = [model_dir]
             if version is not None:
-                folders.insert(0, model_dir / str(version))
-            for folder in folders:
-                if any(
-                    (folder / f).is_file() for f in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE)
-                ):
-                    return _confined(folder, model_dir), model_dir
-        return None, None
+                candidates.append(model_dir / str(version))
+            found = [
+                _confined(folder, model_dir)
+                for folder in candidates
+                if any((folder / f).is_file() for f in (TOKENIZER_FILE, CONFIG_FILE, TEMPLATE_FILE))
+            ]
+            if found:
+                return found, model_dir
+        return [], None
 
     def _load(self, model: str, version: int | None) -> TextTokenizer:
-        folder, within = self._folder(model, version)
-        return load_tokenizer(model, folder, within)
+        folders, within = self._folders(model, version)
+        return load_tokenizer(model, folders or None, within)
 
     async def get(self, model: str, version: int | None = None) -> TextTokenizer:
         """The tokenizer of ``model`` as its loaded ``version`` has it (read once per version)."""
