@@ -14,7 +14,9 @@ Transports, measured in the same run:
 * ``ring-async``: :class:`inferd.server.frontends.Channel` on a uvloop loop at both ends (what
   the front ends and the engine use);
 * ``pipe``: ``multiprocessing.Pipe`` (a Unix socketpair with length-prefixed messages),
-  blocking ``send_bytes``/``recv_bytes``.
+  blocking ``send_bytes``/``recv_bytes`` — the baseline for ``ring-sync``;
+* ``socket-async``: a socketpair with length-prefixed frames through asyncio streams on uvloop
+  at both ends — the baseline for ``ring-async``.
 
 Usage: ``python bench/ring_cost.py [--count N] [--window W] [--bytes B]``. Prints µs per
 descriptor round trip and, for the rings, doorbell writes per descriptor. Figures are ratios
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import socket
 import struct
 import time
 from collections import deque
@@ -188,6 +191,70 @@ def pipe(count: int, window: int, size: int) -> tuple[float, float]:
     return elapsed / count * 1e6, float("nan")
 
 
+# -- a socketpair with asyncio streams on uvloop ------------------------------------------------
+
+
+LENGTH = struct.Struct("<I")
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+    return await reader.readexactly(size)
+
+
+def _stream_echo(sock: socket.socket) -> None:
+    async def main() -> None:
+        reader, writer = await asyncio.open_connection(sock=sock)
+        while (data := await _read_frame(reader)) != STOP:
+            writer.write(LENGTH.pack(len(data)) + data)
+        writer.close()
+
+    uvloop.run(main())
+
+
+def socket_async(count: int, window: int, size: int) -> tuple[float, float]:
+    mine, theirs = socket.socketpair()
+    proc = SPAWN.Process(target=_stream_echo, args=(theirs,))
+    proc.start()
+    theirs.close()
+    frame = LENGTH.pack(size) + bytes(size)
+
+    async def main() -> float:
+        reader, writer = await asyncio.open_connection(sock=mine)
+        writer.write(frame)
+        await _read_frame(reader)
+        start = time.perf_counter()
+        pending: deque[asyncio.Future[None]] = deque()
+        loop = asyncio.get_running_loop()
+
+        async def read_all() -> None:
+            for _ in range(count):
+                await _read_frame(reader)
+                pending.popleft().set_result(None)
+
+        async def client(n: int) -> None:
+            for _ in range(n):
+                fut: asyncio.Future[None] = loop.create_future()
+                pending.append(fut)
+                writer.write(frame)
+                await fut
+
+        task = asyncio.create_task(read_all())
+        per, extra = divmod(count, window)
+        await asyncio.gather(*(client(per + (i < extra)) for i in range(window)))
+        await task
+        elapsed = time.perf_counter() - start
+        writer.write(LENGTH.pack(len(STOP)) + STOP)
+        await writer.drain()
+        writer.close()
+        return elapsed / count * 1e6
+
+    try:
+        return uvloop.run(main()), float("nan")
+    finally:
+        proc.join()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=20000, help="round trips per measurement")
@@ -195,9 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bytes", type=int, default=128, help="descriptor size")
     parser.add_argument("--repeat", type=int, default=3, help="measurements per cell (best kept)")
     args = parser.parse_args(argv)
-    transports: dict[str, Any] = {"ring-sync": ring_sync, "ring-async": ring_async, "pipe": pipe}
+    transports: dict[str, Any] = {
+        "ring-sync": ring_sync,
+        "pipe": pipe,
+        "ring-async": ring_async,
+        "socket-async": socket_async,
+    }
     print(f"{args.bytes}-byte descriptors, {args.count} round trips, best of {args.repeat}")
-    print(f"{'transport':<12}{'load':<16}{'µs/round trip':>15}{'doorbells/desc':>16}")
+    print(f"{'transport':<14}{'load':<16}{'µs/round trip':>15}{'doorbells/desc':>16}")
     results: dict[tuple[str, int], float] = {}
     for window in (1, args.window):
         load = "unloaded" if window == 1 else f"loaded (w={window})"
@@ -206,13 +278,12 @@ def main(argv: list[str] | None = None) -> None:
             cost, rings = min(runs)
             results[(name, window)] = cost
             bells = "" if rings != rings else f"{rings:.3f}"
-            print(f"{name:<12}{load:<16}{cost:>15.2f}{bells:>16}")
+            print(f"{name:<14}{load:<16}{cost:>15.2f}{bells:>16}")
     for window in (1, args.window):
-        base = results[("pipe", window)]
-        ratios = ", ".join(
-            f"{name} {base / results[(name, window)]:.2f}x" for name in ("ring-sync", "ring-async")
-        )
-        print(f"speed-up over pipe, {'unloaded' if window == 1 else 'loaded'}: {ratios}")
+        load = "unloaded" if window == 1 else "loaded"
+        for ring, base in (("ring-sync", "pipe"), ("ring-async", "socket-async")):
+            ratio = results[(base, window)] / results[(ring, window)]
+            print(f"{ring} vs {base}, {load}: {ratio:.2f}x as fast")
 
 
 if __name__ == "__main__":
