@@ -31,9 +31,8 @@ TIE_GAP = 1e-3
 
 @pytest.fixture(scope="module")
 def server(tiny_llm_repo: Path) -> Iterator[ServerProcess]:
-    # /v1 reads the tokenizer and chat template beside config.pbtxt or from --tokenizer
-    args = [f"--tokenizer={tiny_llm_repo / MODEL / '1'}"]
-    with running_server([tiny_llm_repo], args) as proc:
+    # /v1 reads the tokenizer and chat template from the model's version folder
+    with running_server([tiny_llm_repo]) as proc:
         yield proc
 
 

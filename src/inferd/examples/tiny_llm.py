@@ -13,9 +13,8 @@ give the same bytes.
 The files are Hugging Face's (``config.json``, ``model.safetensors``, ``generation_config.json``,
 ``tokenizer.json``, ``tokenizer_config.json`` with a ``chat_template``,
 ``special_tokens_map.json``) in the version folder ``1/``, with a ``config.pbtxt`` for the ``llm``
-backend (decoupled, vLLM's inputs and output) next to it, with copies of ``tokenizer.json`` and
-``tokenizer_config.json`` there for the ``/v1`` front end, which reads a model's tokenizer and
-chat template from the model's folder. ``inferd_build.json`` in ``1/`` records
+backend (decoupled, vLLM's inputs and output) next to it; the ``/v1`` front end reads the
+tokenizer and chat template from the version folder. ``inferd_build.json`` in ``1/`` records
 the recipe (seed, sizes, steps), its version and a hash of the corpus it was trained on:
 :func:`tiny_llm_is_built` reads it so that a build of the same seed and recipe is not repeated
 (the corpus changes with every edit of a docstring, so it is recorded but not compared).
@@ -369,12 +368,7 @@ def tiny_llm_is_built(model_dir: Path, recipe: TinyLlmRecipe | None = None) -> b
         return False
     wanted = _marker(recipe, "")
     same = all(marker.get(key) == wanted[key] for key in ("recipe_version", "recipe"))
-    files = (
-        "config.pbtxt",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        *(f"1/{f}" for f in _HF_FILES),
-    )
+    files = ("config.pbtxt", *(f"1/{f}" for f in _HF_FILES))
     return same and all((Path(model_dir) / f).is_file() for f in files)
 
 
@@ -435,8 +429,6 @@ def build_tiny_llm(
     write_file(
         folder / _MARKER, json.dumps(_marker(recipe, _corpus_digest(sentences)), indent=2) + "\n"
     )
-    for shared in ("tokenizer.json", "tokenizer_config.json"):  # where /v1 looks for them
-        write_file(Path(model_dir) / shared, (folder / shared).read_bytes())
     write_file(
         Path(model_dir) / "config.pbtxt",
         _CONFIG.format(
