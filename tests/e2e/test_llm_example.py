@@ -78,7 +78,7 @@ def test_greedy_text_equals_hugging_face(server: ServerProcess, tiny_llm_repo: P
     assert len(want.split()) >= 3  # real words were compared
 
 
-def test_chat_through_the_openai_sdk(server: ServerProcess) -> None:
+def test_chat_through_the_openai_sdk(server: ServerProcess, tiny_llm_repo: Path) -> None:
     with openai.OpenAI(
         base_url=f"http://{server.http_url}/v1", api_key="unused", max_retries=0
     ) as client:
@@ -94,10 +94,27 @@ def test_chat_through_the_openai_sdk(server: ServerProcess) -> None:
             max_tokens=40,
             temperature=0,
             stream=True,
+            stream_options={"include_usage": True},
         )
-        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        received = list(chunks)
+        streamed = "".join(c.choices[0].delta.content or "" for c in received if c.choices)
     text = answer.choices[0].message.content
     assert text.strip()
     assert "<|end|>" not in text  # the end token finishes the answer, unseen
     assert answer.choices[0].finish_reason in ("stop", "length")
     assert streamed == text
+    # usage: the prompt as the runtime reads it (the chat template applied, <s> added)
+    folder = tiny_llm_repo / MODEL / "1"
+    tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    template = json.loads((folder / "tokenizer_config.json").read_text())["chat_template"]
+    assert "{{ '<|' + message['role'] + '|>\\n' + message['content'] + '<|end|>\\n' }}" in template
+    rendered = "<|user|>\nWhat does the server do?<|end|>\n<|assistant|>\n"
+    prompt_tokens = len(tokenizer.encode(rendered).ids)
+    completion_tokens = len(tokenizer.encode(text, add_special_tokens=False).ids)
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens) == (
+        prompt_tokens,
+        completion_tokens,
+    )
+    assert received[-1].choices == []
+    assert received[-1].usage.prompt_tokens == prompt_tokens
+    assert received[-1].usage.completion_tokens == completion_tokens
