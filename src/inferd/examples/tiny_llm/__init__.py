@@ -28,14 +28,12 @@ or with the other examples, ``inferd repo build-examples --llm-output examples/m
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import math
 import os
 import re
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -52,7 +50,6 @@ __all__ = [
     "TINY_LLM_SEED",
     "TinyLlmRecipe",
     "build_tiny_llm",
-    "main",
     "tiny_llm_corpus",
     "tiny_llm_is_built",
 ]
@@ -448,46 +445,3 @@ def build_tiny_llm(
         f"{recipe.steps} steps ({seconds:.0f} s); greedy: {sample!r}"
     )
     return Built(name, note)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m inferd.examples.tiny_llm",
-        description="Train the example language model tiny_llm (a small Llama and its BPE "
-        "tokenizer, on inferd's own docstrings and docs) into a model repository for the llm "
-        "backend, printing the training loss. Needs torch, transformers and tokenizers.",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=Path("examples/models-llm"),
-        metavar="DIR",
-        help="repository folder to write into (default: examples/models-llm)",
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="train again even when a tiny_llm of the same seed and recipe is there",
-    )
-    parser.add_argument("--quiet", action="store_true", help="print nothing on success")
-    args = parser.parse_args(argv)
-    from inferd.errors import InferdError
-    from inferd.examples.build import build_examples
-
-    if not args.quiet:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        _log.addHandler(handler)
-        _log.setLevel(logging.INFO)
-    try:
-        build_examples(
-            args.output, force=args.force, progress=not args.quiet, names=LLM_MODEL_NAMES
-        )
-    except InferdError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
