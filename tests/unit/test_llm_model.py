@@ -158,3 +158,48 @@ def test_decode_tokens_of_different_lengths_in_one_padded_batch(tmp_path: Path) 
     )
     for row, ids in zip(logits, [prompts[0], other, prompts[1], prompts[2]], strict=True):
         torch.testing.assert_close(row.double(), _hf_logits(hf, ids)[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_prefill_chunks_of_different_sizes_in_one_step(tmp_path: Path) -> None:
+    """A long chunk over a cached context, short whole prompts and decode tokens in one step:
+    the chunks attend in more than one padded batch, each row masked to its own sequence, and
+    every sequence's logits (and the cache it leaves for its next token) equal it alone."""
+    from inferd.backends.llm.model import _attention_batches
+
+    folder = write_tiny_llama(tmp_path / "m")
+    hf = load_hf(folder)
+    ours = LlamaModel.load(folder, dtype=torch.float64)
+    cache = _cache(ours)
+    long = [(7 * i) % 250 + 3 for i in range(40)]
+    shorts = [[11, 12], [21, 22, 23, 24, 25], [31, 32, 33]]
+    decoder = [50, 51, 52, 53, 54, 55]
+    table = list(range(11))  # the long sequence's 41 tokens
+    ours.step([StepSequence(long[:16], 0, table)], cache)
+    ours.step([StepSequence(decoder[:-1], 0, [20, 21])], cache)
+    seqs = [
+        StepSequence(shorts[0], 0, [12]),
+        StepSequence(long[16:], 16, table),
+        StepSequence(decoder[-1:], 5, [20, 21]),
+        StepSequence(shorts[1], 0, [13, 14]),
+        StepSequence(shorts[2], 0, [15]),
+    ]
+    batches = _attention_batches([len(s.tokens) for s in seqs], [s.start for s in seqs])
+    assert sorted(i for b in batches for i in b) == list(range(len(seqs)))
+    assert len(batches) >= 3  # the decode token, the short prompts, the long chunk
+    logits = ours.step(seqs, cache)
+    for row, ids in zip(logits, [shorts[0], long, decoder, shorts[1], shorts[2]], strict=True):
+        torch.testing.assert_close(row.double(), _hf_logits(hf, ids)[-1], rtol=1e-5, atol=1e-5)
+    # the next token of each reads the K/V every row of the step wrote
+    nxt = ours.step(
+        [
+            StepSequence([9], 40, table),
+            StepSequence([9], 5, [13, 14]),
+        ],
+        cache,
+    )
+    torch.testing.assert_close(
+        nxt[0].double(), _hf_logits(hf, [*long, 9])[-1], rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        nxt[1].double(), _hf_logits(hf, [*shorts[1], 9])[-1], rtol=1e-5, atol=1e-5
+    )

@@ -4,8 +4,10 @@ safetensors.
 One :meth:`LlamaModel.step` runs a *batched step*: a mix of prefill chunks and single decode
 tokens from many sequences. The step's tokens are flattened into one ``[T, hidden]`` matrix (the
 projections and the MLP run once for all of them), each token carries its own position (rotary
-embeddings), and attention runs per sequence over that sequence's cached K/V plus its new
-tokens. The K/V of the new tokens are written into the cache first, at the slots the sequence's
+embeddings), and each token attends over its own sequence's cached K/V plus the sequence's new
+tokens up to itself. Attention runs as a few padded batches, one SDPA call each (every decode
+token in one; the prefill chunks in batches of similar size, each row masked to its own
+sequence's keys), not one call per sequence. The K/V of the new tokens are written into the cache first, at the slots the sequence's
 block table gives (``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``);
 each sequence then reads back all of its positions through the same table.
 
@@ -337,14 +339,12 @@ class LlamaModel:
         positions_t = start_t[owner] + torch.arange(len(flat_tokens)) - (ends - n_t)[owner]
         write = (table[owner, positions_t // bt] * bt + positions_t % bt).to(dev)
         cos, sin = self._rotary(positions_t.to(dev))
-        # attention in two padded batches, one SDPA call each: the prefill chunks (each query
-        # attends to its sequence's cached keys and its own chunk up to itself: a causal mask
-        # per row) and the decode tokens (one query each)
-        is_decode = n_t == 1
+        # attention in padded batches, one SDPA call each: the decode tokens (one query each)
+        # and the prefill chunks, grouped by size (each query attends to its sequence's cached
+        # keys and its own chunk up to itself: a causal mask per row)
         groups_of = [
-            _AttentionGroup.build(torch.nonzero(pick).flatten(), n_t, start_t, ends, table, bt, dev)
-            for pick in (~is_decode, is_decode)
-            if bool(pick.any())
+            _AttentionGroup.build(torch.tensor(members), n_t, start_t, ends, table, bt, dev)
+            for members in _attention_batches(lengths, [s.start for s in seqs])
         ]
         x = self.embed[torch.tensor(flat_tokens, dtype=torch.int64, device=dev)]
         q_size = cfg.heads * cfg.head_dim
@@ -378,6 +378,37 @@ class LlamaModel:
             x = x + (F.silu(gate) * up) @ layer["mlp.down_proj.weight"].T
         final = self._rms(x[(ends - 1).to(dev)], self.norm)
         return (final @ self.lm_head.T).float()
+
+
+#: a prefill batch is split when padding would make its attention this many times its need
+_PADDING_LIMIT = 2.0
+
+
+def _attention_batches(lengths: Sequence[int], starts: Sequence[int]) -> list[list[int]]:
+    """The step's sequences (indexes) in attention batches: every decode token together; the
+    prefill chunks by size, a batch closed when padding its members to its largest chunk and
+    context would cost more than ``_PADDING_LIMIT`` times their own query x key area (one long
+    chunk is not padded onto many short prompts, many similar prompts share one call)."""
+    decode = [i for i, n in enumerate(lengths) if n == 1]
+    prefill = sorted(
+        (i for i, n in enumerate(lengths) if n > 1),
+        key=lambda i: (lengths[i] * (starts[i] + lengths[i]), i),
+    )
+    batches: list[list[int]] = [decode] if decode else []
+    current: list[int] = []
+    area = widest = longest = 0
+    for i in prefill:
+        n, end = lengths[i], starts[i] + lengths[i]
+        grown = (len(current) + 1) * max(widest, n) * max(longest, end)
+        if current and grown > _PADDING_LIMIT * (area + n * end):
+            batches.append(current)
+            current, area, widest, longest = [], 0, 0, 0
+        current.append(i)
+        area += n * end
+        widest, longest = max(widest, n), max(longest, end)
+    if current:
+        batches.append(current)
+    return batches
 
 
 @dataclass(frozen=True, slots=True)
