@@ -114,9 +114,12 @@ def test_the_configuration_is_auto_completed(http: httpx.Client) -> None:
         "sampling_parameters",
         "exclude_input_in_output",
         "return_logprobs",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
     }
     assert inputs["stream"]["optional"] is True
-    assert [t["name"] for t in config["output"]] == ["text_output", "logprobs"]
+    outputs = [t["name"] for t in config["output"]]
+    assert outputs == ["text_output", "logprobs", "num_input_tokens", "num_output_tokens"]
 
 
 def test_generate_whole_and_streamed_agree(http: httpx.Client) -> None:

@@ -4,8 +4,9 @@ configuration names only the backend, so that Triton's vLLM backend's tensors, w
 ``return_logprobs`` and ``logprobs``, are auto-completed.
 
 The oracle is Hugging Face ``transformers``: greedy decoding of the same files, and the log
-softmax of its logits at each step for the chosen token. ``usage`` is checked against the
-tokenizer: the prompt as the model reads it (the chat template applied, ``<s>`` added)."""
+softmax of its logits at each step for the chosen token. ``usage`` is the model's own count
+(``num_input_tokens``, ``num_output_tokens``, also auto-completed): the prompt as the model reads
+it (the chat template applied, ``<s>`` added) and the tokens it generated."""
 
 from __future__ import annotations
 
@@ -111,6 +112,8 @@ def test_generate_answers_return_logprobs_as_vllms_backend(
         "sampling_parameters": json.dumps({"temperature": 0, "max_tokens": TOKENS, "logprobs": 0}),
         "exclude_input_in_output": True,
         "return_logprobs": True,
+        "return_num_input_tokens": True,
+        "return_num_output_tokens": True,
     }
     reply = httpx.post(f"http://{server.http_url}/v2/models/{MODEL}/generate", json=body)
     assert reply.status_code == 200, reply.text
@@ -120,6 +123,19 @@ def test_generate_answers_return_logprobs_as_vllms_backend(
     values = [next(iter(e.values())) for e in entries]
     assert [v["logprob"] for v in values] == pytest.approx(expected, abs=1e-3)
     assert "".join(v["decoded_token"] for v in values) == answer["text_output"]
+    assert answer["num_input_tokens"] == len(ids)
+    assert answer["num_output_tokens"] in (TOKENS, [TOKENS])
+    streamed = httpx.post(
+        f"http://{server.http_url}/v2/models/{MODEL}/generate_stream", json={**body, "stream": True}
+    )
+    events = [
+        json.loads(line[len("data: ") :])
+        for line in streamed.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    counts = [e["num_output_tokens"] for e in events]
+    assert sum(c if isinstance(c, int) else sum(c) for c in counts) == TOKENS
+    assert {e["num_input_tokens"] for e in events} == {len(ids)}
     without = httpx.post(
         f"http://{server.http_url}/v2/models/{MODEL}/generate",
         json={**body, "return_logprobs": False},
@@ -139,12 +155,14 @@ def test_completion_logprobs_are_the_models(client: Any, folder: Path, tokenizer
     )
     choice = reply.choices[0]
     assert choice.logprobs is not None
-    # /v1 may cut the text at its own count of max_tokens: the tokens are those of the text
-    assert "".join(choice.logprobs.tokens) == choice.text
-    assert tokenizer.decode(expected_ids).startswith(choice.text)
+    # the model counts its tokens, so max_tokens is its own: the text is not cut at a re-count
+    assert "".join(choice.logprobs.tokens) == choice.text == tokenizer.decode(expected_ids)
     kept = len(choice.logprobs.tokens)
-    assert kept >= TOKENS // 2
-    assert choice.logprobs.token_logprobs == pytest.approx(expected[:kept], abs=1e-3)
+    assert kept == TOKENS
+    assert choice.finish_reason == "length"
+    assert choice.logprobs.token_logprobs == pytest.approx(expected, abs=1e-3)
+    assert reply.usage.prompt_tokens == len(ids)
+    assert reply.usage.completion_tokens == TOKENS
     offsets = [sum(len(t) for t in choice.logprobs.tokens[:i]) for i in range(kept)]
     assert choice.logprobs.text_offset == offsets
     stream = client.completions.create(
@@ -159,9 +177,8 @@ def test_completion_logprobs_are_the_models(client: Any, folder: Path, tokenizer
             if c.logprobs is not None:
                 streamed += c.logprobs.tokens
                 values += c.logprobs.token_logprobs
-    assert "".join(streamed) == text  # cut at the count of the deltas' tokens
-    assert tokenizer.decode(expected_ids).startswith(text)
-    assert values == pytest.approx(expected[: len(values)], abs=1e-3)
+    assert "".join(streamed) == text == choice.text
+    assert values == pytest.approx(expected, abs=1e-3)
 
 
 def test_chat_logprobs_and_usage(client: Any, folder: Path, tokenizer: Any) -> None:
@@ -174,14 +191,11 @@ def test_chat_logprobs_and_usage(client: Any, folder: Path, tokenizer: Any) -> N
     )
     content = reply.choices[0].logprobs.content
     text = reply.choices[0].message.content
-    assert "".join(t.token for t in content) == text
-    assert tokenizer.decode(expected_ids).startswith(text)
-    assert [t.logprob for t in content] == pytest.approx(expected[: len(content)], abs=1e-3)
+    assert "".join(t.token for t in content) == text == tokenizer.decode(expected_ids)
+    assert [t.logprob for t in content] == pytest.approx(expected, abs=1e-3)
     assert all(t.top_logprobs == [] and bytes(t.bytes) == t.token.encode() for t in content)
     assert reply.usage.prompt_tokens == len(ids)  # as the model reads it, <s> included
-    assert reply.usage.completion_tokens == len(
-        tokenizer.encode(text, add_special_tokens=False).ids
-    )
+    assert reply.usage.completion_tokens == TOKENS  # the model's count, not a re-count
     stream = client.chat.completions.create(
         model=MODEL,
         messages=messages,

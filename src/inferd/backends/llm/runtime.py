@@ -12,11 +12,17 @@ resolved. The model takes Triton's vLLM backend's tensors (auto-completed when
 ``sampling_parameters``    BYTES ``[1]``, opt. vLLM's sampling parameters as a JSON object
 ``exclude_input_in_output`` BOOL ``[1]``, opt. true: the whole answer leaves the prompt out
 ``return_logprobs``        BOOL ``[1]``, opt.  true: answer ``logprobs`` too
+``return_num_input_tokens`` BOOL ``[1]``, opt. true: answer ``num_input_tokens`` too
+``return_num_output_tokens`` BOOL ``[1]``, opt. true: answer ``num_output_tokens`` too
 ``text_output``            BYTES ``[-1]``      the text (a delta when streaming)
 ``logprobs``               BYTES ``[-1]``, opt. the tokens of the response, as vLLM's backend
                                                writes them: a JSON array, one
                                                ``{"<id>": {"logprob", "rank", "decoded_token"}}``
                                                per token (``rank`` is null: not computed)
+``num_input_tokens``       UINT32 ``[1]``, opt. the prompt's tokens, in every response
+``num_output_tokens``      UINT32 ``[-1]``, opt. the tokens generated since the previous
+                                               response (a last response carries the ones that
+                                               add no text, e.g. an EOS)
 =========================  ==================  =================================================
 
 ``sampling_parameters`` may set ``logprobs`` (0 or true: the chosen token only) when the model
@@ -61,6 +67,16 @@ EXCLUDE_INPUT = "exclude_input_in_output"
 TEXT_OUTPUT = "text_output"
 RETURN_LOGPROBS = "return_logprobs"
 LOGPROBS = "logprobs"
+RETURN_INPUT_COUNT = "return_num_input_tokens"
+INPUT_COUNT = "num_input_tokens"
+RETURN_OUTPUT_COUNT = "return_num_output_tokens"
+OUTPUT_COUNT = "num_output_tokens"
+# the optional (request flag, output) pairs of Triton's vLLM backend that this runtime answers
+_EXTRAS = (
+    (RETURN_LOGPROBS, LOGPROBS),
+    (RETURN_INPUT_COUNT, INPUT_COUNT),
+    (RETURN_OUTPUT_COUNT, OUTPUT_COUNT),
+)
 
 #: parameter -> what it sets (the accepted keys; any other is refused)
 PARAMETERS = {
@@ -215,11 +231,35 @@ def _timeout_s(request: InferRequest) -> float | None:
     return value / 1e6 if value else None
 
 
-def _output(text: str, tokens: bytes | None = None) -> dict[str, np.ndarray[Any, Any]]:
-    outputs = {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=object)}
-    if tokens is not None:
-        outputs[LOGPROBS] = np.array([tokens], dtype=object)
-    return outputs
+class _Extras:
+    """One request's optional outputs (engine thread in, sender threads out)."""
+
+    def __init__(self, log: _TokenLog | None, prompt_tokens: int | None, count: bool) -> None:
+        self.log = log
+        self._prompt_tokens = prompt_tokens
+        self._count = count
+        self._lock = threading.Lock()
+        self._generated = 0  # tokens generated and not reported yet
+
+    def on_token(self, token: int) -> None:
+        with self._lock:
+            self._generated += 1
+
+    def pending(self) -> bool:
+        with self._lock:
+            return self._count and self._generated > 0
+
+    def output(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
+        outputs = {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=object)}
+        if self.log is not None:
+            outputs[LOGPROBS] = np.array([self.log.take()], dtype=object)
+        if self._prompt_tokens is not None:
+            outputs[INPUT_COUNT] = np.array([self._prompt_tokens], dtype=np.uint32)
+        if self._count:
+            with self._lock:
+                generated, self._generated = self._generated, 0
+            outputs[OUTPUT_COUNT] = np.array([generated], dtype=np.uint32)
+        return outputs
 
 
 class _TokenLog:
@@ -320,12 +360,13 @@ class LlmLoadedModel:
             raise InvalidArgumentError(f"input '{SAMPLING_PARAMETERS}' must be BYTES (JSON)")
         timeout = _timeout_s(request)
         gives_logprobs = LOGPROBS in self.spec.output_by_name
-        wants_logprobs = _flag(request, RETURN_LOGPROBS)
-        if wants_logprobs and not gives_logprobs:
-            raise InvalidArgumentError(
-                f"input '{RETURN_LOGPROBS}' needs the output '{LOGPROBS}', which the model's "
-                "configuration does not declare"
-            )
+        wanted = {flag: _flag(request, flag) for flag, _ in _EXTRAS}
+        for flag, output in _EXTRAS:
+            if wanted[flag] and output not in self.spec.output_by_name:
+                raise InvalidArgumentError(
+                    f"input '{flag}' needs the output '{output}', which the model's "
+                    "configuration does not declare"
+                )
         ids = self._tokenizer.encode(prompt).ids if prompt else []
         limit = self.engine.cfg.max_model_len
         if len(ids) >= limit:
@@ -338,7 +379,13 @@ class LlmLoadedModel:
             max_tokens_limit=limit - len(ids),
             returns_logprobs=gives_logprobs,
         )
-        log = _TokenLog(self._tokenizer, params.skip_special_tokens) if wants_logprobs else None
+        extras = _Extras(
+            _TokenLog(self._tokenizer, params.skip_special_tokens)
+            if wanted[RETURN_LOGPROBS]
+            else None,
+            len(ids) if wanted[RETURN_INPUT_COUNT] else None,
+            wanted[RETURN_OUTPUT_COUNT],
+        )
         sink = request.sink
         done = threading.Event()
         answer: list[Result] = []
@@ -346,15 +393,15 @@ class LlmLoadedModel:
         def to_sink(text: str | None, error: InferdError | None, final: bool) -> None:
             assert sink is not None
             outputs = None
-            if text is not None:
-                outputs = _output(text, log.take() if log is not None else None)
+            if text is not None or (final and error is None and extras.pending()):
+                outputs = extras.output(text or "")
             sink.send(StreamedResponse(outputs, error, final))
 
         def respond(text: str | None, error: InferdError | None, final: bool) -> None:
             if error is not None:
                 answer.append(error)
             elif text is not None:
-                answer.append(_output(text, log.take() if log is not None else None))
+                answer.append(extras.output(text))
             if final:
                 done.set()
 
@@ -370,7 +417,8 @@ class LlmLoadedModel:
             stream=stream and sink is not None,
             prefix="" if exclude else prompt,
             deadline=None if timeout is None else time.monotonic() + timeout,
-            on_logprob=log.add if log is not None else None,
+            on_token=extras.on_token,
+            on_logprob=extras.log.add if extras.log is not None else None,
         )
         handle = self.engine.submit(gen)  # raises for a request that can never fit
         if sink is None:  # no stream to answer through: wait for the whole answer
@@ -411,6 +459,8 @@ def _auto_io(config: Any) -> None:
             (SAMPLING_PARAMETERS, "TYPE_STRING", True),
             (EXCLUDE_INPUT, "TYPE_BOOL", True),
             (RETURN_LOGPROBS, "TYPE_BOOL", True),
+            (RETURN_INPUT_COUNT, "TYPE_BOOL", True),
+            (RETURN_OUTPUT_COUNT, "TYPE_BOOL", True),
         ):
             tensor = config.input.add()
             tensor.name = name
@@ -418,11 +468,16 @@ def _auto_io(config: Any) -> None:
             tensor.dims.append(1)
             tensor.optional = optional
     if not config.output:
-        for name in (TEXT_OUTPUT, LOGPROBS):
+        for name, dtype, dims in (
+            (TEXT_OUTPUT, "TYPE_STRING", -1),
+            (LOGPROBS, "TYPE_STRING", -1),
+            (INPUT_COUNT, "TYPE_UINT32", 1),
+            (OUTPUT_COUNT, "TYPE_UINT32", -1),
+        ):
             tensor = config.output.add()
             tensor.name = name
-            tensor.data_type = mc.DataType.Value("TYPE_STRING")
-            tensor.dims.append(-1)
+            tensor.data_type = mc.DataType.Value(dtype)
+            tensor.dims.append(dims)
     if not config.HasField("model_transaction_policy"):
         config.model_transaction_policy.decoupled = True
 

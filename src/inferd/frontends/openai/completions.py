@@ -6,9 +6,11 @@ given as token ids are decoded with the model's tokenizer. Choices are numbered 
 numbers them: prompt by prompt, ``n`` each (``index`` = prompt * n + j). Whole answers wait for
 every choice; streamed ones are server-sent events, one chunk per delta as the model produces
 it, ``data: [DONE]`` last, with a usage chunk before it when ``stream_options.include_usage``
-asks. ``usage`` is counted with the model's tokenizer (and left out when the model has none):
-each prompt once, as the model reads it (the chat template applied, with the special tokens its
-tokenizer adds), and every choice's text. ``logprobs`` are the model's (``logprobs`` output).
+asks. ``usage`` is the model's own count when it reports one (Triton's vLLM backend's
+``num_input_tokens`` and ``num_output_tokens``), else counted with the model's tokenizer (and left
+out when the model has none): each prompt once, as the model reads it (the chat template applied,
+with the special tokens its tokenizer adds), and every choice's text. ``logprobs`` are the
+model's (its ``logprobs`` output).
 """
 
 from __future__ import annotations
@@ -86,11 +88,22 @@ async def prepare(
     )
 
 
-def _usage(prepared: Prepared, completions: list[str]) -> dict[str, int] | None:
-    if not prepared.tokenizer.counts:
+Counted = tuple[int, int] | None  # a choice's (prompt, generated) tokens, as the model counted
+
+
+def _usage(
+    prepared: Prepared, completions: list[str], counted: list[Counted]
+) -> dict[str, int] | None:
+    model_counts = [c for c in counted if c is not None]
+    if len(model_counts) == len(counted):  # the model's own counts (each prompt once)
+        n = prepared.request.n
+        prompt = sum(c[0] for c in model_counts[::n])
+        completion = sum(c[1] for c in model_counts)
+    elif prepared.tokenizer.counts:
+        prompt = sum(prepared.tokenizer.count_prompt(p) for p in prepared.prompts)
+        completion = sum(prepared.tokenizer.count(text) for text in completions)
+    else:
         return None
-    prompt = sum(prepared.tokenizer.count_prompt(p) for p in prepared.prompts)
-    completion = sum(prepared.tokenizer.count(text) for text in completions)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -98,18 +111,20 @@ def _usage(prepared: Prepared, completions: list[str]) -> dict[str, int] | None:
     }
 
 
-async def _choice(prepared: Prepared, index: int) -> tuple[str, str, list[Token] | None]:
+async def _choice(prepared: Prepared, index: int) -> tuple[str, str, list[Token] | None, Counted]:
     texts: list[str] = []
     tokens: list[Token] | None = [] if prepared.request.logprobs else None
     reason = "stop"
+    counted: Counted = None
     async with contextlib.aclosing(prepared.deltas(index)) as stream:
         async for delta in stream:
             texts.append(delta.text)
             if tokens is not None:
                 tokens.extend(delta.tokens)
             reason = delta.finish_reason or reason
+            counted = delta.counted or counted
     text = "".join(texts)
-    return text, reason, None if tokens is None else within(tokens, len(text))
+    return text, reason, None if tokens is None else within(tokens, len(text)), counted
 
 
 async def answer(prepared: Prepared) -> dict[str, Any]:
@@ -126,7 +141,7 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     choices = []
-    for index, (text, reason, tokens) in enumerate(results):
+    for index, (text, reason, tokens, _) in enumerate(results):
         logprobs = shaped(tokens, prepared.chat)
         if prepared.chat:
             choices.append(
@@ -148,7 +163,7 @@ async def answer(prepared: Prepared) -> dict[str, Any]:
         "model": prepared.request.model,
         "choices": choices,
     }
-    usage = _usage(prepared, [text for text, _, _ in results])
+    usage = _usage(prepared, [r[0] for r in results], [r[3] for r in results])
     if usage is not None:
         body["usage"] = usage
     return body
@@ -206,6 +221,7 @@ async def chunks(prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
     texts = [""] * prepared.choices
     roles = [False] * prepared.choices
     offsets = [0] * prepared.choices
+    counted: list[Counted] = [None] * prepared.choices
     async with contextlib.aclosing(_merged(prepared)) as merged:
         async for index, delta in merged:
             logprobs = None
@@ -213,6 +229,7 @@ async def chunks(prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
                 logprobs = shaped(delta.tokens, prepared.chat, offsets[index])
                 offsets[index] += len(delta.text)
             texts[index] += delta.text
+            counted[index] = delta.counted or counted[index]
             if prepared.chat and not roles[index]:
                 # the role first, as OpenAI sends it: once the model answers, so that a request
                 # the model refuses at once is answered with an error status
@@ -241,7 +258,7 @@ async def chunks(prepared: Prepared) -> AsyncIterator[dict[str, Any]]:
             yield _chunk(prepared, [choice])
     if prepared.request.include_usage:
         last = _chunk(prepared, [])
-        last["usage"] = _usage(prepared, texts)
+        last["usage"] = _usage(prepared, texts, counted)
         yield last
 
 

@@ -9,7 +9,10 @@ for ``logprobs``, ``return_logprobs`` = true with ``"logprobs": 0`` in ``samplin
 ``logprobs`` by name). A model without
 ``sampling_parameters`` cannot honour ``temperature``, ``top_p``, ``seed`` or the penalties: a
 request that sets one is refused by name. ``stop`` and ``max_tokens`` are applied here as
-well (a model that ignores them is cut short; ``max_tokens`` needs the model's tokenizer then).
+well (a model that ignores them is cut short; ``max_tokens`` needs the model's tokenizer then),
+except ``max_tokens`` for a model that reports its token counts (Triton's vLLM backend's
+``return_num_input_tokens`` / ``return_num_output_tokens``, asked for whenever the model has
+them): it honours ``max_tokens`` in its own tokens, and its counts are the choice's usage.
 Leaving the iterator early cancels the request in the model.
 """
 
@@ -33,8 +36,12 @@ from inferd.frontends.openai.errors import invalid
 from inferd.frontends.openai.logprobs import Token, clipped, parse_tokens
 from inferd.frontends.openai.models import (
     EXCLUDE_INPUT,
+    INPUT_COUNT,
     LOGPROBS,
+    OUTPUT_COUNT,
+    RETURN_INPUT_COUNT,
     RETURN_LOGPROBS,
+    RETURN_OUTPUT_COUNT,
     SAMPLING_PARAMETERS,
     STREAM,
     TEXT_INPUT,
@@ -52,6 +59,17 @@ class Delta:
     text: str
     finish_reason: str | None = None
     tokens: list[Token] = field(default_factory=list)
+    # on the last delta, from a model that counts its tokens: (prompt tokens, generated tokens)
+    counted: tuple[int, int] | None = None
+
+
+def counts_tokens(spec: ModelSpec) -> bool:
+    """Whether the model reports its prompt's and its output's tokens (and, taking
+    ``sampling_parameters``, honours ``max_tokens`` in them)."""
+    names = (RETURN_INPUT_COUNT, RETURN_OUTPUT_COUNT, SAMPLING_PARAMETERS)
+    return all(n in spec.input_by_name for n in names) and all(
+        n in spec.output_by_name for n in (INPUT_COUNT, OUTPUT_COUNT)
+    )
 
 
 def gives_logprobs(spec: ModelSpec) -> bool:
@@ -92,7 +110,7 @@ def check_honoured(spec: ModelSpec, request: TextRequest, tokenizer: TextTokeniz
             "logprobs",
             "unsupported_parameter",
         )
-    if request.include_usage and not tokenizer.counts:
+    if request.include_usage and not tokenizer.counts and not counts_tokens(spec):
         raise invalid(
             f"the model '{spec.name}' has no tokenizer to count usage with (tokenizer.json "
             "in its version folder or beside its config.pbtxt, or --tokenizer PATH)",
@@ -132,6 +150,9 @@ def build_request(spec: ModelSpec, request: TextRequest, prompt: str) -> InferRe
         inputs[EXCLUDE_INPUT] = np.array([True]).reshape(_shape(by_name[EXCLUDE_INPUT], spec))
     if request.logprobs:
         inputs[RETURN_LOGPROBS] = np.array([True]).reshape(_shape(by_name[RETURN_LOGPROBS], spec))
+    if counts_tokens(spec):
+        for name in (RETURN_INPUT_COUNT, RETURN_OUTPUT_COUNT):
+            inputs[name] = np.array([True]).reshape(_shape(by_name[name], spec))
     return InferRequest(spec.name, inputs, id=uuid.uuid4().hex)
 
 
@@ -165,6 +186,18 @@ class _StopScanner:
     def flush(self) -> str:
         out, self._buffer = self._buffer, ""
         return out
+
+
+def _counts(
+    outputs: dict[str, np.ndarray[Any, Any]], prompt_tokens: int, generated: int
+) -> tuple[int, int]:
+    given = outputs.get(INPUT_COUNT)
+    if given is not None and given.size:
+        prompt_tokens = int(given.reshape(-1)[0])
+    more = outputs.get(OUTPUT_COUNT)
+    if more is not None:
+        generated += int(more.sum())
+    return prompt_tokens, generated
 
 
 class _Tokens:
@@ -202,8 +235,12 @@ async def deltas(
 ) -> AsyncGenerator[Delta, None]:
     """The text of one choice, delta by delta; the last delta carries its finish reason."""
     scanner = _StopScanner(request.stop)
-    limit = request.max_tokens if tokenizer.counts else None
+    # a model that counts its tokens honours max_tokens itself (its text is not cut again at a
+    # re-count, which may differ); the text of others is cut at the tokenizer's count
+    counted = counts_tokens(spec)
+    limit = request.max_tokens if tokenizer.counts and not counted else None
     used = 0
+    prompt_tokens = generated = 0
     tokens = _Tokens()
     infer = build_request(spec, request, prompt)
     events = engine.stream_infer(infer, ResponseBudget(STREAM_RESPONSES))
@@ -212,6 +249,10 @@ async def deltas(
             if event.error is not None:
                 raise event.error
             if event.response is not None:
+                if counted:
+                    prompt_tokens, generated = _counts(
+                        event.response.outputs, prompt_tokens, generated
+                    )
                 if request.logprobs:
                     given = event.response.outputs.get(LOGPROBS)
                     if given is not None:
@@ -226,7 +267,12 @@ async def deltas(
                             yield Delta(text, "length", tokens.take(len(text)))
                             return  # leaving the stream cancels the request
                     if stopped:
-                        yield Delta(text, "stop", tokens.take(len(text)))
+                        yield Delta(
+                            text,
+                            "stop",
+                            tokens.take(len(text)),
+                            (prompt_tokens, generated) if counted else None,
+                        )
                         return
                     if text:
                         yield Delta(text, None, tokens.take(len(text)))
@@ -239,8 +285,16 @@ async def deltas(
         if cut or used >= limit:
             yield Delta(rest, "length", tokens.take(len(rest)))
             return
+    if counted:
+        reason = (
+            "length"
+            if request.max_tokens is not None and generated >= request.max_tokens
+            else "stop"
+        )
+        yield Delta(rest, reason, tokens.take(len(rest)), (prompt_tokens, generated))
+        return
     reason = "length" if request.max_tokens is not None and used >= request.max_tokens else "stop"
     yield Delta(rest, reason, tokens.take(len(rest)))
 
 
-__all__ = ["Delta", "build_request", "check_honoured", "deltas", "gives_logprobs"]
+__all__ = ["Delta", "build_request", "check_honoured", "counts_tokens", "deltas", "gives_logprobs"]

@@ -28,6 +28,10 @@ SAMPLING_PARAMETERS = "sampling_parameters"
 EXCLUDE_INPUT = "exclude_input_in_output"
 RETURN_LOGPROBS = "return_logprobs"  # Triton's vLLM backend: asks for the output below
 LOGPROBS = "logprobs"
+RETURN_INPUT_COUNT = "return_num_input_tokens"  # Triton's vLLM backend: the token counts
+INPUT_COUNT = "num_input_tokens"
+RETURN_OUTPUT_COUNT = "return_num_output_tokens"
+OUTPUT_COUNT = "num_output_tokens"
 
 
 def is_text_model(spec: ModelSpec) -> bool:
@@ -121,9 +125,13 @@ class ModelCatalog:
 
 __all__ = [
     "EXCLUDE_INPUT",
+    "INPUT_COUNT",
     "LOGPROBS",
+    "OUTPUT_COUNT",
     "OWNER",
+    "RETURN_INPUT_COUNT",
     "RETURN_LOGPROBS",
+    "RETURN_OUTPUT_COUNT",
     "SAMPLING_PARAMETERS",
     "STREAM",
     "TEXT_INPUT",

@@ -10,8 +10,8 @@ token ids, and the chat template is ``chat_template.jinja`` or the ``chat_templa
 routes and must name a loaded model. A file in the repository that resolves outside the model's
 folder (a symbolic link out of it) is refused, not read.
 
-Files are read off the event loop, once per model version, and kept. Templates render as Hugging Face
-renders them (``apply_chat_template``): Jinja2's immutable sandbox, ``trim_blocks`` and
+Files are read off the event loop, once per model version, and kept. Templates render as Hugging
+Face renders them (``apply_chat_template``): Jinja2's immutable sandbox, ``trim_blocks`` and
 ``lstrip_blocks``, ``raise_exception``, a ``tojson`` filter, the special tokens of
 ``tokenizer_config.json`` and ``add_generation_prompt=True``.
 """
