@@ -29,7 +29,7 @@ budget holds ``--streams`` sequences of the longest shape: every one must finish
 error (the scheduler queues and preempts; nothing runs over the budget). Threads: the engine
 thread and HF use ``--threads`` intra-op threads each.
 
-    python bench/llm.py [--streams 16] [--requests 2] [--prompt 8:96] [--tokens 16:128]
+    python bench/llm.py [--streams 16] [--requests 4] [--prompt 8:96] [--tokens 16:128]
                         [--rounds 3] [--threads 2] [--overload 200] [--device cpu|cuda]
 """
 
@@ -366,7 +366,7 @@ def overload(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=16, help="concurrent clients")
-    parser.add_argument("--requests", type=int, default=2, help="requests per client")
+    parser.add_argument("--requests", type=int, default=4, help="requests per client")
     parser.add_argument("--prompt", default="8:96", help="prompt tokens, MIN:MAX")
     parser.add_argument("--tokens", default="16:128", help="generated tokens, MIN:MAX")
     parser.add_argument("--rounds", type=int, default=3)
