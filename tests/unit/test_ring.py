@@ -81,8 +81,9 @@ def _consume_all(rings: list[Ring], bell: Doorbell, count: int) -> dict[int, lis
                 got += 1
                 progressed = True
         if not progressed:
-            # a lost wake-up shows as a timeout here, never as a hang
-            assert bell.wait(timeout_s=10), f"no doorbell after {got} of {count} items"
+            # a lost wake-up shows as a timeout here, never as a hang (generous: spawned
+            # producers may take long to start on a busy machine)
+            assert bell.wait(timeout_s=60), f"no doorbell after {got} of {count} items"
             bell.drain()
     return seen
 
@@ -202,11 +203,15 @@ def test_many_producer_processes_one_consumer(rings: list[Ring]) -> None:
     ]
     for proc in procs:
         proc.start()
+    seen: dict[int, list[int]] = {}
     try:
         seen = _consume_all(made, bell, producers * count)
     finally:
         for proc in procs:
-            proc.join(timeout=30)
+            proc.join(timeout=30 if seen else 0)
+            if proc.is_alive():  # the consumer failed: the producer spins on a full ring
+                proc.kill()
+                proc.join()
         bell.close()
     assert [proc.exitcode for proc in procs] == [0] * producers
     assert seen == {i: list(range(count)) for i in range(producers)}
