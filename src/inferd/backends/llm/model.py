@@ -7,9 +7,10 @@ projections and the MLP run once for all of them), each token carries its own po
 embeddings), and each token attends over its own sequence's cached K/V plus the sequence's new
 tokens up to itself. Attention runs as a few padded batches, one SDPA call each (every decode
 token in one; the prefill chunks in batches of similar size, each row masked to its own
-sequence's keys), not one call per sequence. The K/V of the new tokens are written into the cache first, at the slots the sequence's
-block table gives (``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``);
-each sequence then reads back all of its positions through the same table.
+sequence's keys), not one call per sequence. The K/V of the new tokens are written into the
+cache first, at the slots the sequence's block table gives
+(``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``); each sequence then
+reads back all of its positions through the same table.
 
 The cache (:class:`KVCache`) is one preallocated tensor per layer for K and one for V, of shape
 ``[total_blocks, block_tokens, kv_heads, head_dim]``; which blocks a sequence owns is the
