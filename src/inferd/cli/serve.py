@@ -13,19 +13,16 @@ from pathlib import Path
 from inferd.cli.admin_token import read_admin_token, read_feedback_token
 from inferd.cli.flag_values import parse_bool
 from inferd.cli.serve_drift import add_drift_flags, drift_settings
+from inferd.cli.serve_frontends import add_frontends_flag
 from inferd.cli.serve_memory import add_on_demand_flags, on_demand_fields
 from inferd.cli.serve_observability import (
     add_observability_flags,
     payload_log_settings,
     trace_settings,
 )
-from inferd.errors import InferdError, InvalidArgumentError
+from inferd.cli.serve_openai import add_openai_flags, openai_fields
+from inferd.errors import InferdError
 from inferd.frontends.access import CLOSED_APIS, Api, parse_api, parse_restriction
-from inferd.frontends.openai.limits import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_N,
-    DEFAULT_MAX_TOKENS,
-)
 from inferd.frontends.shared_memory import DEFAULT_MAX_BYTES, DEFAULT_MAX_REGIONS
 from inferd.frontends.tls import TlsSettings
 from inferd.repository.manager import ControlMode
@@ -174,19 +171,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "scikit-learn; never Python models). The loop is blocked that long at most; 0 turns it "
         "off (default: 100)",
     )
-    repo.add_argument(
-        "--frontends",
-        type=_frontends,
-        default=1,
-        metavar="K|auto",
-        help="serve HTTP and gRPC from K front-end processes that share the ports "
-        "(SO_REUSEPORT), decode requests and hand them to this process's engine over shared "
-        "memory, so one model's requests still batch together and statistics and metrics stay "
-        "in one place; a front end that dies is restarted. 1: this process serves, as always; "
-        "auto: one per core available (CPU affinity and the cgroup's CPU quota) less one for "
-        "the engine, 1 below 3 cores. --http-max-connections then bounds each front end "
-        "(default: 1)",
-    )
+    add_frontends_flag(repo)
     repo.add_argument(
         "--allow-pickle-models",
         action="store_true",
@@ -292,50 +277,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "is a health probe (others get 503), so probes are never starved"
         ),
     )
-    openai = p.add_argument_group(
-        "OpenAI-compatible API (/v1 on the HTTP port: models, completions, chat; "
-        "see docs/openai.md)"
-    )
-    openai.add_argument(
-        "--openai-port",
-        type=int,
-        default=None,
-        metavar="PORT",
-        help="also serve /v1 alone on this port (Triton's OpenAI frontend uses 9000; 0 picks "
-        "a free one), with the HTTP address, TLS, limits and access rules; default: off",
-    )
-    openai.add_argument(
-        "--tokenizer",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="a folder holding tokenizer.json and tokenizer_config.json (with its "
-        "chat_template) or chat_template.jinja, used for every text model instead of the "
-        "files beside its config.pbtxt (local files only; nothing is downloaded)",
-    )
-    openai.add_argument(
-        "--openai-max-tokens",
-        type=int,
-        default=DEFAULT_MAX_TOKENS,
-        metavar="N",
-        help="refuse (400) a request whose max_tokens or max_completion_tokens is larger "
-        f"(default: {DEFAULT_MAX_TOKENS})",
-    )
-    openai.add_argument(
-        "--openai-max-n",
-        type=int,
-        default=DEFAULT_MAX_N,
-        metavar="N",
-        help=f"refuse (400) a request asking for more choices (n) (default: {DEFAULT_MAX_N})",
-    )
-    openai.add_argument(
-        "--openai-max-body-size",
-        type=int,
-        default=DEFAULT_MAX_BODY_BYTES,
-        metavar="BYTES",
-        help="refuse (400) a /v1 request body that is larger "
-        f"(default: {DEFAULT_MAX_BODY_BYTES // (1024 * 1024)} MiB)",
-    )
+    add_openai_flags(p)
     _bool_flag(
         net,
         "--allow-console",
@@ -540,17 +482,6 @@ def _feedback_token(args: argparse.Namespace) -> str | None:
     return read_feedback_token(args.feedback_token_file, os.environ)
 
 
-def _tokenizer_folder(path: Path | None) -> Path | None:
-    if path is None:
-        return None
-    if not path.is_dir():
-        raise InvalidArgumentError(
-            f"--tokenizer {path}: not a folder (give the folder holding tokenizer.json and "
-            "tokenizer_config.json)"
-        )
-    return path.resolve()
-
-
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -586,11 +517,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             parse_restriction(r, flag="--http-restricted-api") for r in args.http_restricted_api
         ),
         http_tls=_tls(args, "http"),
-        openai_port=args.openai_port,
-        openai_tokenizer=_tokenizer_folder(args.tokenizer),
-        openai_max_tokens=args.openai_max_tokens,
-        openai_max_n=args.openai_max_n,
-        openai_max_body_bytes=args.openai_max_body_size,
+        **openai_fields(args),
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
@@ -619,18 +546,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         drift=drift_settings(args),
         **on_demand_fields(args),
     )
-
-
-def _frontends(text: str) -> int:
-    """``--frontends``: a count of front-end processes, or ``auto`` (from the cores)."""
-    if text == "auto":
-        from inferd.server.frontends.supervisor import auto_frontends
-
-        return auto_frontends()
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a count or 'auto', got '{text}'") from None
 
 
 async def serve(config: ServerConfig) -> int:
