@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .shared import NEEDS_PUBLISH_FENCE, Fence, Segment
+from .shared import NEEDS_PUBLISH_FENCE, Fence, Segment, attach_view
 
 MAGIC = 0x414E455241444649  # b"IFDARENA" little-endian
 VERSION = 1
@@ -99,12 +99,7 @@ class Arena:
 
     @classmethod
     def attach(cls, name: str) -> Arena:
-        segment = Segment.attach(name)
-        try:
-            return cls(segment)
-        except BaseException:
-            segment.close()
-            raise
+        return attach_view(name, cls)
 
     # -- the allocating process -------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-from .shared import NEEDS_PUBLISH_FENCE, Fence, Segment
+from .shared import NEEDS_PUBLISH_FENCE, Fence, Segment, attach_view
 
 MAGIC = 0x474E4952444E4649  # b"INFDRING" little-endian
 VERSION = 1
@@ -119,12 +119,7 @@ class Ring:
 
     @classmethod
     def attach(cls, name: str) -> Ring:
-        segment = Segment.attach(name)
-        try:
-            return cls(segment)
-        except BaseException:
-            segment.close()
-            raise
+        return attach_view(name, cls)
 
     # -- producer ---------------------------------------------------------------------------
 

@@ -36,7 +36,9 @@ import os
 import platform
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 #: Where segments live. tmpfs: memory-backed, visible to every process of the machine.
 SHM_DIR = Path("/dev/shm")
@@ -120,3 +122,17 @@ class Segment:
         """Remove the name (the creator's job); mappings stay valid until closed."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(SHM_DIR / self.name)
+
+
+_View = TypeVar("_View")
+
+
+def attach_view(name: str, build: Callable[[Segment], _View]) -> _View:
+    """Map the segment ``name`` and build a view of it (a ring, an arena); the mapping is
+    closed again when the view refuses the segment (a wrong magic number or version)."""
+    segment = Segment.attach(name)
+    try:
+        return build(segment)
+    except BaseException:
+        segment.close()
+        raise
