@@ -192,3 +192,35 @@ def test_mlperf_scenarios_through_loadgen(
         assert result["value"] > 0
     # LoadGen's own logs are kept where asked
     assert list((tmp_path / "logs").rglob("mlperf_log_summary.txt"))
+
+
+def test_collect_metrics_reads_the_server_s_gauges(server: ServerProcess, tmp_path: Path) -> None:
+    """--collect-metrics reads the host gauges every server exports; with no GPU here the run
+    says so, and the GPU columns of --verbose-csv stay empty."""
+    out = tmp_path / "out"
+    done = perf(
+        "-m", "simple", "-u", server.http_url, "--concurrency-range", "2", "-p", "600", "-r", "3",
+        "--collect-metrics", "--metrics-url", server.metrics_url, "--metrics-interval", "100",
+        "--json-output", f"{out}.json", "-f", f"{out}.csv", "--verbose-csv",
+    )  # fmt: skip
+    assert "Server Prometheus Metrics" in done.stdout
+    assert "Avg CPU Utilization" in done.stdout
+    document = json.loads(Path(f"{out}.json").read_text())
+    metrics = document["points"][0]["server_metrics"]
+    assert metrics["readings"] >= 3
+    assert 0.0 <= metrics["cpu_utilization"] <= 1.0
+    assert metrics["cpu_memory_used_bytes"] > 0
+    assert document["settings"]["metrics_interval_ms"] == 100
+    with Path(f"{out}.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    if not metrics["gpu_utilization"]:
+        assert any("reports no GPU" in note for note in document["notes"])
+        assert rows[0]["Avg GPU Utilization"] == ""
+
+
+def test_collect_metrics_without_an_endpoint_is_refused(server: ServerProcess) -> None:
+    done = perf(
+        "-m", "simple", "-u", server.http_url, "--collect-metrics", "--metrics-url",
+        "127.0.0.1:9", *SHORT, expect=2,
+    )  # fmt: skip
+    assert "nothing answered at http://127.0.0.1:9/metrics" in done.stdout + done.stderr

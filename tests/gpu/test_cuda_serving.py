@@ -106,6 +106,40 @@ def test_gpu_gauges_read_back_with_triton_labels(server: ServerProcess) -> None:
     assert set(gpu_gauges(text, "nv_gpu_power_usage")) == set(total)
 
 
+def test_energy_counter_and_perf_collect_metrics(server: ServerProcess, tmp_path: Path) -> None:
+    """``nv_energy_consumption`` grows while the GPU works, and ``inferd perf
+    --collect-metrics`` reports each GPU's utilization, power and memory and the energy per
+    inference, as perf_analyzer's columns."""
+    import json
+    import subprocess
+    import sys
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.load_model("cnn_gpu")
+    before = gpu_gauges(read_metrics(server.metrics_url), "nv_energy_consumption")
+    assert before
+    assert all(v >= 0 for v in before.values())
+    report = tmp_path / "perf.json"
+    csv_file = tmp_path / "perf.csv"
+    subprocess.run(
+        [sys.executable, "-m", "inferd", "perf", "-m", "cnn_gpu", "-u", server.http_url,
+         "-b", "8", "--concurrency-range", "4", "--measurement-interval", "1500",
+         "--collect-metrics", "--metrics-url", server.metrics_url, "--metrics-interval", "200",
+         "--json-output", str(report), "-f", str(csv_file), "--verbose-csv", "-q"],
+        check=True,
+        timeout=300,
+    )  # fmt: skip
+    after = gpu_gauges(read_metrics(server.metrics_url), "nv_energy_consumption")
+    assert all(after[u] > before[u] for u in before)
+    point = json.loads(report.read_text())["points"][0]
+    metrics = point["server_metrics"]
+    assert set(metrics["gpu_memory_total_bytes"]) == set(before)
+    assert all(v > 0 for v in metrics["gpu_power_w"].values())
+    assert all(v > 0 for v in metrics["gpu_memory_used_bytes"].values())
+    assert point["cost"]["gpu_energy_j_per_1000"] > 0
+    assert "Avg GPU Utilization" in csv_file.read_text().splitlines()[0]
+
+
 def test_onnx_runtime_without_cuda_refuses_kind_gpu(server: ServerProcess) -> None:
     import onnxruntime as ort
 

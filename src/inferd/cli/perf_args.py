@@ -206,8 +206,24 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
     )
     out.add_argument(
         "--metrics-url",
-        help="host:port[/metrics] of the server's Prometheus "
-        "endpoint: its process_cpu_seconds_total when --server-pid is not given",
+        help="host:port[/metrics] of the server's Prometheus endpoint: its "
+        "process_cpu_seconds_total when --server-pid is not given, and what --collect-metrics "
+        "reads (default there: port 8002 on -u's host)",
+    )
+    out.add_argument(
+        "--collect-metrics",
+        action="store_true",
+        help="read the server's GPU gauges (nv_gpu_utilization, nv_gpu_power_usage, "
+        "nv_gpu_memory_used_bytes, nv_energy_consumption) and host CPU gauges while measuring; "
+        "each point reports their mean / max per GPU and GPU energy per 1000 inferences",
+    )
+    out.add_argument(
+        "--metrics-interval",
+        type=positive_float,
+        default=1000.0,
+        metavar="MS",
+        help="--collect-metrics: milliseconds between reads of the metrics endpoint "
+        "(default 1000)",
     )
     out.add_argument("--baseline", type=Path, help="a --json-output file to compare with")
     out.add_argument(
@@ -330,6 +346,8 @@ def options_from_args(args: argparse.Namespace) -> PerfOptions:
         latency_threshold_ms=args.latency_threshold,
         server_pid=args.server_pid,
         metrics_url=args.metrics_url,
+        collect_metrics=args.collect_metrics,
+        metrics_interval_ms=args.metrics_interval,
         csv_file=args.csv_file,
         verbose_csv=args.verbose_csv,
         json_file=args.json_output,

@@ -50,8 +50,6 @@ REFUSED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
     (("--trace-rate",), True, "use the server's own tracing"),
     (("--trace-count",), True, "use the server's own tracing"),
     (("--log-frequency",), True, "use the server's own tracing"),
-    (("--collect-metrics",), False, "GPU metrics are not collected; --metrics-url gives CPU"),
-    (("--metrics-interval",), True, "metrics are read at window edges"),
     (("--profile-export-file",), True, "use --json-output for every figure"),
     (("--periodic-concurrency-range",), True, "use --concurrency-range"),
     (("--request-period",), True, "use --concurrency-range"),

@@ -1,7 +1,8 @@
 """GPU gauges with Triton's names, read through NVML (``nvidia-ml-py``) at scrape time.
 
 ``nv_gpu_utilization`` (0.0-1.0), ``nv_gpu_memory_total_bytes``, ``nv_gpu_memory_used_bytes``,
-``nv_gpu_power_usage`` (W) and ``nv_gpu_power_limit`` (W), each labelled ``gpu_uuid="GPU-..."``
+``nv_gpu_power_usage`` (W) and ``nv_gpu_power_limit`` (W), and the counter
+``nv_energy_consumption`` (joules since the server started), each labelled ``gpu_uuid="GPU-..."``
 as Triton labels them (``perf_analyzer --collect-metrics`` reads exactly this shape). Only the
 GPUs ``CUDA_VISIBLE_DEVICES`` leaves visible are reported. Without ``nvidia-ml-py``, an NVIDIA
 driver or a GPU the collector reports nothing and raises nothing; a reading NVML refuses (a
@@ -17,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from inferd.core.devices import load_nvml
@@ -55,16 +56,21 @@ def visible_indices(device_count: int, uuids: list[str], cuda_visible: str | Non
 
 
 # a sample of a GPU or host gauge in Go's exponent form ("8.5899345920e+010")
-_EXPONENT = re.compile(rb"^(nv_(?:gpu|cpu)_\w+(?:\{[^}]*\})?) (\d\.\d+e\+0*\d+)$", re.M)
+_EXPONENT = re.compile(
+    rb"^(nv_(?:gpu_\w+|cpu_\w+|energy_consumption)(?:\{[^}]*\})?) (\d\.\d+e\+0*\d+)$", re.M
+)
 
 
 def plain_decimals(text: bytes) -> bytes:
-    """The GPU and host gauges' values as plain decimals, as Triton prints them.
+    """The GPU and host gauges as Triton prints them: values as plain decimals, and the energy
+    counter's HELP and TYPE lines under its sample name.
 
     prometheus_client writes values of 10^7 and above in exponent form, which
     ``perf_analyzer --collect-metrics`` (regex ``(\\d+\\.?\\d*)``) would cut at the "e"; memory
-    sizes in bytes are whole numbers and are printed as such."""
-    return _EXPONENT.sub(lambda m: m[1] + b" " + str(int(float(m[2]))).encode(), text)
+    sizes in bytes are whole numbers and are printed as such. It also names a counter family
+    ``<name>_total`` in those lines, while Triton's ``nv_energy_consumption`` has no suffix."""
+    text = _EXPONENT.sub(lambda m: m[1] + b" " + str(int(float(m[2]))).encode(), text)
+    return text.replace(b" nv_energy_consumption_total ", b" nv_energy_consumption ")
 
 
 def _text(value: Any) -> str:
@@ -88,6 +94,15 @@ class GpuCollector(Collector):
             return
         for index in visible_indices(count, uuids, os.environ.get("CUDA_VISIBLE_DEVICES")):
             self._handles.append((uuids[index], handles[index]))
+        # the energy counter counts from the server's start, as Triton's does
+        self._energy_start: dict[str, float] = {}
+        for uuid, handle in self._handles:
+            with contextlib.suppress(Exception):  # GPUs before Volta have no energy counter
+                self._energy_start[uuid] = self._energy_mj(handle)
+
+    def _energy_mj(self, handle: Any) -> float:
+        nvml: Any = self._nvml
+        return float(nvml.nvmlDeviceGetTotalEnergyConsumption(handle))  # millijoules
 
     @property
     def gpu_uuids(self) -> list[str]:
@@ -103,15 +118,27 @@ class GpuCollector(Collector):
             lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0,
         ]
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         if not self._handles:
             return
         families = [GaugeMetricFamily(n, h, labels=["gpu_uuid"]) for n, h in _GAUGES]
+        # a counter sampled under its own name, no "_total", as Triton exposes it
+        energy = Metric(
+            "nv_energy_consumption",
+            "GPU energy consumption in joules since the server started",
+            "counter",
+        )
         for uuid, handle in self._handles:
             for family, read in zip(families, self._readings(handle), strict=True):
                 with contextlib.suppress(Exception):  # a reading NVML refuses is left out
                     family.add_metric([uuid], read())
+            if uuid in self._energy_start:
+                with contextlib.suppress(Exception):
+                    joules = (self._energy_mj(handle) - self._energy_start[uuid]) / 1000.0
+                    energy.add_sample("nv_energy_consumption", {"gpu_uuid": uuid}, joules)
         yield from (f for f in families if f.samples)
+        if energy.samples:
+            yield energy
 
     def close(self) -> None:
         if self._nvml is not None:

@@ -32,6 +32,7 @@ from inferd.tools.perf.cost import CostProbe, CostSample
 from inferd.tools.perf.llm_metrics import LlmFigures, LlmSample, llm_figures
 from inferd.tools.perf.options import LoadMode, PerfOptions
 from inferd.tools.perf.schedules import file_gaps, gaps
+from inferd.tools.perf.server_metrics import MetricsSampler
 from inferd.tools.perf.server_split import delta
 from inferd.tools.perf.stability import is_stable, should_stop
 from inferd.tools.perf.summary import LoadPoint, Window, merge
@@ -129,6 +130,7 @@ class Driver:
         clock: Callable[[], int] = time.perf_counter_ns,
         stop_grace_s: float = STOP_GRACE_S,
         llm: bool = False,
+        sampler: MetricsSampler | None = None,
     ) -> None:
         if request_count < 1:
             raise ValueError("the driver needs at least one prepared request")
@@ -148,6 +150,7 @@ class Driver:
         self._sequence_ids: Iterator[int] = itertools.count(1)
         self._tally = _Tally()
         self._stopping = False
+        self._sampler = sampler  # --collect-metrics: reads the server's gauges meanwhile
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -186,6 +189,9 @@ class Driver:
             else (f"request rate {level:g}/s" if mode is LoadMode.REQUEST_RATE else "intervals")
         )
         self._progress.start_point(label, opts.max_trials)
+        if self._sampler is not None:
+            self._sampler.clear()
+            self._sampler.start()
         load = await self._start_load(level)
         windows: list[Window] = []
         try:
@@ -213,6 +219,8 @@ class Driver:
                     break
         finally:
             self._stopping = True
+            if self._sampler is not None:
+                await asyncio.to_thread(self._sampler.stop)
             await self._stop(load)
         figures = [w.figures(opts.batch_size, opts.percentile) for w in windows]
         stable = is_stable(figures, opts.stability_ratio)
@@ -290,6 +298,7 @@ class Driver:
             server_cpu_s=cpu_b - cpu_a if cpu_a is not None and cpu_b is not None else None,
             server_rss_bytes=b.cost.server_rss_bytes,
             energy_j=self._probe.energy_j(a.cost, b.cost),
+            metrics=self._sampler.between(a.at_ns, b.at_ns) if self._sampler else (),
         )
         t.max_slip_ns = 0
         t.max_in_flight = t.in_flight

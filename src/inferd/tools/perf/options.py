@@ -110,6 +110,8 @@ class PerfOptions:
     latency_threshold_ms: float | None = None  # stop visiting load points once above it
     server_pid: int | None = None
     metrics_url: str | None = None
+    collect_metrics: bool = False  # read the server's GPU and host gauges while measuring
+    metrics_interval_ms: float = 1000.0
     csv_file: Path | None = None
     verbose_csv: bool = False
     json_file: Path | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.llm_metrics import LLM_PERCENTILES, LlmFigures, Spread
+from inferd.tools.perf.server_metrics import ServerMetrics
 from inferd.tools.perf.summary import LoadPoint
 
 JSON_FORMAT = "inferd-perf/1"
@@ -50,6 +51,49 @@ def csv_header(mode: str, percentile: int | None, verbose: bool) -> list[str]:
             header.append("Avg latency")
         header += ["request/response", "response wait"]
     return header
+
+
+METRICS_CSV_HEADER = [
+    "Avg GPU Utilization",
+    "Avg GPU Power Usage",
+    "Max GPU Memory Usage",
+    "Total GPU Memory",
+]
+
+
+def metrics_csv_cells(metrics: ServerMetrics | None) -> list[str]:
+    """perf_analyzer's GPU cells: ``<uuid>:<value>;`` per GPU, a trailing semicolon each."""
+    if metrics is None:
+        return ["", "", "", ""]
+    return [
+        "".join(f"{uuid}:{_number(value)};" for uuid, value in per_gpu.items())
+        for per_gpu in (
+            metrics.gpu_utilization,
+            metrics.gpu_power_w,
+            {u: float(int(v)) for u, v in metrics.gpu_memory_used_bytes.items()},
+            {u: float(int(v)) for u, v in metrics.gpu_memory_total_bytes.items()},
+        )
+    ]
+
+
+def metrics_lines(metrics: ServerMetrics) -> list[str]:
+    """The server's gauges of one point, per GPU, as perf_analyzer prints them."""
+    lines = ["  Server Prometheus Metrics: "]
+    shown: list[tuple[str, dict[str, float], str]] = [
+        ("Avg GPU Utilization", metrics.gpu_utilization, "{:.0%}"),
+        ("Avg GPU Power Usage", metrics.gpu_power_w, "{:.1f} watts"),
+        ("Max GPU Memory Usage", metrics.gpu_memory_used_bytes, "{:.0f} bytes"),
+        ("Total GPU Memory", metrics.gpu_memory_total_bytes, "{:.0f} bytes"),
+    ]
+    for title, per_gpu, fmt in shown:
+        if per_gpu:
+            lines.append(f"    {title}:")
+            lines += [f"      {uuid} : {fmt.format(value)}" for uuid, value in per_gpu.items()]
+    if metrics.cpu_utilization is not None:
+        lines.append(f"    Avg CPU Utilization: {metrics.cpu_utilization:.0%}")
+    if metrics.cpu_memory_used_bytes is not None:
+        lines.append(f"    Max CPU Memory Usage: {int(metrics.cpu_memory_used_bytes)} bytes")
+    return lines
 
 
 def llm_csv_header() -> list[str]:
@@ -103,7 +147,13 @@ def csv_text(points: Sequence[LoadPoint], *, verbose: bool = False) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     llm = any(p.llm is not None for p in points)
-    writer.writerow(csv_header(mode, percentile, verbose) + (llm_csv_header() if llm else []))
+    # perf_analyzer writes the GPU columns with --verbose-csv when it collected metrics
+    gpu = verbose and any(p.server_metrics is not None for p in points)
+    writer.writerow(
+        csv_header(mode, percentile, verbose)
+        + (METRICS_CSV_HEADER if gpu else [])
+        + (llm_csv_header() if llm else [])
+    )
     for p in sorted(points, key=lambda p: p.throughput):
         s = p.server
         level = str(int(p.level)) if mode == "concurrency" else _number(p.level)
@@ -123,6 +173,8 @@ def csv_text(points: Sequence[LoadPoint], *, verbose: bool = False) -> str:
             if percentile is None:
                 row.append(str(_us(p.avg_latency_us)))
             row += ["0", str(_us(p.avg_latency_us))]
+        if gpu:
+            row += metrics_csv_cells(p.server_metrics)
         if p.llm is not None:
             row += llm_csv_cells(p.llm, p.error_count)
         writer.writerow(row)
@@ -285,6 +337,11 @@ def point_text(point: LoadPoint, *, in_process: bool = False) -> str:
     energy = point.cost.get("energy_j_per_1000")
     if energy is not None:
         lines.append(f"    Energy: {energy:.2f} J per 1000 inferences (whole machine)")
+    gpu_energy = point.cost.get("gpu_energy_j_per_1000")
+    if gpu_energy is not None:
+        lines.append(f"    GPU energy: {gpu_energy:.2f} J per 1000 inferences")
+    if point.server_metrics is not None:
+        lines += metrics_lines(point.server_metrics)
     if not point.stable:
         lines.append(
             f"  [WARNING] unstable: the last windows of {point.windows} did not agree within "

@@ -7,11 +7,13 @@ cost sources, what the figures mean) is returned beside the load points.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from inferd.client.headers import names
+from inferd.core.hostport import format_host
 from inferd.errors import InvalidArgumentError
 from inferd.tools.perf.cost import CostProbe
 from inferd.tools.perf.driver import Driver, Progress
@@ -19,6 +21,7 @@ from inferd.tools.perf.inputs import load_input_data
 from inferd.tools.perf.llm_inputs import EndpointType, LlmOptions
 from inferd.tools.perf.openai_client import OpenAITransport
 from inferd.tools.perf.options import LoadMode, PerfOptions
+from inferd.tools.perf.server_metrics import MetricsSampler
 from inferd.tools.perf.summary import LoadPoint
 from inferd.tools.perf.transport import ModelInfo, Transport
 
@@ -135,7 +138,11 @@ async def run_perf(
         server_pid=options.server_pid, metrics_url=options.metrics_url, in_process=in_process
     )
     await probe.start()
+    sampler = await _sampler(options)
     settings = settings_of(options, model, probe)
+    if sampler is not None:
+        settings["metrics_url"] = sampler.url
+        settings["metrics_interval_ms"] = options.metrics_interval_ms
     if on_settings is not None:
         on_settings(settings)
     driver = Driver(
@@ -146,9 +153,12 @@ async def run_perf(
         probe=probe,
         progress=progress,
         llm=isinstance(transport, OpenAITransport),
+        sampler=sampler,
     )
     points = await driver.run()
     notes = []
+    if sampler is not None:
+        notes += _metrics_notes(sampler, points)
     if isinstance(transport, OpenAITransport):
         notes += transport.notes
         llm = transport.options
@@ -170,3 +180,45 @@ async def run_perf(
             "figures count both"
         )
     return PerfResult(points=points, model=model, settings=settings, notes=notes)
+
+
+def default_metrics_url(options: PerfOptions) -> str:
+    """``--metrics-url``, else port 8002 (the server's default metrics port) on -u's host."""
+    if options.metrics_url:
+        return options.metrics_url
+    target = options.url if "://" in options.url else f"http://{options.url}"
+    host = urllib.parse.urlsplit(target).hostname if options.url else None
+    return format_host(host or "localhost", 8002)
+
+
+async def _sampler(options: PerfOptions) -> MetricsSampler | None:
+    """The sampler of ``--collect-metrics``, checked to answer before the load starts."""
+    if not options.collect_metrics:
+        return None
+    if options.transport == "in-process" and not options.metrics_url:
+        raise InvalidArgumentError(
+            "--collect-metrics in process: the server here serves no metrics port; measure a "
+            "running server over -i http/grpc, or give --metrics-url"
+        )
+    sampler = MetricsSampler(default_metrics_url(options), options.metrics_interval_ms)
+    if not await sampler.check():
+        raise InvalidArgumentError(
+            f"--collect-metrics: nothing answered at {sampler.url}; give the server's metrics "
+            "endpoint with --metrics-url host:port"
+        )
+    return sampler
+
+
+def _metrics_notes(sampler: MetricsSampler, points: list[LoadPoint]) -> list[str]:
+    notes = []
+    if sampler.failures:
+        notes.append(f"metrics: {sampler.failures} reads of {sampler.url} got no answer")
+    read = [p.server_metrics for p in points if p.server_metrics is not None]
+    if not read:
+        notes.append(
+            f"metrics: no reading of {sampler.url} fell inside a reported window: use a "
+            "shorter --metrics-interval or a longer --measurement-interval"
+        )
+    elif not any(m.gpu_utilization for m in read):
+        notes.append(f"metrics: {sampler.url} reports no GPU (only host figures)")
+    return notes

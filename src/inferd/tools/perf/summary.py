@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from inferd.tools.perf.llm_metrics import LlmFigures, LlmSample, llm_figures
+from inferd.tools.perf.server_metrics import MetricsReading, ServerMetrics, aggregate
 from inferd.tools.perf.server_split import ServerDelta, ServerSplit, split
 from inferd.tools.perf.stability import STABILITY_WINDOWS, WindowFigures
 
@@ -51,6 +52,7 @@ class Window:
     server_cpu_s: float | None = None  # None: no source answered
     server_rss_bytes: int | None = None  # at the end of the window
     energy_j: float | None = None  # None: no readable power counters
+    metrics: tuple[MetricsReading, ...] = ()  # --collect-metrics: the server's gauges read
 
     @property
     def count(self) -> int:
@@ -100,6 +102,7 @@ class LoadPoint:
     errors: tuple[str, ...] = ()
     cost: dict[str, Any] = field(default_factory=dict)
     llm: LlmFigures | None = None  # openai transport: TTFT, ITL, tokens per second
+    server_metrics: ServerMetrics | None = None  # --collect-metrics: GPU and host gauges
 
     @property
     def late_share(self) -> float:
@@ -141,6 +144,11 @@ def merge(
     samples: list[str] = []
     for w in windows:
         samples.extend(s for s in w.error_samples if s not in samples)
+    metrics = aggregate([r for w in taken for r in w.metrics], duration_s)
+    cost = _cost(taken, inferences)
+    if metrics is not None and metrics.gpu_energy_j is not None and inferences:
+        cost["gpu_energy_j"] = metrics.gpu_energy_j
+        cost["gpu_energy_j_per_1000"] = metrics.gpu_energy_j * 1000 / inferences
     return LoadPoint(
         mode=mode,
         level=level,
@@ -164,8 +172,9 @@ def merge(
         client_cpu_share=sum(w.client_cpu_s for w in taken) / duration_s if duration_s else 0.0,
         server=server,
         errors=tuple(samples[:5]),
-        cost=_cost(taken, inferences),
+        cost=cost,
         llm=_llm(taken, duration_ns),
+        server_metrics=metrics,
     )
 
 
