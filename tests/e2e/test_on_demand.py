@@ -345,6 +345,14 @@ def test_explicit_load_is_refused_in_on_demand_mode(server: ServerProcess) -> No
             ["--model-control-mode", "on-demand", "--model-load-retry-secs", "-1"],
             "--model-load-retry-secs must be >= 0",
         ),
+        (
+            ["--model-control-mode", "on-demand", "--model-eviction", "cost"],
+            "--model-eviction need --model-memory-budget",
+        ),
+        (
+            ["--model-control-mode", "on-demand", "--model-eviction", "mru"],
+            "argument --model-eviction: invalid choice: 'mru'",
+        ),
     ],
 )
 def test_flags_that_make_no_sense_are_refused(repo: Path, args: list[str], message: str) -> None:
@@ -361,6 +369,28 @@ def test_flags_that_make_no_sense_are_refused(repo: Path, args: list[str], messa
     )
     assert done.returncode != 0
     assert message in done.stderr
+
+
+def test_the_cost_policy_keeps_a_busy_model_that_lru_would_evict(
+    repo: Path, sizes: dict[str, int]
+) -> None:
+    """``--model-eviction cost``: m1, asked for often but least recently, outstays m2 and m3,
+    asked for once each, when m4 needs room (least recently used would take m1)."""
+    models = sorted(sizes[n] for n in MODELS)
+    budget = sizes["baseline"] + sum(models[1:]) + models[0] // 2
+    args = ["--model-control-mode", "on-demand", "--model-memory-budget", str(budget)]
+    args += ["--model-min-residency-secs", "0", "--model-eviction", "cost"]
+    with running_server([repo], args) as proc:
+        for _ in range(20):
+            _infer_http(proc, "m1")
+        for name in ("m2", "m3", "m4"):
+            _infer_http(proc, name)
+        index = _index(proc)
+    assert index["m1"]["on_demand"] == "resident", index
+    assert index["m4"]["on_demand"] == "resident", index
+    evicted = [n for n in ("m2", "m3") if index[n]["on_demand"] == "available"]
+    assert evicted, index
+    assert "(least worth keeping, idle)" in index[evicted[0]]["reason"]
 
 
 @pytest.fixture(scope="module")

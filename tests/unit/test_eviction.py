@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferd.errors import UnavailableError
-from inferd.repository.eviction import EvictionConfig, Resident, choose_victims
+from inferd.repository.eviction import (
+    EvictionConfig,
+    Resident,
+    choose_victims,
+    decayed_heat,
+    keep_value,
+)
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
 
@@ -25,6 +31,7 @@ class _Sim:
     budget: int
     pins: frozenset[str]
     cfg: EvictionConfig
+    reload_s: dict[str, float] = field(default_factory=dict)
     now: float = 0.0
     resident: dict[str, Resident] = field(default_factory=dict)
     loads: int = 0
@@ -35,8 +42,16 @@ class _Sim:
     def request(self, name: str) -> None:
         r = self.resident.get(name)
         if r is not None:
+            heat = decayed_heat(r.heat, self.now - r.last_used_s, self.cfg.heat_half_life_s) + 1
             self.resident[name] = Resident(
-                name, r.size_bytes, self.now, r.loaded_at_s, r.in_flight + 1, r.pinned
+                name,
+                r.size_bytes,
+                self.now,
+                r.loaded_at_s,
+                r.in_flight + 1,
+                r.pinned,
+                heat,
+                r.reload_s,
             )
             return
         size = self.sizes[name]
@@ -62,25 +77,38 @@ class _Sim:
         ]
         for victim in choice.victims:
             for survivor in allowed_kept:
-                assert (by_name[victim].last_used_s, victim) <= (
-                    survivor.last_used_s,
-                    survivor.name,
-                )
+                assert self.rank(by_name[victim]) <= self.rank(survivor)
         # no more victims than needed: without the last one, the load would not fit
         if choice.victims:
             short = sum(r.size_bytes for r in kept) + by_name[choice.victims[-1]].size_bytes
             assert short + size > self.budget
         for victim in choice.victims:
             del self.resident[victim]
-        self.resident[name] = Resident(name, size, self.now, self.now, 1, name in self.pins)
+        self.resident[name] = Resident(
+            name, size, self.now, self.now, 1, name in self.pins, 1.0, self.reload_s[name]
+        )
         self.loads += 1
         assert sum(r.size_bytes for r in self.resident.values()) <= self.budget
+
+    def rank(self, r: Resident) -> tuple[float, float, str]:
+        """The policy's order: who leaves first (least recently used, or least worth keeping
+        per byte: recent requests x reload time / size)."""
+        if self.cfg.policy == "cost":
+            return (keep_value(r, self.now, self.cfg), r.last_used_s, r.name)
+        return (r.last_used_s, 0.0, r.name)
 
     def finish(self, name: str) -> None:
         r = self.resident.get(name)
         if r is not None and r.in_flight > 0:
             self.resident[name] = Resident(
-                name, r.size_bytes, r.last_used_s, r.loaded_at_s, r.in_flight - 1, r.pinned
+                name,
+                r.size_bytes,
+                r.last_used_s,
+                r.loaded_at_s,
+                r.in_flight - 1,
+                r.pinned,
+                r.heat,
+                r.reload_s,
             )
 
 
@@ -100,13 +128,27 @@ ops = st.lists(
     budget=st.integers(100, 400),
     pins=st.sets(st.sampled_from(MODELS), max_size=2),
     residency=st.sampled_from([0.0, 10.0]),
+    policy=st.sampled_from(["lru", "cost"]),
+    reload_s=st.lists(st.floats(0.0, 5.0), min_size=len(MODELS), max_size=len(MODELS)),
     steps=ops,
 )
 def test_simulated_policy_never_evicts_busy_pinned_or_young_and_holds_the_budget(
-    sizes: list[int], budget: int, pins: set[str], residency: float, steps: list[tuple[str, object]]
+    sizes: list[int],
+    budget: int,
+    pins: set[str],
+    residency: float,
+    policy: str,
+    reload_s: list[float],
+    steps: list[tuple[str, object]],
 ) -> None:
+    """Both policies on a simulated clock: never a model in flight, pinned or too young,
+    never over the budget, victims in the policy's order and no more than needed."""
     sim = _Sim(
-        dict(zip(MODELS, sizes, strict=True)), budget, frozenset(pins), EvictionConfig(residency)
+        dict(zip(MODELS, sizes, strict=True)),
+        budget,
+        frozenset(pins),
+        EvictionConfig(residency, policy),
+        dict(zip(MODELS, reload_s, strict=True)),
     )
     for op, arg in steps:
         if op == "request":
@@ -129,6 +171,34 @@ def test_least_recently_used_goes_first_and_only_as_many_as_needed() -> None:
     assert choice.victims == ["b", "c"]
     assert choose_victims(resident, 10, 130, 100, EvictionConfig(10)).victims == []
     assert choose_victims(resident, 50, 130, 100, EvictionConfig(10)).victims == ["b"]
+
+
+def test_cost_keeps_small_busy_models_and_slow_loads_over_a_large_idle_one() -> None:
+    cfg = EvictionConfig(0, "cost", heat_half_life_s=30)
+    resident = [
+        # used most recently, but once, and large: least worth keeping per byte
+        Resident("large", 100, last_used_s=99, loaded_at_s=0, heat=1, reload_s=1.0),
+        Resident("busy", 10, last_used_s=90, loaded_at_s=0, heat=50, reload_s=0.02),
+        Resident("slow", 10, last_used_s=80, loaded_at_s=0, heat=1, reload_s=2.0),
+    ]
+    assert choose_victims(resident, 20, 120, 100, cfg).victims == ["large"]
+    # LRU would have taken the two older ones
+    assert choose_victims(resident, 20, 120, 100, EvictionConfig(0)).victims == ["slow", "busy"]
+
+
+def test_heat_fades_with_its_half_life_so_a_former_favourite_leaves() -> None:
+    cfg = EvictionConfig(0, "cost", heat_half_life_s=10)
+    old = Resident("old", 10, last_used_s=0, loaded_at_s=0, heat=64, reload_s=0.1)
+    new = Resident("new", 10, last_used_s=100, loaded_at_s=90, heat=2, reload_s=0.1)
+    assert decayed_heat(64, 20, 10) == pytest.approx(16)
+    assert keep_value(old, 10, cfg) > keep_value(new, 10, cfg)
+    # 100 s later (ten half-lives) the old favourite's 64 requests weigh less than 2 new ones
+    assert choose_victims([old, new], 10, 20, 100, cfg).victims == ["old"]
+
+
+def test_an_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown eviction policy 'mru'"):
+        EvictionConfig(0, "mru")
 
 
 def test_a_model_too_big_for_the_budget_evicts_nothing() -> None:
@@ -288,6 +358,27 @@ async def test_eviction_makes_room_lru_first_and_the_index_says_why() -> None:
     await loader.ensure("b")  # a reload
     assert loader.statistics().loads == {"first_request": 3, "after_eviction": 1}
     assert loader.statistics().evictions == 2
+
+
+async def test_the_cost_policy_ranks_by_requests_load_time_and_size() -> None:
+    """The loader feeds the policy each model's requests (touch) and its measured load time:
+    under ``cost`` the model asked for often stays although it was used least recently."""
+    host = _Host({"a": 100, "b": 100, "c": 100})
+    loader = host.loader(1000 + 250, min_residency_s=0.0, eviction="cost")
+    await loader.start()
+    await loader.ensure("a")
+    for _ in range(20):
+        loader.touch("a")
+    host.clock.advance(10**9)
+    await loader.ensure("b")
+    loader.touch("b")
+    host.clock.advance(10**9)
+    await loader.ensure("c")
+    assert [name for name, _ in host.unloaded] == ["b"]  # LRU would have taken 'a'
+    assert "(least worth keeping, idle)" in host.unloaded[0][1]
+    a = {r.name: r for r in loader.residents()}["a"]
+    assert a.heat == 20  # as of its last request; the policy decays it to the time it decides
+    assert a.reload_s == 0  # its load took no time on the fake clock
 
 
 @pytest.mark.parametrize("on_disk", [True, False], ids=["known-on-disk", "measured"])

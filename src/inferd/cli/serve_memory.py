@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from inferd.repository.eviction import POLICIES
 from inferd.repository.memory import parse_budget
 
 __all__ = ["add_on_demand_flags", "on_demand_fields"]
@@ -20,8 +21,8 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         help="the memory the server and its models may hold: bytes with an optional unit "
         "(2GiB, 512MiB, 1.5G) or a share of the container's memory limit read from cgroups "
         "(60%%; the machine's memory where no limit is set). Before a load would exceed it, "
-        "idle models are unloaded, least recently used first (default: no budget, nothing is "
-        "unloaded)",
+        "idle models are unloaded, in the order --model-eviction gives (default: no budget, "
+        "nothing is unloaded)",
     )
     group.add_argument(
         "--model-pin",
@@ -30,6 +31,16 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a model loaded at start and never unloaded to make room; repeatable (needs "
         "--model-memory-budget)",
+    )
+    group.add_argument(
+        "--model-eviction",
+        choices=POLICIES,
+        default=None,
+        help="which idle models leave first to make room: 'lru', the least recently used; "
+        "'cost', the least worth keeping per byte (recent requests, decayed with a 30 s "
+        "half-life, x the model's measured load time / its size), so many small busy models "
+        "outstay a large one and slow loads are repeated less (needs --model-memory-budget; "
+        "default: lru)",
     )
     group.add_argument(
         "--model-min-residency-secs",
@@ -73,4 +84,6 @@ def on_demand_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["model_load_wait_s"] = args.model_load_wait_secs
     if args.model_load_retry_secs is not None:
         fields["model_load_retry_s"] = args.model_load_retry_secs
+    if args.model_eviction is not None:
+        fields["model_eviction"] = args.model_eviction
     return fields

@@ -8,17 +8,33 @@ The rules:
 - a model loaded less than ``min_residency_s`` ago is never chosen, so two hot models that do
   not fit together cannot unload each other on every request (the loader counts those refusals
   as thrash);
-- among the others, the least recently used go first, and only as many as the load needs;
+- among the others, the policy orders who goes first (``lru``: the least recently used;
+  ``cost``: the least worth keeping per byte, see :func:`keep_value`), and only as many leave
+  as the load needs;
 - if even every allowed victim would not make room, none is chosen (nothing is unloaded for a
   load that cannot happen now).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Choice", "EvictionConfig", "Resident", "choose_victims"]
+__all__ = [
+    "POLICIES",
+    "Choice",
+    "EvictionConfig",
+    "Resident",
+    "choose_victims",
+    "decayed_heat",
+    "keep_value",
+]
+
+#: the eviction orders ``--model-eviction`` accepts
+POLICIES = ("lru", "cost")
+#: a reload never counts as cheaper than this (a load's measured time can round to 0)
+_MIN_RELOAD_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +47,44 @@ class Resident:
     loaded_at_s: float
     in_flight: int = 0
     pinned: bool = False
+    heat: float = 0.0  # requests, each decayed by its age (half-life ``heat_half_life_s``)
+    reload_s: float = 0.0  # what loading it again costs: its measured load time
 
 
 @dataclass(frozen=True, slots=True)
 class EvictionConfig:
+    """``policy``: ``lru`` or ``cost``; ``heat_half_life_s``: how fast ``cost`` forgets
+    requests (a model that stopped being asked for loses half its heat per half-life)."""
+
     min_residency_s: float = 10.0
+    policy: str = "lru"
+    heat_half_life_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown eviction policy {self.policy!r}: one of {POLICIES}")
+        if not self.heat_half_life_s > 0:
+            raise ValueError("the heat half-life must be > 0")
+
+
+def decayed_heat(heat: float, since_s: float, half_life_s: float) -> float:
+    """``heat`` (requests, as of ``since_s`` seconds ago) decayed to now."""
+    return heat * math.pow(0.5, max(0.0, since_s) / half_life_s)
+
+
+def keep_value(r: Resident, now: float, cfg: EvictionConfig) -> float:
+    """What keeping ``r`` is worth per byte (``cost`` evicts the lowest first): its request
+    rate (recent requests, decayed with a half-life) times the seconds a reload would cost,
+    over its size, as GreedyDual-Size-Frequency weighs a cache entry. A small model asked for
+    often outweighs a large one asked for as often; a slow load outweighs a fast one."""
+    heat = decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s)
+    return heat * max(r.reload_s, _MIN_RELOAD_S) / max(r.size_bytes, 1)
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """The models to unload, least recently used first; ``fits``: the load fits once they are
-    gone; ``held_by_residency``: models that would have made room but were loaded too
+    """The models to unload, in the order the policy ranks them; ``fits``: the load fits once
+    they are gone; ``held_by_residency``: models that would have made room but were loaded too
     recently (a load refused because of them is a thrash the residency prevented)."""
 
     victims: list[str] = field(default_factory=list)
@@ -56,9 +99,9 @@ def choose_victims(
     now: float,
     cfg: EvictionConfig,
 ) -> Choice:
-    """The least recently used idle models to unload so that ``need_bytes`` more fit in
-    ``budget`` (the bytes the budget leaves for models: the server's own baseline is already
-    taken out)."""
+    """The idle models to unload so that ``need_bytes`` more fit in ``budget`` (the bytes the
+    budget leaves for models: the server's own baseline is already taken out): the least
+    recently used first (``lru``) or the least worth keeping per byte first (``cost``)."""
     used = sum(r.size_bytes for r in resident)
     excess = used + need_bytes - budget
     if excess <= 0:
@@ -67,7 +110,10 @@ def choose_victims(
         return Choice(fits=False)
     idle = [r for r in resident if r.in_flight == 0 and not r.pinned]
     allowed = [r for r in idle if now - r.loaded_at_s >= cfg.min_residency_s]
-    allowed.sort(key=lambda r: (r.last_used_s, r.name))
+    if cfg.policy == "cost":
+        allowed.sort(key=lambda r: (keep_value(r, now, cfg), r.last_used_s, r.name))
+    else:
+        allowed.sort(key=lambda r: (r.last_used_s, r.name))
     victims: list[str] = []
     freed = 0
     for r in allowed:

@@ -1,4 +1,4 @@
-"""Load models on demand within a memory budget, unloading the least recently used idle ones.
+"""Load models on demand within a memory budget, unloading idle ones to make room.
 
 The repository manager owns the models; this loader decides when one loads and which leave:
 
@@ -9,9 +9,11 @@ The repository manager owns the models; this loader decides when one loads and w
   around each load (this process and its worker processes) is that model's alone, and two
   loads never both count on the same free bytes;
 - **room first**: with a budget, :func:`inferd.repository.eviction.choose_victims` names the
-  idle models to unload (least recently used first; never one with requests in flight, pinned,
-  or loaded less than ``min_residency_s`` ago). While no choice makes room the load waits (up
-  to ``wait_s``) for requests to finish and residencies to run out, then fails its waiters;
+  idle models to unload (``eviction``: ``lru``, the least recently used first, or ``cost``, the
+  least worth keeping per byte first: recent requests x reload time / size; never one with
+  requests in flight, pinned, or loaded less than ``min_residency_s`` ago). While no choice
+  makes room the load waits (up to ``wait_s``) for requests to finish and residencies to run
+  out, then fails its waiters;
 - **back-off**: a failed load's error answers the model's requests (503) for ``load_retry_s``;
   the first request after that loads it again (the operator may have fixed it meanwhile);
 - **sizes**: a model's size is the largest resident-set growth measured at any of its loads, at
@@ -34,7 +36,13 @@ from dataclasses import dataclass, field
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.statistics import Histogram
 from inferd.errors import InferdError, UnavailableError
-from inferd.repository.eviction import Choice, EvictionConfig, Resident, choose_victims
+from inferd.repository.eviction import (
+    Choice,
+    EvictionConfig,
+    Resident,
+    choose_victims,
+    decayed_heat,
+)
 from inferd.repository.memory import process_tree_rss, release_free_memory
 
 _log = logging.getLogger("inferd.repository")
@@ -52,6 +60,7 @@ class OnDemandSettings:
     min_residency_s: float = 10.0
     wait_s: float = 30.0
     load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
+    eviction: str = "lru"  # which idle models leave first: lru | cost (eviction.POLICIES)
 
 
 @dataclass(slots=True)
@@ -59,6 +68,8 @@ class _Model:
     size_bytes: int = 0
     loaded_at_s: float = 0.0
     last_used_s: float = 0.0
+    heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
+    reload_s: float = 0.0  # its last load's duration
     loads: int = 0
     evicted_at: str = ""  # ISO 8601, UTC
     evicted_reason: str = ""
@@ -125,7 +136,7 @@ class OnDemandLoader:
         self._room_until: dict[str, float] = {}  # a load waiting for room: until when (loop time)
         self._counters = _Counters()
         self.baseline_bytes = 0
-        self._cfg = EvictionConfig(settings.min_residency_s)
+        self._cfg = EvictionConfig(settings.min_residency_s, settings.eviction)
 
     def _now(self) -> float:
         return self._clock.monotonic_ns() / 1e9
@@ -154,10 +165,13 @@ class OnDemandLoader:
         return failures
 
     def touch(self, name: str) -> None:
-        """A request used the model now (least recently used models leave first)."""
+        """A request used the model now (its recency and heat for the eviction policy)."""
         model = self._models.get(name)
         if model is not None:
-            model.last_used_s = self._now()
+            now = self._now()
+            since = now - model.last_used_s
+            model.heat = decayed_heat(model.heat, since, self._cfg.heat_half_life_s) + 1.0
+            model.last_used_s = now
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -274,7 +288,10 @@ class OnDemandLoader:
         if histogram is None:
             histogram = counters.load_seconds[runtime] = Histogram.with_bounds(LOAD_SECONDS_BUCKETS)
         histogram.observe(elapsed)
-        model.loaded_at_s = model.last_used_s = self._now()
+        now = self._now()
+        model.heat = decayed_heat(model.heat, now - model.last_used_s, self._cfg.heat_half_life_s)
+        model.reload_s = elapsed
+        model.loaded_at_s = model.last_used_s = now
         model.evicted_at = model.evicted_reason = ""
         _log.info(
             "model '%s' loaded on demand in %.3f s (%s, %d bytes)",
@@ -350,6 +367,8 @@ class OnDemandLoader:
                     m.loaded_at_s,
                     in_flight,
                     other in self.settings.pins,
+                    m.heat,
+                    m.reload_s,
                 )
             )
         return out
@@ -359,9 +378,10 @@ class OnDemandLoader:
 
     async def _evict(self, victim: str, for_name: str) -> None:
         when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        rule = "least recently used" if self._cfg.policy == "lru" else "least worth keeping"
         reason = (
             f"evicted at {when} to make room for '{for_name}' within the memory budget "
-            f"(least recently used, idle); loads again on its next request"
+            f"({rule}, idle); loads again on its next request"
         )
         model = self._models.setdefault(victim, _Model())
         _log.info("model '%s' %s", victim, reason)

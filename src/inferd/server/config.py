@@ -84,6 +84,7 @@ class ServerConfig:
     model_min_residency_s: float = 10.0  # on-demand mode: loaded at least this long
     model_load_wait_s: float = 30.0  # on-demand mode: a request waits this long for a load
     model_load_retry_s: float = 10.0  # on-demand mode: a failed load is not retried this long
+    model_eviction: str = "lru"  # on-demand mode: which idle models leave first (lru | cost)
 
     def __post_init__(self) -> None:
         if (
@@ -177,6 +178,7 @@ class ServerConfig:
                 ("--model-min-residency-secs", self.model_min_residency_s != 10.0),
                 ("--model-load-wait-secs", self.model_load_wait_s != 30.0),
                 ("--model-load-retry-secs", self.model_load_retry_s != 10.0),
+                ("--model-eviction", self.model_eviction != "lru"),
             )
             if used
         ]
@@ -186,7 +188,11 @@ class ServerConfig:
                 "load every model at start; explicit loads only through the load API)"
             )
         if self.model_memory_budget is None:
-            needs = [f for f in given if f in ("--model-pin", "--model-min-residency-secs")]
+            needs = [
+                f
+                for f in given
+                if f in ("--model-pin", "--model-min-residency-secs", "--model-eviction")
+            ]
             if needs:
                 raise InvalidArgumentError(
                     f"{', '.join(needs)} need --model-memory-budget (without a budget nothing "
@@ -198,6 +204,10 @@ class ServerConfig:
             raise InvalidArgumentError("--model-load-wait-secs must be > 0")
         if self.model_load_retry_s < 0:
             raise InvalidArgumentError("--model-load-retry-secs must be >= 0")
+        if self.model_eviction not in ("lru", "cost"):
+            raise InvalidArgumentError(
+                f"--model-eviction '{self.model_eviction}': one of lru, cost"
+            )
 
     def http_access(self) -> AccessPolicy:
         return AccessPolicy(

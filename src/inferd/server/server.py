@@ -458,6 +458,7 @@ def _on_demand_settings(cfg: ServerConfig) -> OnDemandSettings | None:
         min_residency_s=cfg.model_min_residency_s,
         wait_s=cfg.model_load_wait_s,
         load_retry_s=cfg.model_load_retry_s,
+        eviction=cfg.model_eviction,
     )
 
 
