@@ -8,7 +8,13 @@
    (host array -> GPU -> module -> host array) at the average batch size the server formed.
    Throughput and p50 of each, the served/raw ratio (goal >= 0.8), and the GPU gauges read from
    /metrics while the load runs.
-2. ``scaling``: the benchmark's small MLP (bench/models.py, ONNX) and the ``fraud_xgboost``
+2. ``resnet``: a ResNet-18-shaped TorchScript CNN (random weights, 3x112x112 images: a model
+   whose GPU work is not negligible beside the request handling) served on KIND_GPU with
+   ``--frontends`` 1 and 8, against raw PyTorch at the batch each formed; ``inferd perf
+   --collect-metrics`` reads the GPU's utilization, power and energy per inference meanwhile.
+3. ``frontends``: the small MLP and ``fraud_xgboost`` at c=64 with ``--frontends`` 1, 2, 4, 8
+   (throughput per K, the batch formed, the ratio to K=1).
+4. ``scaling``: the benchmark's small MLP (bench/models.py, ONNX) and the ``fraud_xgboost``
    example at c=64 through ``inferd perf`` with 1, 4 and 8 CPU instances.
 
 Every step has a time limit; a failed step records its error and the next one runs. The
@@ -65,8 +71,11 @@ def step(out: Path, name: str, run: Callable[[], Any]) -> None:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def perf(model: str, grpc_url: str, metrics_url: str, work: Path) -> dict[str, Any]:
-    """One ``inferd perf`` point at c=64 over gRPC; its throughput, p50 and client load."""
+def perf(
+    model: str, grpc_url: str, metrics_url: str, work: Path, *, collect: bool = False
+) -> dict[str, Any]:
+    """One ``inferd perf`` point at c=64 over gRPC; its throughput, p50 and client load (and,
+    with ``collect``, the server's GPU gauges and GPU energy per 1000 inferences)."""
     report = work / f"perf-{model}-{time.monotonic_ns()}.json"
     cmd = [
         sys.executable, "-m", "inferd.cli.main", "perf", "-m", model, "-i", "grpc",
@@ -74,17 +83,24 @@ def perf(model: str, grpc_url: str, metrics_url: str, work: Path) -> dict[str, A
         "-p", str(PERF_WINDOW_MS), "-r", "3", "-s", "20", "-q",
         "--metrics-url", metrics_url, "--json-output", str(report),
     ]  # fmt: skip
+    if collect:
+        cmd += ["--collect-metrics", "--metrics-interval", "250"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=PERF_TIMEOUT_S)
     if not report.exists():
         raise RuntimeError(f"inferd perf failed ({done.returncode}): {done.stderr[-2000:]}")
     point = json.loads(report.read_text())["points"][0]
-    return {
+    figures = {
         "throughput_infer_per_s": round(float(point["throughput"]), 1),
         "p50_us": point["percentiles_us"].get("50"),
         "p99_us": point["percentiles_us"].get("99"),
         "client_cpu_share": point.get("client_cpu_share"),
+        "server_cpu_s_per_1000": point.get("cost", {}).get("server_cpu_s_per_1000"),
         "errors": point.get("errors"),
     }
+    if collect:
+        figures["server_metrics"] = point.get("server_metrics")
+        figures["gpu_energy_j_per_1000"] = point.get("cost", {}).get("gpu_energy_j_per_1000")
+    return figures
 
 
 def batch_formed(grpc_url: str, model: str) -> float:
@@ -122,13 +138,18 @@ def copy_model(source: Path, repo: Path, name: str, extra: str = "", count: int 
 # -- 1. the CNN --------------------------------------------------------------------------------
 
 
-def raw_torch(batch: int, seconds: float = 4.0) -> dict[str, Any]:
+def raw_torch(
+    batch: int,
+    seconds: float = 4.0,
+    model: Path = TORCH_CNN / "1" / "model.pt",
+    shape: tuple[int, ...] = (1, 8, 8),
+) -> dict[str, Any]:
     """The served call done by hand: numpy batch -> GPU -> module -> numpy, one thread."""
     import torch
 
     load: Any = torch.jit.load
-    module = load(str(TORCH_CNN / "1" / "model.pt"), map_location="cuda").eval()
-    images = np.random.default_rng(0).uniform(0, 16, (batch, 1, 8, 8)).astype(np.float32)
+    module = load(str(model), map_location="cuda").eval()
+    images = np.random.default_rng(0).uniform(0, 16, (batch, *shape)).astype(np.float32)
     latencies: list[float] = []
     with torch.inference_mode():
         for _ in range(50):  # warm up (TorchScript profiles its first runs)
@@ -200,16 +221,101 @@ def cnn(cpu_only: bool) -> dict[str, Any]:
     return result
 
 
-# -- 2. CPU scaling ----------------------------------------------------------------------------
+# -- 2. a ResNet-18-shaped CNN, with front-end processes ----------------------------------------
+
+RESNET_SHAPE = (3, 112, 112)
 
 
-def scaling(out: Path, counts: tuple[int, ...]) -> dict[str, Any]:
+def build_resnet(folder: Path) -> Path:
+    """A ResNet-18-shaped TorchScript model (random weights: speed does not depend on them)."""
+    import torch
+    from torch import nn
+
+    def block(cin: int, cout: int, stride: int) -> nn.Module:
+        class Basic(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(
+                    nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+                    nn.BatchNorm2d(cout),
+                    nn.ReLU(inplace=True),
+                    nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+                    nn.BatchNorm2d(cout),
+                )
+                self.skip: nn.Module = (
+                    nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                    if stride != 1 or cin != cout
+                    else nn.Identity()
+                )
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.relu(self.body(x) + self.skip(x))
+
+        return Basic()
+
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+    ]
+    width = 64
+    for out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [block(width, out, stride), block(out, out, 1)]
+        width = out
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    torch.manual_seed(0)
+    net = nn.Sequential(*layers).eval()
+    target = folder / "resnet" / "1"
+    target.mkdir(parents=True)
+    with torch.inference_mode():
+        traced = torch.jit.trace(net, torch.zeros(1, *RESNET_SHAPE))
+    traced.save(str(target / "model.pt"))
+    dims = ", ".join(str(d) for d in RESNET_SHAPE)
+    (folder / "resnet" / "config.pbtxt").write_text(
+        'name: "resnet"\nplatform: "pytorch_libtorch"\nmax_batch_size: 64\n'
+        f'input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+        'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]\n'
+        "instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]\n"
+        "dynamic_batching { max_queue_delay_microseconds: 200 }\n"
+    )
+    return target / "model.pt"
+
+
+def resnet(out: Path, frontends: tuple[int, ...]) -> dict[str, Any]:
     from inferd.testing import running_server
 
+    work = Path(tempfile.mkdtemp(prefix="device-resnet-"))
+    repo = work / "repo"
+    model = build_resnet(repo)
+    result: dict[str, Any] = {"concurrency": CONCURRENCY, "request_batch": 1, "input": RESNET_SHAPE}
+    RESULTS["resnet"] = result
+    for k in frontends:
+        try:
+            with running_server([repo], ["--frontends", str(k)], startup_timeout_s=120) as server:
+                point = perf("resnet", server.grpc_url, server.metrics_url, work, collect=True)
+                point["batch_formed"] = round(batch_formed(server.grpc_url, "resnet"), 2)
+        except Exception as exc:
+            result[f"frontends_{k}"] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        raw = raw_torch(max(1, round(point["batch_formed"])), 3.0, model, RESNET_SHAPE)
+        point["raw_torch_gpu"] = raw
+        point["served_over_raw"] = round(
+            point["throughput_infer_per_s"] / raw["throughput_infer_per_s"], 3
+        )
+        result[f"frontends_{k}"] = point
+        save(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+# -- 3. front-end processes on the host ----------------------------------------------------------
+
+
+def mlp_source(work: Path) -> Path:
     sys.path.insert(0, str(BENCH))
     from models import build_mlp  # bench/models.py
 
-    work = Path(tempfile.mkdtemp(prefix="device-scaling-"))
     source = work / "mlp-source"
     build_mlp([64, 256, 256, 10], source / "1" / "model.onnx")
     (source / "config.pbtxt").write_text(
@@ -218,6 +324,47 @@ def scaling(out: Path, counts: tuple[int, ...]) -> dict[str, Any]:
         'output [ { name: "output" data_type: TYPE_FP32 dims: [ 10 ] } ]\n'
         "dynamic_batching { max_queue_delay_microseconds: 500 }\n"
     )
+    return source
+
+
+def frontends(out: Path, ks: tuple[int, ...]) -> dict[str, Any]:
+    from inferd.testing import running_server
+
+    work = Path(tempfile.mkdtemp(prefix="device-frontends-"))
+    source = mlp_source(work)
+    result: dict[str, Any] = {"concurrency": CONCURRENCY, "cores": os.cpu_count()}
+    RESULTS["frontends"] = result
+    for model, source_dir in (("mlp", source), ("fraud_xgboost", FRAUD)):
+        repo = work / model
+        repo.mkdir()
+        copy_model(source_dir, repo, model)
+        rows: dict[str, Any] = {}
+        for k in ks:
+            try:
+                with running_server([repo], ["--frontends", str(k)], startup_timeout_s=120) as s:
+                    point = perf(model, s.grpc_url, s.metrics_url, work)
+                    point["batch_formed"] = round(batch_formed(s.grpc_url, model), 2)
+            except Exception as exc:
+                rows[str(k)] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            base = rows.get(str(ks[0]), {}).get("throughput_infer_per_s")
+            if base:
+                point["over_first"] = round(point["throughput_infer_per_s"] / base, 2)
+            rows[str(k)] = point
+            result[model] = rows
+            save(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+# -- 4. CPU scaling ----------------------------------------------------------------------------
+
+
+def scaling(out: Path, counts: tuple[int, ...]) -> dict[str, Any]:
+    from inferd.testing import running_server
+
+    work = Path(tempfile.mkdtemp(prefix="device-scaling-"))
+    source = mlp_source(work)
     result: dict[str, Any] = {"concurrency": CONCURRENCY, "cores": os.cpu_count()}
     RESULTS["scaling"] = result  # saved after every point: a timeout keeps what was measured
     for model, source_dir in (("mlp", source), ("fraud_xgboost", FRAUD)):
@@ -244,6 +391,58 @@ def scaling(out: Path, counts: tuple[int, ...]) -> dict[str, Any]:
 
 def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:,.0f}" if isinstance(value, float) else str(value)
+
+
+def _resnet_lines(res: Any) -> list[str]:
+    if not isinstance(res, dict):
+        return []
+    lines = [
+        "",
+        "## ResNet-18-shaped CNN (3x112x112) on KIND_GPU at c=64, one image per request",
+        "",
+    ]
+    if "error" in res:
+        lines.append(f"failed: {res['error']}")
+    lines += [
+        "| front ends | batch | infer/s | p50 us | raw at that batch | served/raw | GPU util | "
+        "GPU J/1000 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, row in res.items():
+        if not key.startswith("frontends_") or not isinstance(row, dict):
+            continue
+        if "error" in row:
+            lines.append(f"| {key[10:]} | failed: {row['error'][:80]} | | | | | | |")
+            continue
+        metrics = row.get("server_metrics") or {}
+        util = ", ".join(f"{v:.0%}" for v in (metrics.get("gpu_utilization") or {}).values())
+        raw = row.get("raw_torch_gpu", {})
+        lines.append(
+            f"| {key[10:]} | {row['batch_formed']} | {_fmt(row['throughput_infer_per_s'])} | "
+            f"{_fmt(row['p50_us'])} | {_fmt(raw.get('throughput_infer_per_s'))} | "
+            f"{row.get('served_over_raw')} | {util or '-'} | "
+            f"{_fmt(row.get('gpu_energy_j_per_1000'))} |"
+        )
+    return lines
+
+
+def _frontends_lines(fe: Any) -> list[str]:
+    if not isinstance(fe, dict):
+        return []
+    lines = ["", f"## --frontends K at c=64 ({fe.get('cores')} cores)", ""]
+    if "error" in fe:
+        lines.append(f"failed: {fe['error']}")
+    lines += ["| model | K | infer/s | p50 us | batch | vs first K |", "|---|---|---|---|---|---|"]
+    for model in ("mlp", "fraud_xgboost"):
+        for k, row in (fe.get(model) or {}).items():
+            if "error" in row:
+                lines.append(f"| {model} | {k} | failed: {row['error'][:80]} | | | |")
+                continue
+            lines.append(
+                f"| {model} | {k} | {_fmt(row['throughput_infer_per_s'])} | "
+                f"{_fmt(row['p50_us'])} | {row['batch_formed']} | {row.get('over_first', 1.0)} |"
+            )
+    return lines
 
 
 def markdown() -> str:
@@ -278,6 +477,8 @@ def markdown() -> str:
                 f"{'met' if cnn_result['goal_met'] else 'not met'}); GPU gauges non-zero: "
                 f"{cnn_result['gpu_metrics_nonzero']}",
             ]
+    lines += _resnet_lines(RESULTS.get("resnet"))
+    lines += _frontends_lines(RESULTS.get("frontends"))
     scale = RESULTS.get("scaling")
     if isinstance(scale, dict):
         lines += ["", f"## CPU scaling at c=64 ({scale.get('cores')} cores)", ""]
@@ -304,6 +505,9 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--cpu-only", action="store_true", help="skip everything on the GPU")
     parser.add_argument("--counts", default="1,4,8", help="CPU instance counts (default 1,4,8)")
+    parser.add_argument(
+        "--frontends", default="1,2,4,8", help="--frontends values measured (default 1,2,4,8)"
+    )
     parser.add_argument("--tests", default="", help="the GPU tests' summary line, for the report")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -329,6 +533,10 @@ def main() -> int:
 
     step(args.out, "environment", environment)
     step(args.out, "cnn", lambda: cnn(args.cpu_only))
+    ks = tuple(int(k) for k in args.frontends.split(","))
+    if not args.cpu_only:
+        step(args.out, "resnet", lambda: resnet(args.out, (ks[0], ks[-1])))
+    step(args.out, "frontends", lambda: frontends(args.out, ks))
     counts = tuple(int(c) for c in args.counts.split(","))
     step(args.out, "scaling", lambda: scaling(args.out, counts))
     return 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's check of inferd: the GPU tests, then the measurements of bench/device_bench.py
-# (TorchScript CNN on KIND_GPU vs the CPUs vs raw PyTorch; the small MLP and fraud_xgboost at
-# c=64 with 1, 4 and 8 CPU instances). Writes into $OUT (partial results too, when a step fails):
+# (TorchScript CNN on KIND_GPU vs the CPUs vs raw PyTorch; a ResNet-18-shaped CNN on KIND_GPU with
+# --frontends 1 and 8 vs raw PyTorch, with the GPU gauges; the small MLP and fraud_xgboost at c=64
+# with --frontends 1, 2, 4, 8 and with 1, 4 and 8 CPU instances). Writes into $OUT (partial results too, when a step fails):
 #   device_check.json, device_check.md   the figures
 #   pytest_gpu.log, pytest_unit.log      the tests' output
 #   device_check.log                     this script's own output
@@ -13,8 +14,8 @@
 #  each `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
 #  --implementation cp --platform manylinux_2_28_x86_64 ... -d .whl NAME==VERSION`; about 16 MB)
 #
-# The run (the device tool): about 4 minutes, at most 7 (every step has its own timeout):
-#   run(command="bash bench/device_check.sh", carry=[".whl"], timeout_s=450)
+# The run (the device tool): about 6 minutes, at most 8 (every step has its own timeout):
+#   run(command="bash bench/device_check.sh", carry=[".whl"], timeout_s=540)
 #
 # Here, without a GPU (skips the GPU parts; a temp folder stands in for $OUT):
 #   DEVICE_CHECK_CPU_ONLY=1 OUT=$(mktemp -d) PYTHON=.venv/bin/python bash bench/device_check.sh
@@ -56,8 +57,9 @@ echo "device rule tests: rc $? ($(tail -n 1 "$OUT/pytest_unit.log"))"
 # 3. the measurements (each step writes device_check.json / .md as it ends)
 flags=()
 [ "$CPU_ONLY" = 1 ] && flags+=(--cpu-only)
-timeout 170 "$PYTHON" bench/device_bench.py "$OUT" "${flags[@]}" --tests "$tests_summary" \
-  ${DEVICE_CHECK_COUNTS:+--counts "$DEVICE_CHECK_COUNTS"}
+timeout 330 "$PYTHON" bench/device_bench.py "$OUT" "${flags[@]}" --tests "$tests_summary" \
+  ${DEVICE_CHECK_COUNTS:+--counts "$DEVICE_CHECK_COUNTS"} \
+  ${DEVICE_CHECK_FRONTENDS:+--frontends "$DEVICE_CHECK_FRONTENDS"}
 echo "measurements: rc $?"
 cat "$OUT/device_check.md" 2>/dev/null
 echo "device check done: $(date -u +%FT%TZ)"
