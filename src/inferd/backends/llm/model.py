@@ -362,15 +362,17 @@ class LlamaModel:
             k = self._rotate(k, cos, sin)
             k_cache = cache.k[index].view(-1, cfg.kv_heads, cfg.head_dim)
             v_cache = cache.v[index].view(-1, cfg.kv_heads, cfg.head_dim)
-            k_cache[write] = k
-            v_cache[write] = v
+            k_cache.index_copy_(0, write, k)
+            v_cache.index_copy_(0, write, v)
             attn = torch.empty((total, q_size), dtype=x.dtype, device=dev)
             for g in groups_of:
-                qs = q[g.queries].transpose(1, 2)  # [B, heads, N, d]
-                ks = k_cache[g.slots].transpose(1, 2)  # [B, kv_heads, L, d]
-                vs = v_cache[g.slots].transpose(1, 2)
+                # whole blocks gathered with index_select (a copy of contiguous rows), not
+                # token slots through advanced indexing (an order of magnitude slower on CPU)
+                qs = g.gather(q).transpose(1, 2)  # [B, heads, N, d]
+                ks = g.keys_of(cache.k[index]).transpose(1, 2)  # [B, kv_heads, L, d]
+                vs = g.keys_of(cache.v[index]).transpose(1, 2)
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=g.mask, enable_gqa=gqa)
-                attn[g.rows] = o.transpose(1, 2).reshape(-1, q_size)[g.valid]
+                g.scatter(o.transpose(1, 2).reshape(-1, q_size), attn)
             x = x + attn @ layer["self_attn.o_proj.weight"].T
             h = self._rms(x, layer["post_attention_layernorm.weight"])
             gate_up = h @ layer["gate_up"].T
@@ -414,17 +416,39 @@ def _attention_batches(lengths: Sequence[int], starts: Sequence[int]) -> list[li
 
 @dataclass(frozen=True, slots=True)
 class _AttentionGroup:
-    """Some of a step's sequences padded into one attention batch: ``queries`` ``[B, N]``
-    indexes the step's flat tokens (padding repeats a sequence's last token), ``slots``
-    ``[B, L]`` the cache (padding points anywhere, masked), ``mask`` ``[B, 1, N, L]`` lets each
-    query see the keys at or before its position; ``valid`` picks the real rows of the
-    flattened ``[B * N]`` output and ``rows`` says where they go in the step."""
+    """Some of a step's sequences padded into one attention batch: ``queries`` ``[B * N]``
+    indexes the step's flat tokens (padding repeats a sequence's last token), ``blocks``
+    ``[B * nb]`` the cache blocks each member's keys lie in (padding blocks point anywhere,
+    masked), ``keys`` the keys attended (``L``), ``mask`` ``[B, 1, N, L]`` lets each query see
+    the keys at or before its position; ``valid`` picks the real rows of the flattened
+    ``[B * N]`` output (None: every row is real) and ``rows`` says where they go in the step
+    (None: the group is the whole step, in order)."""
 
     queries: torch.Tensor
-    slots: torch.Tensor
+    blocks: torch.Tensor
+    members: int
+    keys: int
     mask: torch.Tensor
-    valid: torch.Tensor
-    rows: torch.Tensor
+    valid: torch.Tensor | None
+    rows: torch.Tensor | None
+
+    def gather(self, q: torch.Tensor) -> torch.Tensor:
+        """The group's queries of the step's ``[T, heads, d]``: ``[B, N, heads, d]``."""
+        return q.index_select(0, self.queries).view(self.members, -1, *q.shape[1:])
+
+    def keys_of(self, layer_cache: torch.Tensor) -> torch.Tensor:
+        """The members' cached keys (or values) of one layer's ``[blocks, bt, kv_heads, d]``:
+        ``[B, L, kv_heads, d]``."""
+        picked = layer_cache.index_select(0, self.blocks)
+        return picked.view(self.members, -1, *layer_cache.shape[2:])[:, : self.keys]
+
+    def scatter(self, out: torch.Tensor, attn: torch.Tensor) -> None:
+        """Write the real rows of the flattened ``[B * N, q_size]`` output into ``attn``."""
+        real = out if self.valid is None else out[self.valid]
+        if self.rows is None:
+            attn.copy_(real)
+        else:
+            attn.index_copy_(0, self.rows, real)
 
     @staticmethod
     def build(
@@ -446,12 +470,15 @@ class _AttentionGroup:
         query_pos = start_t[members][:, None] + clamped  # [B, N]
         keys = int((start_t[members] + n).max())
         blocks = -(-keys // bt)
-        slots = (table[members, :blocks, None] * bt + torch.arange(bt)).reshape(len(members), -1)
         mask = torch.arange(keys)[None, None, :] <= query_pos[:, :, None]
+        rows = queries[valid]
+        whole = rows.shape[0] == int(ends[-1]) and bool((rows == torch.arange(rows.shape[0])).all())
         return _AttentionGroup(
-            queries=queries.to(dev),
-            slots=slots[:, :keys].to(dev),
+            queries=queries.reshape(-1).to(dev),
+            blocks=table[members, :blocks].reshape(-1).to(dev),
+            members=len(members),
+            keys=keys,
             mask=mask[:, None].to(dev),
-            valid=valid.reshape(-1).to(dev),
-            rows=queries[valid].to(dev),
+            valid=None if bool(valid.all()) else valid.reshape(-1).to(dev),
+            rows=None if whole else rows.to(dev),
         )
