@@ -118,3 +118,28 @@ def test_chat_through_the_openai_sdk(server: ServerProcess, tiny_llm_repo: Path)
     assert received[-1].choices == []
     assert received[-1].usage.prompt_tokens == prompt_tokens
     assert received[-1].usage.completion_tokens == completion_tokens
+
+
+def test_chat_logprobs_through_the_openai_sdk(server: ServerProcess) -> None:
+    import math
+
+    with openai.OpenAI(
+        base_url=f"http://{server.http_url}/v1", api_key="unused", max_retries=0
+    ) as client:
+        answer: Any = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "What does the server do?"}],
+            max_tokens=12,
+            temperature=0,
+            logprobs=True,
+        )
+    choice = answer.choices[0]
+    tokens = choice.logprobs.content
+    assert tokens, "no log-probabilities in the answer"
+    for token in tokens:
+        assert math.isfinite(token.logprob)
+        assert token.logprob <= 0.0
+    # the tokens' texts make up the answer (the end token adds none)
+    assert "".join(t.token for t in tokens) == choice.message.content
+    # greedy: the chosen tokens are likely ones (a random pick would be near -log(vocab))
+    assert max(t.logprob for t in tokens) > -1.0

@@ -89,6 +89,7 @@ def loaded(tmp_path: Path, weights: Path) -> Iterator[LlmLoadedModel]:
         ({"max_running": "0"}, "parameter 'max_running' must be an integer >= 1"),
         ({"max_model_len": "100000"}, "beyond the model's max_position_embeddings"),
         ({"max_running": "8", "max_step_tokens": "4"}, "must be at least max_running"),
+        ({"enable_prefix_caching": "maybe"}, "'enable_prefix_caching' must be a boolean"),
     ],
 )
 def test_parameters_are_checked(
@@ -216,3 +217,29 @@ def test_a_client_that_does_not_read_holds_up_no_other_stream(loaded: LlmLoadedM
     }
     assert texts["slow"] == texts["fast"]  # same prompt, greedy: the same text, none lost
     assert len(received["slow"]) < len(received["fast"])  # its deltas were joined while it waited
+
+
+@pytest.mark.parametrize(("flag", "reuses"), [(None, True), ("true", True), ("false", False)])
+def test_enable_prefix_caching_is_honoured(
+    tmp_path: Path, weights: Path, flag: str | None, reuses: bool
+) -> None:
+    params = {"max_model_len": "64", "kv_cache_blocks": "16", "block_tokens": "4"}
+    if flag is not None:
+        params["enable_prefix_caching"] = flag
+    model = _load(_folder(tmp_path, weights, params))
+    try:
+        instance = model.create_instance(InstanceGroupSpec("tiny", "KIND_CPU", 1), 0)
+        sampling = json.dumps({"temperature": 0, "max_tokens": 3, "ignore_eos": True}).encode()
+        prompt = b"hello world, hello server. " * 2
+        first, second = (
+            instance.execute([_request(prompt, sampling_parameters=sampling)])[0] for _ in range(2)
+        )
+        stats = model.statistics()
+    finally:
+        model.close()
+    assert isinstance(first, dict)
+    assert isinstance(second, dict)
+    assert first["text_output"][0] == second["text_output"][0]
+    assert (stats.prefix_cache_hit_tokens_total > 0) is reuses
+    assert (stats.prefix_cache_queried_tokens_total > 0) is reuses
+    assert stats.kv_blocks_used == 0

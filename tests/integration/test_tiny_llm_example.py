@@ -76,9 +76,11 @@ def test_the_folder_is_a_decoupled_llm_model_with_vllm_io(tiny_llm_repo: Path) -
         "stream": (bool_type, [1], True),
         "sampling_parameters": (bytes_type, [1], True),
         "exclude_input_in_output": (bool_type, [1], True),
+        "return_logprobs": (bool_type, [1], True),
     }
     assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [
-        ("text_output", bytes_type, [-1])
+        ("text_output", bytes_type, [-1]),
+        ("logprobs", bytes_type, [-1]),
     ]
     parameters = {k: v.string_value for k, v in config.parameters.items()}
     assert set(parameters) == {"max_model_len", "max_running", "kv_cache_bytes", "dtype"}

@@ -32,6 +32,11 @@ class LlmStatistics:
     ttft_p99_s: float
     itl_p50_s: float
     itl_p99_s: float
+    # prefix caching: prompt tokens looked up at admission, and those found cached (not
+    # computed again); both 0 when prefix caching is off
+    prefix_cache_queried_tokens_total: int = 0
+    prefix_cache_hit_tokens_total: int = 0
+    kv_blocks_cached: int = 0  # blocks registered in the prefix cache (held or evictable)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,18 @@ class LlmCollector(Collector):
         prompt = counter("inferd_llm_prompt_tokens", "Prompt tokens of accepted requests")
         generated = counter("inferd_llm_generated_tokens", "Tokens generated")
         steps = counter("inferd_llm_steps", "Forward passes (steps) run")
+        cached = gauge(
+            "inferd_llm_kv_cache_blocks_cached",
+            "KV cache blocks kept for prefix reuse (held by sequences or evictable)",
+        )
+        queried = counter(
+            "inferd_llm_prefix_cache_queried_tokens",
+            "Prompt tokens looked up in the prefix cache when their sequence was admitted",
+        )
+        hit = counter(
+            "inferd_llm_prefix_cache_hit_tokens",
+            "Prompt tokens found in the prefix cache (their KV reused, not computed)",
+        )
         ttft = SummaryMetricFamily(
             "inferd_llm_time_to_first_token_seconds",
             "Time from a request's arrival to its first generated token",
@@ -87,7 +99,10 @@ class LlmCollector(Collector):
             prompt.add_metric(labels, s.prompt_tokens_total)
             generated.add_metric(labels, s.generated_tokens_total)
             steps.add_metric(labels, s.steps_total)
+            cached.add_metric(labels, s.kv_blocks_cached)
+            queried.add_metric(labels, s.prefix_cache_queried_tokens_total)
+            hit.add_metric(labels, s.prefix_cache_hit_tokens_total)
             ttft.add_metric(labels, s.ttft_count, s.ttft_sum_s)
             itl.add_metric(labels, s.itl_count, s.itl_sum_s)
         yield from (running, waiting, used, total, requests, preemptions, prompt, generated)
-        yield from (steps, ttft, itl)
+        yield from (steps, ttft, itl, cached, queried, hit)

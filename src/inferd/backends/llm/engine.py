@@ -27,13 +27,13 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from inferd.backends.llm.blocks import BlockAllocator
+from inferd.backends.llm.blocks import BlockAllocator, extend_keys
 from inferd.backends.llm.model import KVCache, LlamaModel, StepSequence
 from inferd.backends.llm.params import SamplingParams
 from inferd.backends.llm.policy import PolicyConfig, SeqState, check_fits, plan_step
@@ -88,19 +88,24 @@ class _Seq:
     computed: int = 0
     generated: int = 0
     blocks: list[int] = field(default_factory=list)
+    # prefix caching: the keys of the full blocks of ``tokens`` (extended as they fill), and
+    # how many of ``blocks`` are registered in the cache (or were taken from it)
+    keys: list[bytes] = field(default_factory=list)
+    registered: int = 0
     parts: list[str] = field(default_factory=list)
     cancelled: bool = False
     last_token_at: float = 0.0
 
-    def state(self) -> SeqState:
+    def state(self, computed: int | None = None, shared: int = 0) -> SeqState:
         return SeqState(
             seq_id=self.seq_id,
             arrival=self.arrival,
             prompt_len=self.recompute_len,
-            computed=self.computed,
+            computed=self.computed if computed is None else computed,
             generated=self.generated,
             max_new_tokens=self.gen.params.max_tokens,
             blocks=len(self.blocks),
+            shared_blocks=shared,
         )
 
 
@@ -139,6 +144,7 @@ class GenerationEngine:
         max_waiting: int = 1024,
         name: str = "llm",
         clock: Callable[[], float] = time.monotonic,
+        prefix_caching: bool = True,
     ) -> None:
         self.model = model
         self.cfg = cfg
@@ -151,7 +157,7 @@ class GenerationEngine:
         self._max_waiting = max_waiting
         self._clock = clock
         self._sampler = Sampler()
-        self._blocks = BlockAllocator(cfg.total_blocks)
+        self._blocks = BlockAllocator(cfg.total_blocks, caching=prefix_caching)
         self._cond = threading.Condition(threading.Lock())
         self._inbox: list[_Seq] = []
         self._waiting: list[_Seq] = []
@@ -232,11 +238,14 @@ class GenerationEngine:
             waiting=waiting,
             kv_blocks_used=used,
             kv_blocks_total=self.cfg.total_blocks,
+            kv_blocks_cached=self._blocks.cached_count,
             requests_total=counts.get("requests", 0),
             finished_total=counts.get("finished", 0),
             cancelled_total=counts.get("cancelled", 0),
             failed_total=counts.get("failed", 0),
             preemptions_total=counts.get("preemptions", 0),
+            prefix_cache_queried_tokens_total=counts.get("prefix_queried", 0),
+            prefix_cache_hit_tokens_total=counts.get("prefix_hit", 0),
             prompt_tokens_total=counts.get("prompt_tokens", 0),
             generated_tokens_total=counts.get("generated", 0),
             steps_total=counts.get("steps", 0),
@@ -249,6 +258,11 @@ class GenerationEngine:
             itl_p50_s=_percentile(itl, 0.5),
             itl_p99_s=_percentile(itl, 0.99),
         )
+
+    @property
+    def blocks(self) -> BlockAllocator:
+        """The KV block accounting (the loop thread's: read it from there or when idle)."""
+        return self._blocks
 
     @property
     def kv_blocks_used(self) -> int:
@@ -308,6 +322,7 @@ class GenerationEngine:
         if seq.blocks:
             self._blocks.free(seq.blocks)
             seq.blocks = []
+            seq.registered = 0
         self._running.pop(seq.seq_id, None)
         if seq in self._waiting:
             self._waiting.remove(seq)
@@ -347,9 +362,10 @@ class GenerationEngine:
         by_id = {s.seq_id: s for s in self._all()}
         if not by_id:
             return True
+        hits = self._prefix_hits()
         plan = plan_step(
-            [s.state() for s in self._waiting],
-            [s.state() for s in self._running.values()],
+            [s.state(len(hits.get(s.seq_id, ())) * self.cfg.block_tokens) for s in self._waiting],
+            [s.state(shared=self._shared(s)) for s in self._running.values()],
             self._blocks.free_count,
             self.cfg,
         )
@@ -370,8 +386,12 @@ class GenerationEngine:
             with self._cond:
                 self._counts["preemptions"] += 1
         self._waiting.sort(key=lambda s: (s.arrival, s.seq_id))
+        self._take_hits(plan.prefill, by_id, hits)
         for sid, count in plan.grow:
-            by_id[sid].blocks.extend(self._blocks.allocate(count))
+            seq = by_id[sid]
+            # an admitted sequence's grant covers the cached blocks it took above
+            taken = len(hits.get(sid, ())) if seq.seq_id not in self._running else 0
+            seq.blocks.extend(self._blocks.allocate(count - taken))
         work: list[tuple[_Seq, int]] = [(by_id[sid], n) for sid, n in plan.prefill]
         work += [(by_id[sid], 1) for sid in plan.decode]
         if not work:
@@ -392,11 +412,80 @@ class GenerationEngine:
             seq.computed += n
             if seq.computed >= seq.recompute_len:
                 rows.append(index)
+        if self._blocks.caching:
+            self._register_full(seq for seq, _ in work)
         with self._cond:
             self._counts["steps"] += 1
         if rows:
             self._sample([work[i][0] for i in rows], logits[rows])
         return True
+
+    # -- prefix caching --------------------------------------------------------------------------
+
+    def _prefix_hits(self) -> dict[int, list[int]]:
+        """The cached blocks of the prompt head of each waiting sequence that may be admitted
+        this step (the first ``max_running``), by seq_id. At least the last token of what is
+        to be computed is left out, so the prefill yields logits to sample, and it never ends
+        inside the last block: a matched block is full and is never written."""
+        if not self._blocks.caching:
+            return {}
+        bt = self.cfg.block_tokens
+        hits: dict[int, list[int]] = {}
+        for seq in self._waiting[: self.cfg.max_running]:
+            usable = (seq.recompute_len - 1) // bt
+            if usable < 1:
+                continue
+            extend_keys(seq.keys, seq.tokens, bt, usable)
+            found = self._blocks.match(seq.keys[:usable])
+            if found:
+                hits[seq.seq_id] = found
+        return hits
+
+    def _shared(self, seq: _Seq) -> int:
+        """How many of ``seq``'s blocks other sequences hold too."""
+        if not self._blocks.caching:
+            return 0
+        refs = self._blocks.refs
+        return sum(1 for block in seq.blocks[: seq.registered] if refs(block) > 1)
+
+    def _take_hits(
+        self,
+        prefill: Sequence[tuple[int, int]],
+        by_id: dict[int, _Seq],
+        hits: dict[int, list[int]],
+    ) -> None:
+        """Admitted sequences take their cached blocks and start after them (before any
+        allocation, which could evict them); counts the queried and hit tokens."""
+        if not self._blocks.caching:
+            return
+        queried = hit = 0
+        for sid, _ in prefill:
+            seq = by_id[sid]
+            if seq.seq_id in self._running:
+                continue
+            found = hits.get(sid, [])
+            queried += seq.recompute_len
+            if found:
+                self._blocks.acquire(found)
+                seq.blocks = list(found)
+                seq.registered = len(found)
+                seq.computed = len(found) * self.cfg.block_tokens
+                hit += seq.computed
+        with self._cond:
+            self._counts["prefix_queried"] += queried
+            self._counts["prefix_hit"] += hit
+
+    def _register_full(self, seqs: Iterable[_Seq]) -> None:
+        """Cache the blocks the step filled (a key another block holds leaves it private)."""
+        bt = self.cfg.block_tokens
+        for seq in seqs:
+            full = seq.computed // bt
+            if full <= seq.registered:
+                continue
+            extend_keys(seq.keys, seq.tokens, bt, full)
+            for index in range(seq.registered, full):
+                self._blocks.register(seq.blocks[index], seq.keys[index])
+            seq.registered = full
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
         ids, logprobs = self._sampler.sample(

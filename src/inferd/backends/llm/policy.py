@@ -20,6 +20,12 @@ Token accounting of one sequence (the runtime must keep it so):
 * ``computed >= prompt_len``: it decodes; the pass writes the KV of its last sampled token, so it
   needs ``blocks_for(computed + 1)`` blocks (one more block when its last block is full).
 
+With prefix caching, a waiting sequence whose prompt head is cached comes with ``computed`` =
+the cached tokens and ``blocks = 0``: its admission is planned as if every block of
+``computed + chunk`` were new (its ``grow``), and the runtime takes the cached blocks as part of
+that grant, so the cost is never underestimated. A running sequence's ``shared_blocks`` (held by
+others too) are not counted as freed when it is preempted or aborted.
+
 The rules, in order:
 
 1. Running sequences come first, oldest (``arrival``, then ``seq_id``) first: each gets room for
@@ -109,12 +115,22 @@ class SeqState:
     generated: int
     max_new_tokens: int
     blocks: int  # KV blocks it holds now
+    # of those, blocks other sequences hold too (a shared prompt head): freeing this sequence
+    # does not free them
+    shared_blocks: int = 0
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
             raise ValueError(f"sequence {self.seq_id}: prompt_len must be at least 1")
         if min(self.computed, self.generated, self.max_new_tokens, self.blocks) < 0:
             raise ValueError(f"sequence {self.seq_id}: negative token or block count in {self}")
+        if not 0 <= self.shared_blocks <= self.blocks:
+            raise ValueError(f"sequence {self.seq_id}: shared_blocks must be 0..blocks in {self}")
+
+    @property
+    def own_blocks(self) -> int:
+        """The blocks that freeing this sequence frees (those it holds alone)."""
+        return self.blocks - self.shared_blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +218,10 @@ def plan_step(
         s = active.pop(0)
         need = max(0, blocks_for(s.computed + 1, bt) - s.blocks)
         # the oldest is never preempted: does it fit even with every younger one gone?
-        if not kept and need > free + sum(o.blocks for o in active):
+        if not kept and need > free + sum(o.own_blocks for o in active):
             if blocks_for(s.computed + 1, bt) > cfg.total_blocks or _never_fits(s, cfg):
                 abort.append(s.seq_id)
-                free += s.blocks
+                free += s.own_blocks
                 notes.append(f"abort {s.seq_id}: needs more than the whole cache")
             else:  # blocks are held outside the running set; wait for them
                 stalled.append(s.seq_id)
@@ -214,10 +230,10 @@ def plan_step(
         while need > free and active:
             victim = active.pop()
             preempt.append(victim.seq_id)
-            free += victim.blocks
+            free += victim.own_blocks
         if need > free:
             preempt.append(s.seq_id)  # s is the youngest left and cannot advance
-            free += s.blocks
+            free += s.own_blocks
             continue
         free -= need
         budget -= 1

@@ -50,7 +50,7 @@ import orjson
 
 from inferd.backends.base import LoadContext, Result
 from inferd.backends.llm.delivery import StreamSender
-from inferd.backends.parameters import check_keys, int_param
+from inferd.backends.parameters import bool_param, check_keys, int_param
 from inferd.backends.threads import default_intra_op_threads
 from inferd.core.inference import InferRequest
 from inferd.core.llm_stats import LlmStatistics, ModelLlmStatistics
@@ -96,6 +96,8 @@ PARAMETERS = {
     "GPU, else cpu)",
     "threads": "intra-op threads of the generation thread (default: the cores shared among "
     "the model's instances)",
+    "enable_prefix_caching": "true (default) or false: keep full KV blocks for reuse by "
+    "prompts with the same head",
 }
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
 _DEFAULT_CACHE_CAP = 1 << 30
@@ -113,6 +115,7 @@ class LlmSettings:
     dtype: str
     device: str
     threads: int
+    enable_prefix_caching: bool = True
 
 
 def _group_device(spec: ModelSpec) -> str:
@@ -161,6 +164,7 @@ def parse_llm_settings(spec: ModelSpec) -> LlmSettings:
         dtype=dtype,
         device=device,
         threads=threads,
+        enable_prefix_caching=bool(bool_param(params, "enable_prefix_caching", True)),
     )
 
 
@@ -587,6 +591,7 @@ class LlmBackend:
             threads=settings.threads,
             max_waiting=settings.max_waiting,
             name=spec.name,
+            prefix_caching=settings.enable_prefix_caching,
         )
         engine.start()
         loaded = LlmLoadedModel(spec, engine, tokenizer, ctx.version, self._forget)
