@@ -1,14 +1,18 @@
 """``inferd serve --frontends K``: throughput and server CPU per request, K=1 against K=2.
 
     .venv/bin/python bench/frontends.py [--concurrency 32] [--seconds 10] [--protocol http]
-                                        [--frontends 1,2] [--rounds 2]
+                                        [--frontends 1,2] [--rounds 3] [--against DIR]
 
 Starts a server on the small MLP (64 -> 256 -> 256 -> 10, dynamic batching on) for each K in
 turn, drives it with ``inferd perf`` at the given concurrency, and reads the CPU time of the
 whole server (the engine process and every front-end process, from ``/proc``) around the
 measurement. It prints requests per second and server CPU microseconds per request for each K,
 and the ratios to the first K, all measured in this one run (rounds alternate the Ks so a
-neighbour's load hits both alike).
+neighbour's load hits both alike); figures are medians over the rounds, with the spread.
+
+``--against DIR`` also runs every K on the source tree in DIR (another checkout, e.g. made with
+``git worktree add /tmp/old HEAD``: its ``src`` goes first on ``PYTHONPATH``), alternating with
+this one in every round, and prints the ratios of this tree to that one.
 """
 
 from __future__ import annotations
@@ -71,8 +75,11 @@ def _served(url: str) -> int:
     return int(stats["model_stats"][0]["inference_count"])
 
 
-def measure(repo: Path, frontends: int, args: argparse.Namespace) -> dict[str, float]:
-    server = start_server([repo], ["--frontends", str(frontends)])
+def measure(
+    repo: Path, frontends: int, args: argparse.Namespace, tree: Path | None = None
+) -> dict[str, float]:
+    env = None if tree is None else {"PYTHONPATH": str(tree / "src")}
+    server = start_server([repo], ["--frontends", str(frontends)], env=env)
     try:
         url = server.http_url if args.protocol == "http" else server.grpc_url
         out = Path(tempfile.mkdtemp()) / "perf.json"
@@ -113,43 +120,69 @@ def measure(repo: Path, frontends: int, args: argparse.Namespace) -> dict[str, f
     }
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--frontends", default="1,2")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another source tree to run every K on too, alternating with this one",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="inferd-frontends-bench-"))
     (work / "mlp" / "1").mkdir(parents=True)
     bench_models.build_mlp(bench_models.MLPS["mlp"], work / "mlp" / "1" / "model.onnx")
     (work / "mlp" / "config.pbtxt").write_text(CONFIG)
     counts = [int(k) for k in args.frontends.split(",")]
-    results: dict[int, list[dict[str, float]]] = {k: [] for k in counts}
+    trees: list[Path | None] = [None] if args.against is None else [args.against, None]
+    cells = [(tree, k) for tree in trees for k in counts]
+    results: dict[tuple[Path | None, int], list[dict[str, float]]] = {c: [] for c in cells}
     for _ in range(args.rounds):
-        for k in counts:
-            results[k].append(measure(work, k, args))
-    base = counts[0]
+        for cell in cells:
+            results[cell].append(measure(work, cell[1], args, cell[0]))
     print(
         f"small MLP, {args.protocol}, concurrency {args.concurrency}, {args.seconds:.0f} s, "
-        f"{os.cpu_count()} CPUs, {args.rounds} rounds (best shown)"
+        f"{os.cpu_count()} CPUs, {args.rounds} rounds (medians, min-max across rounds)"
     )
-    best = {k: max(results[k], key=lambda r: r["throughput"]) for k in counts}
-    for k in counts:
-        r = best[k]
-        print(
-            f"  --frontends {k}: {r['throughput']:8.0f} infer/s  "
-            f"{r['cpu_us_per_request']:6.0f} µs server CPU/request "
-            f"({r['engine_us_per_request']:.0f} in the engine process)  "
-            f"{r['server_cores']:.2f} cores  "
-            f"(x{r['throughput'] / best[base]['throughput']:.2f} throughput, "
-            f"x{r['cpu_us_per_request'] / best[base]['cpu_us_per_request']:.2f} CPU/request)"
-        )
-        for i, run in enumerate(results[k]):
+    keys = ("throughput", "cpu_us_per_request", "engine_us_per_request", "server_cores")
+    med = {c: {key: _median([r[key] for r in results[c]]) for key in keys} for c in cells}
+    for tree in trees:
+        print("this tree" if tree is None else f"tree {tree}")
+        base = med[(tree, counts[0])]
+        for k in counts:
+            r, runs = med[(tree, k)], results[(tree, k)]
+            tput = [run["throughput"] for run in runs]
+            cpu = [run["cpu_us_per_request"] for run in runs]
             print(
-                f"      round {i + 1}: {run['throughput']:.0f} infer/s, "
-                f"{run['cpu_us_per_request']:.0f} µs/request"
+                f"  --frontends {k}: {r['throughput']:8.0f} infer/s "
+                f"({min(tput):.0f}-{max(tput):.0f})  {r['cpu_us_per_request']:6.0f} µs server "
+                f"CPU/request ({min(cpu):.0f}-{max(cpu):.0f}; "
+                f"{r['engine_us_per_request']:.0f} in the engine process)  "
+                f"{r['server_cores']:.2f} cores  "
+                f"(x{r['throughput'] / base['throughput']:.2f} throughput, "
+                f"x{r['cpu_us_per_request'] / base['cpu_us_per_request']:.2f} CPU/request "
+                f"to K={counts[0]})"
+            )
+    if args.against is not None:
+        print("this tree against the other, same K:")
+        for k in counts:
+            new, old = med[(None, k)], med[(args.against, k)]
+            print(
+                f"  --frontends {k}: x{new['throughput'] / old['throughput']:.2f} throughput, "
+                f"x{new['cpu_us_per_request'] / old['cpu_us_per_request']:.2f} CPU/request, "
+                f"x{new['engine_us_per_request'] / old['engine_us_per_request']:.2f} engine "
+                "CPU/request"
             )
 
 

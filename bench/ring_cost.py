@@ -57,8 +57,10 @@ def _put(ring: Ring, bell: Doorbell, payload: bytes) -> None:
 
 def _get(ring: Ring, bell: Doorbell) -> bytes:
     while (data := ring.try_get()) is None:
-        bell.wait()
-        bell.drain()
+        if ring.prepare_to_sleep():  # else a descriptor arrived meanwhile
+            bell.wait()
+            bell.drain()
+        ring.awake()
     return data
 
 

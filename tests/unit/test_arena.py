@@ -146,8 +146,10 @@ def test_a_producer_killed_mid_stream_leaks_no_slots() -> None:
     try:
         checked = 0
         while checked < 200:  # consume some, releasing what we read
-            assert bell.wait(timeout_s=60), "producer sent nothing"  # slow to spawn when busy
-            bell.drain()
+            if ring.prepare_to_sleep():  # empty: sleep until the producer rings
+                assert bell.wait(timeout_s=60), "producer sent nothing"  # slow to spawn
+                bell.drain()
+            ring.awake()
             while (data := ring.try_get()) is not None:
                 first, count, offset, nbytes, who = BLOCK.unpack(data)
                 block = Block(first, count, offset, nbytes, who)

@@ -103,6 +103,50 @@ def test_request_and_reply_both_ways(
     assert run(main()) == [b"A", b"BC", b"DEF"] * 50
 
 
+def test_one_doorbell_for_what_one_pass_sends_to_a_sleeping_peer(
+    run: Callable[[Any], Any],
+) -> None:
+    """The sends of one pass of the loop wake a sleeping peer once, after the last of them."""
+    engine, spec = create_channel(slots=64, slot_bytes=64)
+    frontend = spec.open()
+
+    async def main() -> list[bytes]:
+        receiver = asyncio.create_task(engine.receive())
+        await asyncio.sleep(0)  # the engine found its ring empty and sleeps
+        for i in range(20):  # one pass: a batch's replies
+            await frontend.send(b"%d" % i)
+        assert frontend.statistics().doorbells == 0  # not yet: due at the end of the pass
+        got = [await receiver]
+        got += [await engine.receive() for _ in range(19)]
+        return got
+
+    try:
+        assert run(main()) == [b"%d" % i for i in range(20)]
+        assert frontend.statistics().doorbells == 1
+    finally:
+        frontend.close()
+        engine.close()
+
+
+def test_a_busy_receiver_costs_its_sender_no_doorbell(run: Callable[[Any], Any]) -> None:
+    """A receiver that is awake (it took everything and has not gone to sleep) is not rung,
+    however often its ring runs empty."""
+    engine, spec = create_channel(slots=64, slot_bytes=64)
+    frontend = spec.open()
+
+    async def main() -> None:
+        for i in range(50):
+            await frontend.send(b"%d" % i)
+            assert await engine.receive() == b"%d" % i  # never waits: it is there
+
+    try:
+        run(main())
+        assert frontend.statistics().doorbells == 0
+    finally:
+        frontend.close()
+        engine.close()
+
+
 def test_send_refuses_an_oversized_descriptor(
     run: Callable[[Any], Any], pair: tuple[Channel, Channel]
 ) -> None:

@@ -1,5 +1,5 @@
-"""The eventfd doorbell, and the rule that a ring rings it only when going from empty to
-non-empty (counted: every write to the eventfd is visible in its counter)."""
+"""The eventfd doorbell, and the rule that a ring rings it only for a consumer that said it
+sleeps, once per sleep (counted: every write to the eventfd is visible in its counter)."""
 
 from __future__ import annotations
 
@@ -48,27 +48,61 @@ def test_drain_returns_the_rings_and_resets(bell: Doorbell) -> None:
     assert bell.rung == 2
 
 
-def test_rung_only_when_the_ring_goes_from_empty_to_non_empty(ring: Ring, bell: Doorbell) -> None:
-    for i in range(50):  # the consumer is behind: one write for fifty descriptors
+def test_rung_once_per_sleep_of_the_consumer(ring: Ring, bell: Doorbell) -> None:
+    assert ring.prepare_to_sleep()  # empty: the consumer sleeps
+    for i in range(50):  # one write for fifty descriptors put while it sleeps
         _put(ring, bell, b"%d" % i)
     assert bell.drain() == 1
+    ring.awake()
     for _ in range(49):
         assert ring.try_get() is not None
-    _put(ring, bell, b"x")  # one left unread: still not empty, no write
+    _put(ring, bell, b"x")  # awake and behind: no write
     assert bell.drain() == 0
     while ring.try_get() is not None:
         pass
-    _put(ring, bell, b"y")  # empty again: one write
-    _put(ring, bell, b"z")
+    _put(ring, bell, b"y")  # awake with the ring empty (busy elsewhere): still no write
+    assert bell.drain() == 0
+    assert not ring.prepare_to_sleep()  # "y" is waiting: it reads on instead of sleeping
+    assert ring.try_get() == b"y"
+    _put(ring, bell, b"z")  # it said it was awake again
+    assert bell.drain() == 0
+    assert ring.try_get() == b"z"
+    assert ring.prepare_to_sleep()
+    _put(ring, bell, b"w")  # asleep again: one write
+    _put(ring, bell, b"v")
     assert bell.drain() == 1
     assert bell.rung == 2
 
 
-def test_alternating_put_get_rings_every_time(ring: Ring, bell: Doorbell) -> None:
-    for i in range(10):
+def test_an_awake_consumer_costs_no_doorbell(ring: Ring, bell: Doorbell) -> None:
+    for i in range(10):  # the ring goes empty after every put, and nobody sleeps
         _put(ring, bell, b"%d" % i)
         assert ring.try_get() == b"%d" % i
-    assert bell.drain() == 10
+    assert bell.drain() == 0
+
+
+def test_a_consumer_sleeping_after_every_get_is_rung_every_time(ring: Ring, bell: Doorbell) -> None:
+    for i in range(10):
+        assert ring.prepare_to_sleep()
+        _put(ring, bell, b"%d" % i)
+        assert bell.drain() == 1
+        ring.awake()
+        assert ring.try_get() == b"%d" % i
+    assert bell.rung == 10
+
+
+def test_epochs_carry_over_to_a_consumer_that_attaches_again(ring: Ring, bell: Doorbell) -> None:
+    assert ring.prepare_to_sleep()
+    _put(ring, bell, b"a")  # rung for the first epoch
+    assert bell.drain() == 1
+    again = Ring.attach(ring.name)  # a new consumer view of the same ring
+    try:
+        assert again.try_get() == b"a"
+        assert again.prepare_to_sleep()  # a later epoch, never one the producer rang for
+        _put(ring, bell, b"b")
+        assert bell.drain() == 1
+    finally:
+        again.close()
 
 
 def _ring_times(bell: Doorbell, times: int) -> None:

@@ -5,6 +5,7 @@ trip unchanged, messages longer than a ring slot arrive whole over a real channe
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,16 @@ import pytest
 from inferd.cli.main import build_parser
 from inferd.cli.serve import config_from_args
 from inferd.core.inference import InferRequest, InferResponse, RequestedOutput
-from inferd.errors import InferdError, InvalidArgumentError, NotFoundError, OverloadedError
+from inferd.errors import (
+    InferdError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OverloadedError,
+)
 from inferd.server.config import ServerConfig
 from inferd.server.frontends.channel import create_channel
-from inferd.server.frontends.link import MessageLink
+from inferd.server.frontends.link import ARENA, MessageLink
 from inferd.server.frontends.messages import (
     Kind,
     decode_error,
@@ -96,17 +103,29 @@ def test_errors_keep_their_code_and_message(error: InferdError) -> None:
     assert back.message == error.message
 
 
-def test_messages_longer_than_a_slot_arrive_whole_and_in_order() -> None:
+@pytest.mark.parametrize(
+    ("arena_slots", "arena_slot_bytes", "through_arena"),
+    [
+        (0, 0, 0),  # no arenas: every long message in pieces
+        (64, 1024, 4),  # room for all: the long ones through the arena, none in pieces
+        (2, 64, 1),  # a tiny arena: what does not fit (or finds it full) goes in pieces
+    ],
+)
+def test_messages_longer_than_a_slot_arrive_whole_and_in_order(
+    arena_slots: int, arena_slot_bytes: int, through_arena: int
+) -> None:
     async def main() -> None:
-        engine_end, spec = create_channel(slots=4, slot_bytes=64)
+        engine_end, spec = create_channel(
+            slots=4, slot_bytes=64, arena_slots=arena_slots, arena_slot_bytes=arena_slot_bytes
+        )
         frontend_end = spec.open()
         try:
             sender = MessageLink(frontend_end, 64)
             receiver = MessageLink(engine_end, 64)
-            bodies = [bytes([i]) * size for i, size in enumerate((0, 10, 48, 49, 1000, 5000))]
+            bodies = [bytes([i]) * size for i, size in enumerate((0, 10, 48, 49, 100, 1000, 5000))]
 
             async def send_all() -> None:
-                # two calls at once: their pieces interleave on the ring
+                # several calls at once: their pieces interleave on the ring
                 await asyncio.gather(
                     *(sender.send(Kind.INFER, call, body) for call, body in enumerate(bodies))
                 )
@@ -115,9 +134,57 @@ def test_messages_longer_than_a_slot_arrive_whole_and_in_order() -> None:
             got = {}
             for _ in bodies:
                 message = await receiver.receive()
+                assert message.flags == 0
                 got[message.call] = bytes(message.body)
             await task
             assert got == dict(enumerate(bodies))
+            assert sender.arena_messages == through_arena
+            if engine_end.incoming_arena is not None:  # every block was released once read
+                assert engine_end.incoming_arena.free_slots() == arena_slots
+        finally:
+            frontend_end.close()
+            engine_end.close()
+
+    asyncio.run(main())
+
+
+def test_replies_through_the_engines_arena_reach_the_front_end() -> None:
+    """The other direction: the engine allocates in its arena, the front end releases."""
+
+    async def main() -> None:
+        engine_end, spec = create_channel(slots=4, slot_bytes=64)
+        frontend_end = spec.open()
+        try:
+            sender, receiver = MessageLink(engine_end, 64), MessageLink(frontend_end, 64)
+            response = InferResponse(
+                model_name="m",
+                model_version="1",
+                outputs={"y": np.arange(300_000, dtype=np.float32).reshape(3, 100_000)},
+            )
+            await sender.send(Kind.RESPONSE, 5, encode_response(response))
+            message = await receiver.receive()
+            assert (message.kind, message.call, sender.arena_messages) == (Kind.RESPONSE, 5, 1)
+            back = decode_response(message.body)
+            np.testing.assert_array_equal(back.outputs["y"], response.outputs["y"])
+            assert frontend_end.incoming_arena is not None
+            assert frontend_end.incoming_arena.free_slots() == frontend_end.incoming_arena.slots
+        finally:
+            frontend_end.close()
+            engine_end.close()
+
+    asyncio.run(main())
+
+
+def test_a_message_naming_a_block_outside_the_arena_is_refused() -> None:
+    async def main() -> None:
+        engine_end, spec = create_channel(slots=4, slot_bytes=64, arena_slots=4)
+        frontend_end = spec.open()
+        try:
+            receiver = MessageLink(engine_end, 64)
+            forged = struct.pack("<BBxxxxxxQqqq", Kind.INFER, ARENA, 1, 3, 2, 10)  # slots 3..5
+            await frontend_end.send(forged)
+            with pytest.raises(InternalError, match="bad arena block"):
+                await receiver.receive()
         finally:
             frontend_end.close()
             engine_end.close()

@@ -69,7 +69,8 @@ def _produce(name: str, producer: int, count: int, bell: Doorbell) -> None:
 
 
 def _consume_all(rings: list[Ring], bell: Doorbell, count: int) -> dict[int, list[int]]:
-    """Read ``count`` items from ``rings``, sleeping on ``bell`` whenever all are empty."""
+    """Read ``count`` items from ``rings``, sleeping on ``bell`` whenever all are empty (each
+    ring told that the consumer sleeps, then looked at once more: the eventcount)."""
     seen: dict[int, list[int]] = {}
     got = 0
     while got < count:
@@ -81,10 +82,13 @@ def _consume_all(rings: list[Ring], bell: Doorbell, count: int) -> dict[int, lis
                 got += 1
                 progressed = True
         if not progressed:
-            # a lost wake-up shows as a timeout here, never as a hang (generous: spawned
-            # producers may take long to start on a busy machine)
-            assert bell.wait(timeout_s=60), f"no doorbell after {got} of {count} items"
-            bell.drain()
+            if all(ring.prepare_to_sleep() for ring in rings):
+                # a lost wake-up shows as a timeout here, never as a hang (generous: spawned
+                # producers may take long to start on a busy machine)
+                assert bell.wait(timeout_s=60), f"no doorbell after {got} of {count} items"
+                bell.drain()
+            for ring in rings:
+                ring.awake()
     return seen
 
 
@@ -220,25 +224,98 @@ def test_many_producer_processes_one_consumer(rings: list[Ring]) -> None:
 @hypothesis.settings(max_examples=60, deadline=None)
 @hypothesis.given(
     slots=st.integers(1, 5),
-    steps=st.lists(st.one_of(st.integers(0, 24), st.none()), max_size=80),
+    steps=st.lists(
+        st.one_of(st.integers(0, 24), st.none(), st.sampled_from(["sleep", "wake"])), max_size=80
+    ),
 )
-def test_ring_behaves_like_a_bounded_queue(slots: int, steps: list[int | None]) -> None:
-    """Any sequence of puts (a length) and gets (None) matches a bounded FIFO model."""
+def test_ring_behaves_like_a_bounded_queue(slots: int, steps: list[int | str | None]) -> None:
+    """Any sequence of puts (a length), gets (None) and the consumer going to sleep or waking
+    matches a bounded FIFO model, and a put asks for a doorbell exactly when the consumer
+    sleeps and nobody rang since it fell asleep."""
     ring = Ring.create(None, slots, 24)
     model: list[bytes] = []
+    asleep = rung = False
     try:
         for i, step in enumerate(steps):
             if step is None:
                 assert ring.try_get() == (model.pop(0) if model else None)
+            elif step == "sleep":
+                assert ring.prepare_to_sleep() is (not model)
+                asleep, rung = not model, False
+            elif step == "wake":
+                ring.awake()
+                asleep = False
             else:
+                assert isinstance(step, int)
                 payload = bytes([i % 256]) * step
                 put = ring.offer(payload)
                 if len(model) == slots:
                     assert put is Put.FULL
                 else:
-                    assert put is (Put.WAKE if not model else Put.QUEUED)
+                    assert put is (Put.WAKE if asleep and not rung else Put.QUEUED)
+                    rung = rung or asleep
                     model.append(payload)
             assert len(ring) == len(model)
     finally:
         ring.close()
         ring.unlink()
+
+
+def _get_or_sleep(ring: Ring, bell: Doorbell, timeout_s: float) -> bytes:
+    """The next descriptor, sleeping on ``bell`` (eventcount) while there is none."""
+    while (data := ring.try_get()) is None:
+        if ring.prepare_to_sleep():
+            if not bell.wait(timeout_s=timeout_s):
+                raise TimeoutError("lost wake-up: the ring has no doorbell after a put")
+            bell.drain()
+        ring.awake()
+    return data
+
+
+def _put_and_ring(ring: Ring, bell: Doorbell, payload: bytes) -> None:
+    while (put := ring.offer(payload)) is Put.FULL:
+        time.sleep(0)
+    if put is Put.WAKE:
+        bell.ring()
+
+
+def _echo(inbox: str, outbox: str, wake: Doorbell, peer: Doorbell, count: int) -> None:
+    incoming, outgoing = Ring.attach(inbox), Ring.attach(outbox)
+    try:
+        for _ in range(count):
+            _put_and_ring(outgoing, peer, _get_or_sleep(incoming, wake, 60))
+    finally:
+        incoming.close()
+        outgoing.close()
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_ping_pong_with_a_spawned_process_never_loses_a_wake_up(
+    rings: list[Ring], window: int
+) -> None:
+    """Both sides sleep whenever their ring is empty, so every round trip races a put against
+    a consumer falling asleep, thousands of times; a lost wake-up fails on its timeout."""
+    count = 3000
+    to_child, to_parent = _make(rings, 4, 32), _make(rings, 4, 32)
+    child_bell, parent_bell = Doorbell(), Doorbell()
+    child = SPAWN.Process(
+        target=_echo, args=(to_child.name, to_parent.name, child_bell, parent_bell, count)
+    )
+    child.start()
+    got: list[bytes] = []
+    try:
+        for seq in range(window):
+            _put_and_ring(to_child, child_bell, _payload(0, seq))
+        for seq in range(count):
+            got.append(_get_or_sleep(to_parent, parent_bell, 60))
+            if seq + window < count:
+                _put_and_ring(to_child, child_bell, _payload(0, seq + window))
+    finally:
+        child.join(timeout=30 if len(got) == count else 0)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        child_bell.close()
+        parent_bell.close()
+    assert child.exitcode == 0
+    assert [_check(data) for data in got] == [(0, seq) for seq in range(count)]

@@ -142,6 +142,17 @@ class Arena:
 
     # -- any process --------------------------------------------------------------------------
 
+    def block(self, first: int, count: int, nbytes: int, holder: int) -> Block:
+        """The block of slots ``first..first+count`` holding ``nbytes`` bytes, as another
+        process names it (checked against this arena's geometry; ArenaError if outside)."""
+        inside = first >= 0 and count > 0 and first + count <= self.slots
+        if not inside or not 0 <= nbytes <= count * self.slot_bytes:
+            raise ArenaError(
+                f"no block of {count} slots from slot {first} holding {nbytes} bytes in an "
+                f"arena of {self.slots} slots of {self.slot_bytes} bytes"
+            )
+        return Block(first, count, self._data + first * self.slot_bytes, nbytes, holder)
+
     def view(self, block: Block) -> memoryview:
         """The block's bytes, writable, without a copy (release the view before close())."""
         return self._segment.buffer[block.offset : block.offset + block.nbytes]

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -89,19 +90,25 @@ class EngineBridge:
         credits: dict[int, asyncio.Semaphore] = {}  # streamed replies each call may still send
         loop = asyncio.get_running_loop()
 
-        def finished(call: int) -> Callable[[asyncio.Task[None]], None]:
-            def done(task: asyncio.Task[None]) -> None:
-                if tasks.get(call) is task:
-                    del tasks[call]
-                    disconnects.pop(call, None)
-                    streams.pop(call, None)
-                    credits.pop(call, None)
+        def done(call: int, task: asyncio.Task[None]) -> None:
+            if tasks.get(call) is task:
+                del tasks[call]
+                disconnects.pop(call, None)
+                streams.pop(call, None)
+                credits.pop(call, None)
 
-            return done
+        def infer_done(call: int, task: asyncio.Task[None]) -> None:
+            if tasks.get(call) is task:
+                del tasks[call]
 
         try:
             while True:
                 message = await link.receive()
+                if message.kind is Kind.INFER:  # the common case first: no state but the task
+                    inferring = loop.create_task(self._infer(link, message))
+                    tasks[message.call] = inferring
+                    inferring.add_done_callback(partial(infer_done, message.call))
+                    continue
                 if message.kind is Kind.CANCEL:
                     link.forget(message.call)
                     task = tasks.get(message.call)
@@ -121,9 +128,7 @@ class EngineBridge:
                     if inbox is not None:
                         inbox.put_nowait(message)
                     continue
-                if message.kind is Kind.INFER:
-                    coro = self._infer(link, message)
-                elif message.kind is Kind.HTTP:
+                if message.kind is Kind.HTTP:
                     event = disconnects[message.call] = asyncio.Event()
                     credit = credits[message.call] = asyncio.Semaphore(STREAM_WINDOW)
                     coro = self._http(link, message, event, credit)
@@ -138,7 +143,7 @@ class EngineBridge:
                     continue
                 task = loop.create_task(coro)
                 tasks[message.call] = task
-                task.add_done_callback(finished(message.call))
+                task.add_done_callback(partial(done, message.call))
         finally:
             running = list(tasks.values())
             for task in running:

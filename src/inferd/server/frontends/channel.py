@@ -5,12 +5,15 @@ Each end owns one *wake* doorbell and holds the other end's::
     front end ── request ring ──▶ engine      the engine sleeps on its doorbell
     front end ◀── reply ring ─── engine       the front end sleeps on its doorbell
 
-An end rings its peer's doorbell when its put took the outgoing ring from empty to non-empty,
-and when its get freed room in the incoming ring while the peer waits for room
-(:mod:`.ring`). So one doorbell per end wakes it for both reasons: something to read, or room
-to write. The end watches its doorbell with ``loop.add_reader`` on the running loop (asyncio
-or uvloop); the callback drains it and wakes every coroutine waiting in :meth:`Channel.send`
-or :meth:`Channel.receive`, which then look at the rings again. Nothing is polled on a timer.
+An end rings its peer's doorbell when its put found the peer asleep on the outgoing ring (the
+peer drains a ring before it says so), and when its get freed room in the incoming ring while
+the peer waits for room (:mod:`.ring`). The ring for data is deferred to the end of the loop's
+current pass, so that the replies one pass produces (a batch's) are all on the ring when the
+peer wakes: one doorbell, one wake-up. So one doorbell per end wakes it for both reasons:
+something to read, or room to write. The end watches its doorbell with ``loop.add_reader`` on
+the running loop (asyncio or uvloop); the callback drains it and wakes every coroutine waiting
+in :meth:`Channel.send` or :meth:`Channel.receive`, which then look at the rings again.
+Nothing is polled on a timer.
 
 Order: descriptors leave in the order ``send`` was called (senders that find the ring full
 queue first-in first-out behind one another) and arrive in that order. One process (and one
@@ -18,6 +21,9 @@ event loop) per end; an end is not thread-safe.
 
 :func:`create_channel` makes both rings and doorbells in the engine process and returns the
 engine's end and a picklable :class:`ChannelSpec` from which the front end attaches its own.
+With them it makes two arenas (:mod:`.arena`), one per direction, for messages too long for a
+ring slot: the sending end allocates in its ``outgoing_arena`` and the receiving end releases
+the block once it has read it (:mod:`.link`).
 """
 
 from __future__ import annotations
@@ -25,8 +31,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from .arena import Arena
 from .doorbell import Doorbell
 from .ring import Put, Ring
+
+#: the arenas' default geometry (per direction): 256 slots of 64 KiB, 16 MiB of /dev/shm that
+#: is only backed by memory where a message has been written
+ARENA_SLOTS = 256
+ARENA_SLOT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,17 +67,23 @@ class ChannelSpec:
     outgoing: str  #: ring name the front end writes (requests)
     wake: Doorbell  #: the front end's doorbell
     peer: Doorbell  #: the engine's doorbell
+    incoming_arena: str | None = None  #: arena name the front end reads (replies' bodies)
+    outgoing_arena: str | None = None  #: arena name the front end allocates in (requests')
 
     def fds(self) -> tuple[int, int]:
         return (self.wake.fileno(), self.peer.fileno())
 
     def as_dict(self) -> dict[str, str | int]:
-        return {
+        data: dict[str, str | int] = {
             "incoming": self.incoming,
             "outgoing": self.outgoing,
             "wake_fd": self.wake.fileno(),
             "peer_fd": self.peer.fileno(),
         }
+        if self.incoming_arena is not None and self.outgoing_arena is not None:
+            data["incoming_arena"] = self.incoming_arena
+            data["outgoing_arena"] = self.outgoing_arena
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, str | int]) -> ChannelSpec:
@@ -74,6 +92,8 @@ class ChannelSpec:
             outgoing=str(data["outgoing"]),
             wake=Doorbell.from_fd(int(data["wake_fd"])),
             peer=Doorbell.from_fd(int(data["peer_fd"])),
+            incoming_arena=None if "incoming_arena" not in data else str(data["incoming_arena"]),
+            outgoing_arena=None if "outgoing_arena" not in data else str(data["outgoing_arena"]),
         )
 
     def open(self) -> Channel:
@@ -81,13 +101,25 @@ class ChannelSpec:
 
         In a child process, :meth:`close` the spec afterwards to drop the inherited copies.
         """
-        incoming = Ring.attach(self.incoming)
+        opened: list[Ring | Arena] = []
         try:
+            incoming = Ring.attach(self.incoming)
+            opened.append(incoming)
             outgoing = Ring.attach(self.outgoing)
+            opened.append(outgoing)
+            in_arena = out_arena = None
+            if self.incoming_arena is not None and self.outgoing_arena is not None:
+                in_arena = Arena.attach(self.incoming_arena)
+                opened.append(in_arena)
+                out_arena = Arena.attach(self.outgoing_arena)
+                opened.append(out_arena)
         except BaseException:
-            incoming.close()
+            for each in opened:
+                each.close()
             raise
-        return Channel(incoming, outgoing, self.wake.duplicate(), self.peer.duplicate())
+        channel = Channel(incoming, outgoing, self.wake.duplicate(), self.peer.duplicate())
+        channel.incoming_arena, channel.outgoing_arena = in_arena, out_arena
+        return channel
 
     def close(self) -> None:
         """Close this spec's doorbells (in the front end's process, after :meth:`open`)."""
@@ -95,18 +127,42 @@ class ChannelSpec:
         self.peer.close()
 
 
-def create_channel(slots: int, slot_bytes: int) -> tuple[Channel, ChannelSpec]:
-    """The engine's end (which owns and unlinks the rings) and the spec of the front end's."""
-    requests = Ring.create(None, slots, slot_bytes)
+def create_channel(
+    slots: int,
+    slot_bytes: int,
+    arena_slots: int = ARENA_SLOTS,
+    arena_slot_bytes: int = ARENA_SLOT_BYTES,
+) -> tuple[Channel, ChannelSpec]:
+    """The engine's end (which owns and unlinks the rings and arenas) and the spec of the
+    front end's. ``arena_slots=0``: no arenas (long messages go through the rings in pieces)."""
+    made: list[Ring | Arena] = []
     try:
+        requests = Ring.create(None, slots, slot_bytes)
+        made.append(requests)
         replies = Ring.create(None, slots, slot_bytes)
+        made.append(replies)
+        request_arena = reply_arena = None
+        if arena_slots:
+            request_arena = Arena.create(None, arena_slots, arena_slot_bytes)
+            made.append(request_arena)
+            reply_arena = Arena.create(None, arena_slots, arena_slot_bytes)
+            made.append(reply_arena)
     except BaseException:
-        requests.close()
-        requests.unlink()
+        for each in made:
+            each.close()
+            each.unlink()
         raise
     engine_bell, frontend_bell = Doorbell(), Doorbell()
     engine = Channel(requests, replies, engine_bell, frontend_bell, owner=True)
-    spec = ChannelSpec(replies.name, requests.name, frontend_bell, engine_bell)
+    engine.incoming_arena, engine.outgoing_arena = request_arena, reply_arena
+    spec = ChannelSpec(
+        replies.name,
+        requests.name,
+        frontend_bell,
+        engine_bell,
+        incoming_arena=None if reply_arena is None else reply_arena.name,
+        outgoing_arena=None if request_arena is None else request_arena.name,
+    )
     return engine, spec
 
 
@@ -120,6 +176,10 @@ class Channel:
         self.outgoing = outgoing
         self.wake = wake
         self.peer = peer
+        #: where long messages' bodies go (see :mod:`.link`): the arena this end allocates in,
+        #: and the one the peer allocates in and this end releases
+        self.outgoing_arena: Arena | None = None
+        self.incoming_arena: Arena | None = None
         self._owner = owner
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: list[asyncio.Future[None]] = []
@@ -127,6 +187,7 @@ class Channel:
         self._blocked_senders = 0
         self._sent = self._received = self._waits_for_room = 0
         self._closed = False
+        self._ring_pending = False  # a doorbell for the peer is due at the end of this pass
 
     # -- the loop side ----------------------------------------------------------------------
 
@@ -142,6 +203,7 @@ class Channel:
 
     def _on_wake(self) -> None:
         self.wake.drain()
+        self.incoming.awake()
         self._wake_all()
 
     def _wake_all(self) -> None:
@@ -185,9 +247,16 @@ class Channel:
         if result is Put.FULL:
             return False
         self._sent += 1
-        if result is Put.WAKE:
-            self.peer.ring()
+        if result is Put.WAKE and not self._ring_pending:
+            self._ring_pending = True
+            assert self._loop is not None
+            self._loop.call_soon(self._ring_peer)
         return True
+
+    def _ring_peer(self) -> None:
+        self._ring_pending = False
+        if not self._closed:
+            self.peer.ring()
 
     # -- receiving ----------------------------------------------------------------------------
 
@@ -210,7 +279,8 @@ class Channel:
             data = self.receive_nowait()
             if data is not None:
                 return data
-            await self._sleep(loop)
+            if self.incoming.prepare_to_sleep():  # else a descriptor arrived meanwhile
+                await self._sleep(loop)
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -222,6 +292,9 @@ class Channel:
         """
         self.incoming.unlink()
         self.outgoing.unlink()
+        for arena in (self.incoming_arena, self.outgoing_arena):
+            if arena is not None:
+                arena.unlink()
 
     def close(self) -> None:
         """Stop watching, wake waiters with :class:`ChannelClosedError`, unmap the rings.
@@ -239,5 +312,10 @@ class Channel:
         if self._owner:
             self.incoming.unlink()
             self.outgoing.unlink()
+        for arena in (self.incoming_arena, self.outgoing_arena):
+            if arena is not None:
+                arena.close()
+                if self._owner:
+                    arena.unlink()
         self.wake.close()
         self.peer.close()

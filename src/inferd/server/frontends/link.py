@@ -1,20 +1,30 @@
 """Messages of any size over a channel of fixed-size slots.
 
-A message longer than a slot leaves in pieces: every piece carries the message's header with
-the ``PIECE`` flag on all but the last, and the receiver joins the pieces of a call before it
-hands the message on. The pieces of one message are sent one after another by one coroutine,
-so pieces of different calls may interleave but those of one call never do.
+A message longer than a slot has its body written into a block of the sender's arena (the
+channel's ``outgoing_arena``, :mod:`.arena`) and only the block's place travels on the ring,
+with the ``ARENA`` flag; the receiver copies the body out of its ``incoming_arena`` once and
+releases the block. Where there is no arena, or no room in it (or the body is larger than the
+whole arena), the message leaves in pieces instead: every piece carries the message's header
+with the ``PIECE`` flag on all but the last, and the receiver joins the pieces of a call before
+it hands the message on. The pieces of one message are sent one after another by one
+coroutine, so pieces of different calls may interleave but those of one call never do.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Protocol
 
+from inferd.errors import InternalError
+from inferd.server.frontends.arena import Arena, ArenaError, Block
 from inferd.server.frontends.messages import HEADER, Kind, Message, decode_message
 
 __all__ = ["MessageLink", "SlotChannel"]
 
 PIECE = 0x80  # flags: more pieces of this message follow
+ARENA = 0x40  # flags: the body is in the sender's arena, at the block the payload names
+_BLOCK = struct.Struct("<qqq")  # first slot, slot count, length
+_HOLDER = 1  # one allocating process per arena: any non-zero id will do
 
 
 class SlotChannel(Protocol):
@@ -34,6 +44,9 @@ class MessageLink:
         self._channel = channel
         self._room = slot_bytes - HEADER.size
         self._partial: dict[tuple[int, int], list[bytes]] = {}
+        self._out_arena: Arena | None = getattr(channel, "outgoing_arena", None)
+        self._in_arena: Arena | None = getattr(channel, "incoming_arena", None)
+        self.arena_messages = 0  #: messages sent through the arena (for tests and statistics)
 
     async def send(
         self, kind: Kind, call: int, body: bytes | bytearray = b"", flags: int = 0
@@ -42,15 +55,65 @@ class MessageLink:
         if len(body) <= room:
             await self._channel.send(HEADER.pack(kind, flags, call) + body)
             return
+        block = self._to_arena(body)
+        if block is not None:
+            place = _BLOCK.pack(block.first, block.count, block.nbytes)
+            try:
+                await self._channel.send(HEADER.pack(kind, flags | ARENA, call) + place)
+            except BaseException:  # not sent (cancelled while the ring was full, closed)
+                assert self._out_arena is not None
+                self._out_arena.release(block)
+                raise
+            self.arena_messages += 1
+            return
         view = memoryview(body)
         for start in range(0, len(view), room):
             last = start + room >= len(view)
             head = HEADER.pack(kind, flags if last else flags | PIECE, call)
             await self._channel.send(head + view[start : start + room])
 
+    def _to_arena(self, body: bytes | bytearray) -> Block | None:
+        """``body`` copied into a new block of the outgoing arena; None if it does not fit."""
+        arena = self._out_arena
+        if arena is None or len(body) > arena.slots * arena.slot_bytes:
+            return None
+        block = arena.allocate(len(body), _HOLDER)
+        if block is None:
+            return None
+        view = arena.view(block)
+        try:
+            view[:] = body
+        finally:
+            view.release()
+        return block
+
+    def _from_arena(self, message: Message) -> Message:
+        arena = self._in_arena
+        if arena is None or len(message.body) != _BLOCK.size:
+            raise InternalError("a channel message names an arena block this end cannot read")
+        first, count, nbytes = _BLOCK.unpack_from(message.body)
+        try:
+            block = arena.block(first, count, nbytes, _HOLDER)
+        except ArenaError as exc:
+            raise InternalError(f"a channel message names a bad arena block: {exc}") from None
+        view = arena.view(block)
+        try:
+            body = bytes(view)
+        finally:
+            view.release()
+        try:
+            arena.release(block)
+        except ArenaError as exc:
+            raise InternalError(str(exc)) from None
+        return Message(message.kind, message.flags & ~ARENA, message.call, memoryview(body))
+
     async def receive(self) -> Message:
         while True:
             message = decode_message(await self._channel.receive())
+            if not message.flags & (PIECE | ARENA) and not self._partial:  # the common case
+                return message
+            if message.flags & ARENA:
+                return self._from_arena(message)
             key = (message.call, message.kind)
             if message.flags & PIECE:
                 self._partial.setdefault(key, []).append(bytes(message.body))

@@ -11,6 +11,8 @@ Layout (all integers little-endian signed 64-bit, every counter on its own 64-by
     72   space_wait    > 0 while the producer waits for     written by the producer only
                        room (an epoch number)
     128  head          slots consumed so far                written by the consumer only
+    136  sleeping      > 0 while the consumer sleeps (an    written by the consumer only
+                       epoch number), minus it once awake
     192  slot 0: length (8 bytes), payload (<= slot_bytes), padded to stride (a multiple of 64)
          slot 1 ...
 
@@ -23,14 +25,19 @@ writer per counter, aligned 8-byte stores, stores in program order: a consumer t
 ``tail`` sees the payloads before it, and a producer that sees a ``head`` may reuse the slots
 before it.
 
-Waking. A consumer with nothing to read sleeps on a doorbell; the producer must ring it when
-it puts into a ring the consumer may have found empty. :meth:`try_put` reports that: after
-storing ``tail`` it issues a full fence and loads ``head``; if ``head`` equals the old ``tail``
-the consumer had taken everything, so the put took the ring from empty to non-empty
-(:data:`WAKE`). The consumer stores ``head`` and fences before its next load of ``tail``. Of
-the two store→fence→load sequences at least one sees the other's store (Dekker), so either the
-consumer sees the new slot or the producer sees the ring empty and rings: no lost wake-up,
-and while the consumer lags behind no doorbell is written at all.
+Waking (an eventcount). A consumer takes everything there is, and only then goes to sleep on a
+doorbell: :meth:`Ring.prepare_to_sleep` stores a new epoch into ``sleeping``, issues a full
+fence and loads ``tail`` once more; only if the ring is still empty does the consumer sleep
+(else it negates ``sleeping`` and reads on). The producer, after storing ``tail``, fences and
+loads ``sleeping``: a non-zero epoch it has not rung for yet means the consumer sleeps or is
+about to, and :meth:`Ring.offer` answers :data:`Put.WAKE` (once per epoch: the puts that follow
+while the consumer still sleeps answer :data:`Put.QUEUED`). Of the two store→fence→load
+sequences at least one sees the other's store (Dekker), so either the consumer sees the new
+slot or the producer sees the epoch and rings: no lost wake-up. A consumer that is awake —
+busy, or behind — costs its producer no doorbell at all, however often the ring runs empty
+between puts; a consumer that sleeps gets one ring, however many puts arrive before it wakes.
+A woken consumer negates its epoch (:meth:`Ring.awake`) before it reads again; epochs only
+grow, also across a consumer that attaches again, so no epoch is ever rung for twice.
 The same argument, the other way, covers a producer waiting for room: it raises ``space_wait``,
 fences and checks for room again; a consumer that frees a slot fences and reads
 ``space_wait``, and reports once per epoch that the producer wants a wake-up
@@ -45,13 +52,13 @@ from enum import IntEnum
 from .shared import NEEDS_PUBLISH_FENCE, Fence, Segment, attach_view
 
 MAGIC = 0x474E4952444E4649  # b"INFDRING" little-endian
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 192
 _LINE = 64
 # indexes into the header viewed as 64-bit words
 _MAGIC, _VERSION, _SLOTS, _SLOT_BYTES, _STRIDE = 0, 1, 2, 3, 4
 _TAIL, _SPACE_WAIT = 8, 9
-_HEAD = 16
+_HEAD, _SLEEPING = 16, 17
 _LENGTH = struct.Struct("<q")
 
 
@@ -60,7 +67,7 @@ class Put(IntEnum):
 
     FULL = 0  #: nothing written: the ring is full
     QUEUED = 1  #: written; the consumer still had older slots to read
-    WAKE = 2  #: written into an empty ring: ring the consumer's doorbell
+    WAKE = 2  #: written while the consumer sleeps: ring the consumer's doorbell
 
 
 class DescriptorTooLargeError(ValueError):
@@ -97,6 +104,8 @@ class Ring:
         self._space_epoch = 0  # producer: epochs of waiting for room
         self._space_signalled = 0  # consumer: last epoch reported by take_space_signal
         self._space_pending = False
+        self._rung_epoch = 0  # producer: the last sleeping epoch it answered WAKE for
+        self._sleep_epoch: int = abs(self._words[_SLEEPING])  # consumer: epochs of sleeping
 
     @property
     def name(self) -> str:
@@ -147,8 +156,11 @@ class Ring:
         self._p_tail = tail + 1
         self._words[_TAIL] = tail + 1
         self._p_fence()
-        self._p_head = self._words[_HEAD]
-        return Put.WAKE if self._p_head == tail else Put.QUEUED
+        sleeping = self._words[_SLEEPING]
+        if sleeping > 0 and sleeping != self._rung_epoch:
+            self._rung_epoch = sleeping
+            return Put.WAKE
+        return Put.QUEUED
 
     def try_put(self, payload: bytes | bytearray | memoryview) -> bool:
         """Put one descriptor; False when the ring is full (nothing written)."""
@@ -190,6 +202,26 @@ class Ring:
             self._space_signalled = epoch
             self._space_pending = True
         return data
+
+    def prepare_to_sleep(self) -> bool:
+        """Announce that the consumer sleeps on its doorbell; True if it may (still empty).
+
+        False: a descriptor arrived meanwhile; the consumer is awake again and reads on.
+        After True, the consumer waits for its doorbell and calls :meth:`awake` once
+        woken (a spurious ring is possible, a lost one is not).
+        """
+        self._sleep_epoch += 1
+        self._words[_SLEEPING] = self._sleep_epoch
+        self._c_fence()
+        self._c_tail = self._words[_TAIL]
+        if self._c_head != self._c_tail:
+            self._words[_SLEEPING] = -self._sleep_epoch
+            return False
+        return True
+
+    def awake(self) -> None:
+        """The consumer is awake again: puts stop asking for doorbells until it next sleeps."""
+        self._words[_SLEEPING] = -self._sleep_epoch
 
     def take_space_signal(self) -> bool:
         """True once after a get that freed a slot the producer is waiting for."""
