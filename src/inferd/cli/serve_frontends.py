@@ -19,8 +19,8 @@ def add_frontends_flag(group: argparse._ArgumentGroup) -> None:
         "memory, so one model's requests still batch together and statistics and metrics stay "
         "in one place; a front end that dies is restarted. 1: this process serves, as always; "
         "auto: one per core available (CPU affinity and the cgroup's CPU quota) less one for "
-        "the engine, 1 below 3 cores. --http-max-connections then bounds each front end "
-        "(default: 1)",
+        "the engine, 1 below 3 cores. --http-max-connections bounds the connections of all "
+        "front ends together (default: 1)",
     )
 
 

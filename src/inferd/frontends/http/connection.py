@@ -43,6 +43,7 @@ import time
 import urllib.parse
 from asyncio import TimerHandle
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -55,6 +56,8 @@ from inferd.frontends.http.slots import (
     Admission,
     EvictionQueue,
     IdleKey,
+    IdleOrder,
+    SharedCount,
     admit,
     is_health_probe,
 )
@@ -84,9 +87,17 @@ class ServerState:
     """What one server's connections share: the app, the limits, the open connections and their
     request tasks, the slots at the limit, and the ``Date`` header of the current second."""
 
-    def __init__(self, app: App, limits: ConnectionLimits) -> None:
+    def __init__(
+        self, app: App, limits: ConnectionLimits, shared: SharedCount | None = None
+    ) -> None:
         self.app = app
         self.limits = limits
+        #: the port's connection count when other processes serve it too (--frontends)
+        self.shared = shared
+        self.idle_order: IdleOrder[HttpConnection] | None = None
+        if shared is not None:
+            self.idle_order = IdleOrder(shared.publish_idle)
+            shared.set_closer(self.close_longest_idle)
         self.connections: set[HttpConnection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
@@ -95,6 +106,15 @@ class ServerState:
         self.idle: EvictionQueue[HttpConnection] = EvictionQueue(HttpConnection.idle_since)
         self._date_second = -1
         self._date = b""
+
+    def close_longest_idle(self) -> None:
+        """Another process serving the port asked for room: close the longest-idle
+        connection of this one (if one is still idle)."""
+        assert self.idle_order is not None
+        oldest = self.idle_order.oldest()
+        if oldest is not None:
+            self.idle_order.busy(oldest[1])
+            oldest[1].transport.close()
 
     def date_header(self) -> bytes:
         now = int(time.time())  # the Date header is wall-clock time by definition
@@ -146,6 +166,7 @@ class HttpConnection(asyncio.Protocol):
         self._body_timer: TimerHandle | None = None
         self._body_progress = False
         self._refused = False
+        self._counted = False  # counted in the port's shared count (state.shared)
         self._probe_slot = False  # admitted over the limit: answers one health probe, nothing else
         self._opened = 0.0  # loop time the connection was admitted
         self._serial = 0  # the order connections were admitted in, per server
@@ -159,12 +180,15 @@ class HttpConnection(asyncio.Protocol):
         transport = cast("asyncio.Transport", base)
         state = self.state
         limit = self.limits.max_connections
-        if (
-            limit is not None
-            and len(state.connections) - len(state.probes) >= limit
-            and not self._admit_at_limit(transport, limit)
-        ):
-            return
+        if limit is not None:
+            shared = state.shared
+            if shared is None:
+                at_limit = len(state.connections) - len(state.probes) >= limit
+            else:
+                at_limit = not shared.take(limit)
+                self._counted = not at_limit
+            if at_limit and not self._admit_at_limit(transport, limit):
+                return
         state.connections.add(self)
         self.transport = transport
         self.flow = Flow(transport, self.loop)
@@ -177,6 +201,8 @@ class HttpConnection(asyncio.Protocol):
         self._serial = next(state.admitted)
         if self._probe_slot:
             state.probes.add(self)
+        elif state.idle_order is not None:
+            state.idle_order.idle(self, self._opened)
         self._arm_header_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -211,6 +237,12 @@ class HttpConnection(asyncio.Protocol):
         if self._refused:
             return
         state.connections.discard(self)
+        if self._counted:
+            self._counted = False
+            assert state.shared is not None
+            state.shared.release()
+        if state.idle_order is not None:
+            state.idle_order.busy(self)
         self._cancel_keep_alive()
         self.pipeline.clear()
         cycle = self.cycle
@@ -242,6 +274,8 @@ class HttpConnection(asyncio.Protocol):
         self._headers = []
         self._expect_100 = False
         self._begun = True
+        if self.state.idle_order is not None:
+            self.state.idle_order.busy(self)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -346,6 +380,8 @@ class HttpConnection(asyncio.Protocol):
             self._keep_alive_timer = self.loop.call_later(
                 self.limits.idle_timeout_s, self._keep_alive_timeout
             )
+            if self.state.idle_order is not None:
+                self.state.idle_order.idle(self, self._idle_from)
 
     def _reject(self, reason: str) -> None:
         """The parser rejected the request: 400, after the responses to the requests before it."""
@@ -373,9 +409,13 @@ class HttpConnection(asyncio.Protocol):
         if timer is not None:
             timer.cancel()
             self._keep_alive_timer = None
+            if self.state.idle_order is not None:
+                self.state.idle_order.busy(self)
 
     def _keep_alive_timeout(self) -> None:
         self._keep_alive_timer = None
+        if self.state.idle_order is not None:
+            self.state.idle_order.busy(self)
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -399,13 +439,44 @@ class HttpConnection(asyncio.Protocol):
     def _waiting_probe(self) -> bool:
         return self.cycle is None and not self._refused and not self.transport.is_closing()
 
+    def _longest_idle(self) -> Callable[[], None] | None:
+        """What closes the longest-idle connection of the port, or None if none is idle: of
+        this process, or, with a shared count, of any process serving the port."""
+        state = self.state
+        if state.shared is None or state.idle_order is None:
+            victim = state.idle.pop_longest_idle(state.connections, self.loop.time())
+            return None if victim is None else victim.transport.close
+        shared, order = state.shared, state.idle_order
+        local = order.oldest()
+        remote = shared.oldest_elsewhere()
+        if local is not None and (remote is None or local[0] <= remote[0]):
+            victim = local[1]
+
+            def close_here() -> None:
+                order.busy(victim)
+                victim.transport.close()
+                shared.take_over()
+                self._counted = True
+
+            return close_here
+        if remote is None:
+            return None
+        holder = remote[1]
+
+        def close_there() -> None:
+            shared.ask_to_close_idle(holder)
+            shared.take_over()
+            self._counted = True
+
+        return close_there
+
     def _admit_at_limit(self, transport: asyncio.Transport, limit: int) -> bool:
         """Make room for a connection arriving at the limit (:mod:`.slots`); False: refused."""
         state = self.state
-        victim = state.idle.pop_longest_idle(state.connections, self.loop.time())
+        victim = self._longest_idle()
         waiting = [] if victim is not None else [p for p in state.probes if p._waiting_probe()]
         decision = admit(
-            len(state.connections) - len(state.probes),
+            limit,  # at it (the count of this process, or of all that serve the port)
             limit,
             idle=victim is not None,
             probes=len(state.probes),
@@ -413,7 +484,7 @@ class HttpConnection(asyncio.Protocol):
             probe_slots=self.limits.probe_slots,
         )
         if decision is Admission.EVICT_IDLE and victim is not None:
-            victim.transport.close()
+            victim()
         elif decision is Admission.EVICT_PROBE:
             oldest = min(waiting, key=lambda p: p._serial)
             state.probes.discard(oldest)

@@ -19,7 +19,7 @@ import socket
 from typing import Any
 
 from inferd.frontends.http.connection import ConnectionLimits, HttpConnection, ServerState
-from inferd.frontends.http.slots import PROBE_HEAD_TIMEOUT_S, PROBE_SLOTS
+from inferd.frontends.http.slots import PROBE_HEAD_TIMEOUT_S, PROBE_SLOTS, SharedCount
 from inferd.frontends.http.tls import server_ssl_context
 from inferd.frontends.tls import TlsSettings
 
@@ -107,13 +107,16 @@ async def start_http_server(
     timeout_graceful_shutdown_s: int = 5,
     backlog: int = 2048,
     reuse_port: bool = False,
+    shared_count: SharedCount | None = None,
 ) -> tuple[HttpServer, int]:
     """Serve ``app`` on ``host:port`` (0 = an ephemeral port); return the handle and the port.
 
     ``max_connections`` bounds the open connections (None: unbounded); at the limit, up to
     ``probe_slots`` more may each get one health answer, their request head due within
     ``probe_head_timeout_s`` (:mod:`inferd.frontends.http.slots`); ``tls`` serves HTTPS;
-    ``reuse_port`` lets other processes of this user listen on the same port (SO_REUSEPORT).
+    ``reuse_port`` lets other processes of this user listen on the same port (SO_REUSEPORT);
+    ``shared_count``, the count those processes share, makes ``max_connections`` one limit for
+    all of them (:class:`~inferd.frontends.http.slots.SharedCount`).
     """
     limits = ConnectionLimits(
         header_timeout_s,
@@ -124,7 +127,7 @@ async def start_http_server(
         probe_head_timeout_s=probe_head_timeout_s,
     )
     context = server_ssl_context(tls) if tls is not None else None
-    state = ServerState(app, limits)
+    state = ServerState(app, limits, shared_count)
     loop = asyncio.get_running_loop()
     sock = _bind(host, port, backlog, reuse_port)
     try:

@@ -18,13 +18,19 @@ connections (step 1), by slow requests (steps 2 and 3), at a cost bounded by the
 probe slots. Finding the longest-idle connection scans the open connections; the scan's order is
 kept (:class:`EvictionQueue`) and used up before the next scan, so a flood of connections costs
 one scan per limit's worth of arrivals, not one per arrival.
+
+When several processes serve the port (``inferd serve --frontends K``) the limit is theirs
+together: the server is given a :class:`SharedCount`, a connection is counted there, and at
+the limit the longest-idle connection of any of them makes room — this process keeps its idle
+connections in :class:`IdleOrder` and publishes the oldest; another process's is closed by
+that process on request. Probe slots stay per process.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from inferd.errors import InvalidArgumentError
 from inferd.frontends.access import Api
@@ -120,12 +126,83 @@ class EvictionQueue(Generic[T]):
         return None
 
 
+class SharedCount(Protocol):
+    """The connection count of a port that several processes serve (``inferd serve
+    --frontends K``, :mod:`inferd.server.frontends.connections`): one limit for all of them,
+    and the longest-idle connection of any of them to make room at it. Idle times are the
+    event loops' clock (``loop.time()``, the system's monotonic clock in every process)."""
+
+    def take(self, limit: int) -> bool:
+        """Count one more connection of this process if all of them hold fewer than
+        ``limit``; False (nothing counted) at the limit."""
+        ...
+
+    def take_over(self) -> None:
+        """Count one more connection past the limit (an idle one is being closed for it)."""
+        ...
+
+    def release(self) -> None:
+        """One connection of this process closed."""
+        ...
+
+    def publish_idle(self, since: float | None) -> None:
+        """Since when this process's longest-idle connection has been idle (None: none is)."""
+        ...
+
+    def oldest_elsewhere(self) -> tuple[float, int] | None:
+        """The longest idle time another process published, and which process; None if none."""
+        ...
+
+    def ask_to_close_idle(self, holder: int) -> None:
+        """Ask process ``holder`` to close its longest-idle connection."""
+        ...
+
+    def set_closer(self, close_idle: Callable[[], None]) -> None:
+        """What to call when another process asks this one to close an idle connection."""
+        ...
+
+
+class IdleOrder(Generic[T]):
+    """This process's idle connections in the order they became idle, for a port shared with
+    other processes (:class:`SharedCount`): the longest idle is known at any moment in O(1)
+    and published whenever it changes. Items become idle in time order (now, by one clock),
+    so insertion order is idle order."""
+
+    def __init__(self, publish: Callable[[float | None], None]) -> None:
+        self._idle: dict[T, float] = {}
+        self._publish = publish
+        self._published: float | None = None
+
+    def idle(self, item: T, since: float) -> None:
+        self._idle.pop(item, None)
+        self._idle[item] = since
+        self._refresh()
+
+    def busy(self, item: T) -> None:
+        """``item`` is no longer idle (a request began, or it is closing)."""
+        if self._idle.pop(item, None) is not None:
+            self._refresh()
+
+    def oldest(self) -> tuple[float, T] | None:
+        for item, since in self._idle.items():
+            return since, item
+        return None
+
+    def _refresh(self) -> None:
+        head = next(iter(self._idle.values()), None)
+        if head != self._published:
+            self._published = head
+            self._publish(head)
+
+
 __all__ = [
     "PROBE_HEAD_TIMEOUT_S",
     "PROBE_SLOTS",
     "Admission",
     "EvictionQueue",
     "IdleKey",
+    "IdleOrder",
+    "SharedCount",
     "admit",
     "is_health_probe",
 ]

@@ -5,8 +5,12 @@ so the port stays this server's while front ends come and go, and port 0 names o
 all of them), starts K front-end processes that listen on those ports with ``SO_REUSEPORT``
 (the kernel spreads new connections over them), gives each a channel served by the
 :class:`~inferd.server.frontends.bridge.EngineBridge`, restarts one that dies (its in-flight
-calls are cancelled, its channel closed and unlinked; a new one gets a new channel) and stops
-them all on shutdown.
+calls are cancelled, its channel closed, its share of the connection count forgotten; a new one
+gets a new channel) and stops them all on shutdown.
+
+A channel's segments are unlinked from ``/dev/shm`` as soon as its front end has attached them
+(it says ``ready``), so a server killed outright leaves no file behind. The front ends share one
+HTTP connection count (:mod:`.connections`, a memfd: it has no name to leave behind).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from inferd.errors import InferdError
 from inferd.server.config import ServerConfig
 from inferd.server.frontends.bridge import EngineBridge
 from inferd.server.frontends.channel import Channel, create_channel
+from inferd.server.frontends.connections import ConnectionTable
 from inferd.server.frontends.link import MessageLink
-from inferd.server.frontends.worker import Settings, frontend_config, local_infer
+from inferd.server.frontends.settings import Settings, frontend_config, local_infer
 
 __all__ = ["FrontendError", "Supervisor", "auto_frontends", "frontends_for"]
 
@@ -114,6 +119,7 @@ class Supervisor:
         self._reserved: list[socket.socket] = []
         self.ports: dict[str, int] = {}
         self._frontends = [_Frontend(i) for i in range(count)]
+        self._connections: ConnectionTable | None = None
         self._keepers: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -133,6 +139,7 @@ class Supervisor:
         if cfg.allow_grpc:
             self._reserved.append(reserve_port(cfg.grpc_address, cfg.grpc_port))
             self.ports["grpc"] = self._reserved[-1].getsockname()[1]
+        self._connections = ConnectionTable.create(self._count)
         try:
             await asyncio.gather(*(self._launch(f) for f in self._frontends))
         except BaseException:
@@ -146,6 +153,8 @@ class Supervisor:
 
     async def _launch(self, frontend: _Frontend) -> None:
         """Start one front end with a new channel; return once it serves."""
+        assert self._connections is not None
+        connection_fds = self._connections.fds()
         engine_end, spec = create_channel(RING_SLOTS, SLOT_BYTES)
         frontend.channel = engine_end
         frontend.serving = asyncio.get_running_loop().create_task(
@@ -160,6 +169,7 @@ class Supervisor:
             grpc_port=self.ports.get("grpc"),
             openai_port=self.ports.get("openai"),
             local_infer=local_infer(self._config),
+            connection_fds=connection_fds,
         )
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -167,7 +177,7 @@ class Supervisor:
             "inferd.server.frontends.worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            pass_fds=spec.fds(),
+            pass_fds=(*spec.fds(), *connection_fds),
         )
         frontend.process = process
         assert process.stdin is not None
@@ -186,6 +196,7 @@ class Supervisor:
                 f"front end {frontend.index} did not start (exit status {code}; its log above "
                 "says why)"
             )
+        engine_end.unlink()  # attached: a killed server leaves nothing in /dev/shm
         frontend.pids.append(process.pid)
         self._log.info("front end %d serving (pid %d)", frontend.index, process.pid)
 
@@ -198,6 +209,8 @@ class Supervisor:
         if frontend.channel is not None:
             frontend.channel.close()
             frontend.channel = None
+        if self._connections is not None:
+            self._connections.reset(frontend.index)
 
     async def _keep(self, frontend: _Frontend) -> None:
         """Restart the front end whenever it exits, until the server stops."""
@@ -251,3 +264,6 @@ class Supervisor:
         for sock in self._reserved:
             sock.close()
         self._reserved.clear()
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None

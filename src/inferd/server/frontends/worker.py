@@ -1,9 +1,12 @@
 """One front-end process: HTTP and gRPC on the server's ports, the engine behind a channel.
 
 Started by :mod:`inferd.server.frontends.supervisor` as ``python -m
-inferd.server.frontends.worker``. Its standard input carries its settings (length-prefixed,
-written by the parent process only) and then stays open: end of file means the engine process
-has gone, and the front end stops. It prints ``ready`` on standard output once it serves.
+inferd.server.frontends.worker``. Its standard input carries its settings (a length-prefixed
+JSON document, :mod:`.settings`, written by the parent process only) and then stays open: end
+of file means the engine process has gone, and the front end stops. It prints ``ready`` on
+standard output once it serves. Of the descriptors it inherits it keeps only what it uses:
+its channel's doorbells (duplicated, the inherited ones closed) and the shared connection
+table with the front ends' doorbells (:mod:`.connections`).
 
 Inference requests are decoded here and sent to the engine as tensors; the responses are
 encoded here. Every other request is answered by the engine's own HTTP app or gRPC servicer
@@ -16,12 +19,9 @@ import asyncio
 import contextlib
 import logging
 import os
-import pickle
 import signal
-import struct
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
@@ -45,68 +45,30 @@ from inferd.frontends.http.routes import Endpoint, match_route
 from inferd.frontends.http.server import start_http_server
 from inferd.server.config import ServerConfig
 from inferd.server.frontends.channel import ChannelSpec
+from inferd.server.frontends.connections import ConnectionTable
 from inferd.server.frontends.link import MessageLink
 from inferd.server.frontends.messages import Kind, decode_error, split_json
 from inferd.server.frontends.proxy import EngineProxy
-
-__all__ = ["ForwardingApp", "FrontendHttpApp", "FrontendServicer", "Settings", "main"]
-
-_LENGTH = struct.Struct("<Q")
-_SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-_STATUS = {code.value[0]: code for code in grpc.StatusCode}
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """What the engine process tells a front end (over a pipe only the two of them hold)."""
-
-    index: int
-    config: ServerConfig  # what front ends read of it: frontend_config()
-    channel: dict[str, str | int]
-    slot_bytes: int
-    http_port: int | None
-    grpc_port: int | None
-    openai_port: int | None
-    local_infer: bool  # see local_infer()
-
-    def encode(self) -> bytes:
-        # the parent's own settings object, to its own child: no client ever writes these bytes
-        blob = pickle.dumps(self)
-        return _LENGTH.pack(len(blob)) + blob
-
-
-def local_infer(config: ServerConfig) -> bool:
-    """Inference requests are decoded here unless they may name shared-memory regions (the
-    engine holds the registry) or are traced (the engine's tracer begins the traces)."""
-    return not config.allow_shared_memory and config.tracing is None
-
-
-#: the settings a front end serves with (the rest concern the engine alone)
-_FRONTEND_FIELDS = (
-    "model_repositories",
-    "exit_timeout_secs",
-    "http_address",
-    "http_max_input_bytes",
-    "http_max_json_input_bytes",
-    "http_header_timeout_s",
-    "http_body_timeout_s",
-    "http_idle_timeout_s",
-    "http_max_connections",
-    "http_restricted_apis",
-    "http_tls",
-    "openai_max_body_bytes",
-    "grpc_address",
-    "grpc_restricted_protocols",
-    "grpc_tls",
-    "admin_token",
-    "feedback_token",
-    "open_apis",
+from inferd.server.frontends.settings import (
+    LENGTH,
+    Settings,
+    SettingsError,
+    frontend_config,
+    local_infer,
 )
 
+__all__ = [
+    "ForwardingApp",
+    "FrontendHttpApp",
+    "FrontendServicer",
+    "Settings",
+    "frontend_config",
+    "local_infer",
+    "main",
+]
 
-def frontend_config(config: ServerConfig) -> ServerConfig:
-    """``config`` less what only the engine reads (models, monitoring, tracing...)."""
-    return ServerConfig(**{name: getattr(config, name) for name in _FRONTEND_FIELDS})
+_SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+_STATUS = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class FrontendHttpApp:
@@ -307,7 +269,13 @@ async def serve(settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     # the engine holds the other end of standard input: end of file means it has gone
     loop.add_reader(0, lambda: stop.set() if not os.read(0, 4096) else None)
-    channel = ChannelSpec.from_dict(settings.channel).open()
+    spec = ChannelSpec.from_dict(settings.channel)
+    try:
+        channel = spec.open()
+    finally:
+        spec.close()  # the inherited descriptors: the channel holds its own copies
+    table = ConnectionTable.attach(settings.connection_fds, settings.index)
+    table.watch(loop)
     proxy = EngineProxy(MessageLink(channel, settings.slot_bytes), log=log)
     reader = loop.create_task(proxy.run())
     reader.add_done_callback(lambda _: stop.set())
@@ -326,6 +294,7 @@ async def serve(settings: Settings) -> int:
                 max_connections=config.http_max_connections,
                 tls=config.http_tls,
                 reuse_port=True,
+                shared_count=table.port("http"),
             )
         if settings.openai_port is not None:
             openai, _ = await start_http_server(
@@ -338,6 +307,7 @@ async def serve(settings: Settings) -> int:
                 max_connections=config.http_max_connections,
                 tls=config.http_tls,
                 reuse_port=True,
+                shared_count=table.port("openai"),
             )
         if settings.grpc_port is not None:
             grpc_server = await _start_grpc(proxy, settings, logging.getLogger("inferd.grpc"))
@@ -356,19 +326,20 @@ async def serve(settings: Settings) -> int:
         await asyncio.gather(reader, return_exceptions=True)
         loop.remove_reader(0)
         channel.close()
+        table.close()
     return 0
 
 
 def _read_settings() -> Settings:
     stream = sys.stdin.buffer
-    head = stream.read(_LENGTH.size)
-    if len(head) != _LENGTH.size:
+    head = stream.read(LENGTH.size)
+    if len(head) != LENGTH.size:
         raise SystemExit("inferd front end: no settings on standard input (started by hand?)")
-    (length,) = _LENGTH.unpack(head)
-    settings = pickle.loads(stream.read(length))
-    if not isinstance(settings, Settings):
-        raise SystemExit("inferd front end: unexpected settings on standard input")
-    return settings
+    (length,) = LENGTH.unpack(head)
+    try:
+        return Settings.from_json(stream.read(length))
+    except SettingsError as exc:
+        raise SystemExit(f"inferd front end: {exc}") from None
 
 
 def main() -> int:
@@ -385,7 +356,5 @@ def main() -> int:
     return uvloop.run(serve(settings))
 
 
-if __name__ == "__main__":  # the module proper, so that the settings unpickle as its class
-    from inferd.server.frontends.worker import main as _main
-
-    sys.exit(_main())
+if __name__ == "__main__":
+    sys.exit(main())
