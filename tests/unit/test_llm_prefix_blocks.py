@@ -219,3 +219,41 @@ def test_a_shared_head_is_computed_once() -> None:
     sim.admit([*head, 43])  # cached after both finished
     assert sim.hit_tokens == 24
     sim.check()
+
+
+def test_the_policy_counts_only_a_victims_own_blocks_as_freed() -> None:
+    from inferd.backends.llm.policy import PolicyConfig, SeqState, plan_step
+
+    cfg = PolicyConfig(
+        max_running=4, max_step_tokens=16, block_tokens=4, total_blocks=6, max_model_len=64
+    )
+
+    def running(seq_id: int, shared: int) -> SeqState:
+        # 8 tokens computed in 2 full blocks: the next token needs a third block
+        return SeqState(seq_id, float(seq_id), 8, 8, 1, 8, blocks=2, shared_blocks=shared)
+
+    # no free block: the oldest needs one, the youngest is preempted; when the youngest's
+    # blocks are all shared with the oldest, preempting it frees nothing, so the next one
+    # goes too
+    alone = plan_step([], [running(0, 0), running(1, 0), running(2, 0)], 0, cfg)
+    assert alone.preempt == (2,)
+    shared = plan_step([], [running(0, 0), running(1, 0), running(2, 2)], 0, cfg)
+    assert shared.preempt == (2, 1)
+    with pytest.raises(ValueError, match=r"shared_blocks must be 0\.\.blocks"):
+        SeqState(9, 0.0, 8, 8, 1, 8, blocks=1, shared_blocks=2)
+
+
+def test_the_policy_admits_a_cached_head_with_a_grant_for_every_block() -> None:
+    from inferd.backends.llm.policy import PolicyConfig, SeqState, plan_step
+
+    cfg = PolicyConfig(
+        max_running=4, max_step_tokens=16, block_tokens=4, total_blocks=8, max_model_len=64
+    )
+    # 10 prompt tokens, 8 of them cached (2 blocks): it prefills the last 2 tokens, and its
+    # grant covers all 3 blocks (the runtime takes the 2 cached ones as part of it)
+    hit = SeqState(0, 0.0, 10, 8, 0, 4, blocks=0)
+    plan = plan_step([hit], [], 3, cfg)
+    assert plan.prefill == ((0, 2),)
+    assert plan.grow == ((0, 3),)
+    # with fewer free blocks than the whole grant, it waits (never over-committed)
+    assert plan_step([hit], [], 2, cfg).prefill == ()
