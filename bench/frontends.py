@@ -1,7 +1,8 @@
 """``inferd serve --frontends K``: throughput and server CPU per request, K=1 against K=2.
 
     .venv/bin/python bench/frontends.py [--concurrency 32] [--seconds 10] [--protocol http]
-                                        [--frontends 1,2] [--rounds 3] [--against DIR]
+                                        [--frontends 1,2] [--rounds 3] [--trials 3]
+                                        [--against DIR]
 
 Starts a server on the small MLP (64 -> 256 -> 256 -> 10, dynamic batching on) for each K in
 turn, drives it with ``inferd perf`` at the given concurrency, and reads the CPU time of the
@@ -98,6 +99,8 @@ def measure(
             str(args.concurrency),
             "-p",
             str(int(args.seconds * 1000)),
+            "-r",
+            str(args.trials),
             "--json-output",
             str(out),
         ]
@@ -133,6 +136,13 @@ def main() -> None:
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--frontends", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=3,
+        help="measurement windows at most per run (inferd perf -r); the CPU per request "
+        "counts every window",
+    )
     parser.add_argument(
         "--against",
         type=Path,

@@ -18,8 +18,9 @@ Transports, measured in the same run:
 * ``socket-async``: a socketpair with length-prefixed frames through asyncio streams on uvloop
   at both ends — the baseline for ``ring-async``.
 
-Usage: ``python bench/ring_cost.py [--count N] [--window W] [--bytes B]``. Prints µs per
-descriptor round trip and, for the rings, doorbell writes per descriptor. Figures are ratios
+Usage: ``python bench/ring_cost.py [--count N] [--window W] [--bytes B] [--repeat R]
+[--transports ring-sync,ring-async]``. Prints µs per descriptor round trip (the median of the
+repeats, with their range) and, for the rings, doorbell writes per descriptor. Figures are ratios
 of one run on one machine; on a machine with fewer free cores than the two processes need,
 the unloaded figures include scheduler wake-up latency.
 """
@@ -262,30 +263,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=20000, help="round trips per measurement")
     parser.add_argument("--window", type=int, default=32, help="descriptors in flight, loaded")
     parser.add_argument("--bytes", type=int, default=128, help="descriptor size")
-    parser.add_argument("--repeat", type=int, default=3, help="measurements per cell (best kept)")
+    parser.add_argument("--repeat", type=int, default=3, help="measurements per cell (median)")
+    parser.add_argument(
+        "--transports",
+        default="ring-sync,pipe,ring-async,socket-async",
+        help="comma-separated: which transports to measure",
+    )
     args = parser.parse_args(argv)
-    transports: dict[str, Any] = {
+    every: dict[str, Any] = {
         "ring-sync": ring_sync,
         "pipe": pipe,
         "ring-async": ring_async,
         "socket-async": socket_async,
     }
-    print(f"{args.bytes}-byte descriptors, {args.count} round trips, best of {args.repeat}")
-    print(f"{'transport':<14}{'load':<16}{'µs/round trip':>15}{'doorbells/desc':>16}")
+    transports = {name: every[name] for name in args.transports.split(",")}
+    print(f"{args.bytes}-byte descriptors, {args.count} round trips, median of {args.repeat}")
+    print(f"{'transport':<14}{'load':<16}{'µs/round trip':>15}{'range':>16}{'doorbells/desc':>16}")
     results: dict[tuple[str, int], float] = {}
     for window in (1, args.window):
         load = "unloaded" if window == 1 else f"loaded (w={window})"
         for name, measure in transports.items():
-            runs = [measure(args.count, window, args.bytes) for _ in range(args.repeat)]
-            cost, rings = min(runs)
+            runs = sorted(measure(args.count, window, args.bytes) for _ in range(args.repeat))
+            cost, rings = runs[len(runs) // 2]
             results[(name, window)] = cost
+            spread = f"{runs[0][0]:.2f}-{runs[-1][0]:.2f}"
             bells = "" if rings != rings else f"{rings:.3f}"
-            print(f"{name:<14}{load:<16}{cost:>15.2f}{bells:>16}")
+            print(f"{name:<14}{load:<16}{cost:>15.2f}{spread:>16}{bells:>16}")
     for window in (1, args.window):
         load = "unloaded" if window == 1 else "loaded"
         for ring, base in (("ring-sync", "pipe"), ("ring-async", "socket-async")):
-            ratio = results[(base, window)] / results[(ring, window)]
-            print(f"{ring} vs {base}, {load}: {ratio:.2f}x as fast")
+            if (ring, window) in results and (base, window) in results:
+                ratio = results[(base, window)] / results[(ring, window)]
+                print(f"{ring} vs {base}, {load}: {ratio:.2f}x as fast")
 
 
 if __name__ == "__main__":
