@@ -13,6 +13,7 @@ concurrent ones get one core each (see :class:`SoloSession`).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 from collections.abc import Sequence
@@ -28,6 +29,13 @@ from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
 from inferd.backends.model_io import ModelTensor, check_io
+from inferd.backends.ort_sessions import (
+    GRAPH_LEVELS,
+    INTER_SPINNING,
+    INTRA_SPINNING,
+    SessionSettings,
+    SoloSession,
+)
 from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.runtime_errors import Blame, RuntimeFamily
 from inferd.backends.threads import available_cores, default_intra_op_threads
@@ -61,14 +69,6 @@ _ORT_TO_CONFIG = {
     "tensor(string)": "TYPE_STRING",
 }
 
-# optimization.graph.level as Triton's ONNX Runtime backend reads it (0 / unset = all).
-_GRAPH_LEVELS = {
-    0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-}
-
 # ONNX Runtime's status classes (one per status code) that blame the request. INVALID_ARGUMENT
 # is ORT's own verdict on the feeds (type, rank, dims, names) and on values some kernels check
 # (Gather indices). FAIL and RUNTIME_EXCEPTION blame the request only when a kernel raised them
@@ -82,62 +82,9 @@ _REQUEST_STATUSES: tuple[type[Exception], ...] = (_ORT_STATE.InvalidArgument, Va
 _KERNEL_STATUSES: tuple[type[Exception], ...] = (_ORT_STATE.Fail, _ORT_STATE.RuntimeException)
 # How ONNX Runtime's executor wraps the status a kernel returned.
 _KERNEL_FAILURE = "Non-zero status code returned while running "
-# The executor logs each failing kernel at ERROR; inferd reports and logs failures itself.
-_RUN_LOG_SEVERITY_FATAL = 4
-_ALLOW_SPINNING = "session.intra_op.allow_spinning"
 
 
 # -- settings -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSettings:
-    """Session options parsed once from the config; applied to every instance's session."""
-
-    intra_op_threads: int = 1
-    # threads of the model's solo session (0: no solo session, see SoloSession)
-    solo_threads: int = 0
-    inter_op_threads: int = 0
-    parallel_execution: bool = False
-    graph_level: int = 0
-    enable_mem_arena: bool | None = None
-    enable_mem_pattern: bool | None = None
-    config_entries: tuple[tuple[str, str], ...] = ()
-    run_config_entries: tuple[tuple[str, str], ...] = ()
-
-    def session_options(
-        self, intra_op_threads: int | None = None, *, spin: bool = True
-    ) -> ort.SessionOptions:
-        """``spin=False`` stops the intra-op threads from spinning after a run (unless the
-        config sets it): for the solo session, whose threads would otherwise keep the cores
-        busy while the instances' own sessions run next."""
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = (
-            self.intra_op_threads if intra_op_threads is None else intra_op_threads
-        )
-        options.inter_op_num_threads = self.inter_op_threads
-        options.execution_mode = (
-            ort.ExecutionMode.ORT_PARALLEL
-            if self.parallel_execution
-            else ort.ExecutionMode.ORT_SEQUENTIAL
-        )
-        options.graph_optimization_level = _GRAPH_LEVELS[self.graph_level]
-        if self.enable_mem_arena is not None:
-            options.enable_cpu_mem_arena = self.enable_mem_arena
-        if self.enable_mem_pattern is not None:
-            options.enable_mem_pattern = self.enable_mem_pattern
-        for key, value in self.config_entries:
-            options.add_session_config_entry(key, value)
-        if not spin and all(key != _ALLOW_SPINNING for key, _ in self.config_entries):
-            options.add_session_config_entry(_ALLOW_SPINNING, "0")
-        return options
-
-    def run_options(self) -> ort.RunOptions:
-        options = ort.RunOptions()
-        options.log_severity_level = _RUN_LOG_SEVERITY_FATAL
-        for key, value in self.run_config_entries:
-            options.add_run_config_entry(key, value)
-        return options
 
 
 def parse_settings(spec: ModelSpec, cores: int | None = None) -> SessionSettings:
@@ -153,7 +100,7 @@ def parse_settings(spec: ModelSpec, cores: int | None = None) -> SessionSettings
             f"got '{params['execution_mode']}'"
         )
     graph_level = spec.optimization.graph_level or 0
-    if graph_level not in _GRAPH_LEVELS:
+    if graph_level not in GRAPH_LEVELS:
         raise ConfigError(
             f"optimization.graph.level must be -1 (basic), 1 (extended), 2 (disabled) or "
             f"0 (all, the default), got {graph_level}"
@@ -166,6 +113,8 @@ def parse_settings(spec: ModelSpec, cores: int | None = None) -> SessionSettings
     shrinkage = params.get("memory.enable_memory_arena_shrinkage")
     if shrinkage is not None:
         run_entries.append(("memory.enable_memory_arena_shrinkage", shrinkage))
+    _check_near_misses(params)
+    intra_spinning, inter_spinning = _spinning(params)
     available = cores if cores is not None else available_cores()
     shared = default_intra_op_threads(spec, available)
     explicit = "intra_op_thread_count" in params
@@ -177,9 +126,67 @@ def parse_settings(spec: ModelSpec, cores: int | None = None) -> SessionSettings
         graph_level=graph_level,
         enable_mem_arena=_bool_param(params, "enable_mem_arena"),
         enable_mem_pattern=_bool_param(params, "enable_mem_pattern"),
+        intra_spinning=intra_spinning,
+        inter_spinning=inter_spinning,
+        cores=available,
+        explicit_threads=explicit,
         config_entries=tuple(entries),
         run_config_entries=tuple(run_entries),
     )
+
+
+# The keys this backend reads (Triton's, plus ``allow_spinning`` and ONNX Runtime's own names
+# of the spinning entries), and the names ONNX Runtime's Python API gives some of them.
+_KNOWN = (
+    "intra_op_thread_count",
+    "inter_op_thread_count",
+    "execution_mode",
+    "enable_mem_arena",
+    "enable_mem_pattern",
+    "allow_spinning",
+    INTRA_SPINNING,
+    INTER_SPINNING,
+    "session.use_device_allocator_for_initializers",
+    "memory.enable_memory_arena_shrinkage",
+)
+_ORT_NAMES = {
+    "intra_op_num_threads": "intra_op_thread_count",
+    "inter_op_num_threads": "inter_op_thread_count",
+    "enable_cpu_mem_arena": "enable_mem_arena",
+    "graph_optimization_level": "optimization { graph { level } }",
+}
+
+
+def _check_near_misses(params: dict[str, str]) -> None:
+    """Refuse a key that is a misspelling of one this backend reads (other keys may belong to
+    other parts of inferd, e.g. the embeddings route, and are left to them)."""
+    for key in params:
+        if key in _KNOWN:
+            continue
+        meant = _ORT_NAMES.get(key.lower())
+        if meant is None:
+            close = difflib.get_close_matches(key.lower(), _KNOWN, n=1, cutoff=0.8)
+            meant = close[0] if close else None
+        if meant is not None:
+            raise ConfigError(
+                f"unknown parameter '{key}' for backend 'onnxruntime'; did you mean '{meant}'?"
+            )
+
+
+def _spinning(params: dict[str, str]) -> tuple[bool | None, bool | None]:
+    """Whether the intra-op and inter-op threads spin, as the config says (None: it does not):
+    ``allow_spinning`` sets both, ONNX Runtime's own keys one each."""
+    both = _bool_param(params, "allow_spinning")
+    found: list[bool | None] = []
+    for key in (INTRA_SPINNING, INTER_SPINNING):
+        value = _bool_param(params, key)
+        if value is not None and both is not None and value != both:
+            raise ConfigError(
+                f"parameter '{key}' is '{params[key]}' but 'allow_spinning' is "
+                f"'{params['allow_spinning']}'; set one of them"
+            )
+        found.append(both if value is None else value)
+    return found[0], found[1]
 
 
 def _wants_solo(spec: ModelSpec, shared: int, cores: int) -> bool:
@@ -187,36 +194,6 @@ def _wants_solo(spec: ModelSpec, shared: int, cores: int) -> bool:
     cores (several instances); GPU instances compute on the device and get none."""
     cpu_only = all(group.kind == "KIND_CPU" for group in spec.instance_groups)
     return cpu_only and bool(spec.instance_groups) and shared < cores
-
-
-class SoloSession:
-    """A session with a thread per core, shared by the instances of one model.
-
-    An instance runs a batch on it when no other instance of the model is running one, and on
-    its own session (with its share of the cores) otherwise. A lone request then gets every core
-    (the best batch-1 latency), and concurrent requests one core each (the best throughput,
-    with no intra-op threads competing for the cores). ``enter``/``leave`` count the runs in
-    progress across the model's instance threads.
-    """
-
-    def __init__(self, session: ort.InferenceSession) -> None:
-        self.session = session
-        self._lock = threading.Lock()
-        self._running = 0
-        self.runs = 0  # batches run on the solo session (for tests and diagnostics)
-
-    def enter(self) -> ort.InferenceSession | None:
-        """Start a run: the solo session if nothing else of the model is running, else None."""
-        with self._lock:
-            self._running += 1
-            if self._running > 1:
-                return None
-            self.runs += 1
-            return self.session
-
-    def leave(self) -> None:
-        with self._lock:
-            self._running -= 1
 
 
 # -- auto-complete ------------------------------------------------------------------------------
@@ -429,7 +406,7 @@ class OnnxRuntimeModel:
         group: InstanceGroupSpec,
         intra_op_threads: int | None = None,
         *,
-        spin: bool = True,
+        solo: bool = False,
         index: int = 0,
     ) -> ort.InferenceSession:
         spec = self._ctx.spec
@@ -437,7 +414,7 @@ class OnnxRuntimeModel:
         try:
             return ort.InferenceSession(
                 str(self._path),
-                sess_options=self._settings.session_options(intra_op_threads, spin=spin),
+                sess_options=self._settings.session_options(intra_op_threads, solo=solo),
                 providers=providers,
             )
         except Exception as exc:
@@ -541,7 +518,7 @@ class OnnxRuntimeBackend:
         )
         solo = settings.solo_threads > 0
         session = model.build_session(
-            first_group, settings.solo_threads if solo else None, spin=not solo
+            first_group, settings.solo_threads if solo else None, solo=solo
         )
         try:
             _check_io(spec, session)
@@ -553,6 +530,12 @@ class OnnxRuntimeBackend:
             model.solo = SoloSession(session)
         else:
             model.keep_spare(first_group, session)
+        log.info(
+            "model '%s' version %s: onnxruntime %s",
+            spec.name,
+            ctx.version,
+            settings.describe(sum(g.count for g in spec.instance_groups) or 1),
+        )
         return model
 
 

@@ -407,5 +407,12 @@ class TorchBackend:
                 f"failed to load '{spec.name}' version {ctx.version}: unable to find '{path}'"
             )
         _apply_inter_op(settings, spec)
+        log.info(
+            "model '%s' version %s: pytorch %s intra-op thread(s) per instance, inter-op %s",
+            spec.name,
+            ctx.version,
+            settings.intra_op_threads or f"torch's default ({torch.get_num_threads()})",
+            settings.inter_op_threads or "torch's default",
+        )
         first = load_module(ctx, path, fmt, torch.device("cpu"))
         return TorchModel(ctx, settings, path, fmt, first)

@@ -256,12 +256,15 @@ class TreeBackend:
                     settings.model_type,
                 )
         log.info(
-            "model '%s': %s %s with %d features, %s, on the %s runtime",
+            "model '%s': %s %s with %d features, %s, on the %s runtime, %d thread(s) per "
+            "instance (%s)",
             spec.name,
             settings.model_type,
             tree.kind or "model",
             tree.features,
             f"{tree.classes} classes" if tree.classes else "regression",
             "onnx" if onnx_model is not None else "native",
+            instance_threads(spec, settings.threads),
+            "configured" if settings.threads else "the cores shared by the instances",
         )
         return TreeModel(spec, io, tree, settings, post, onnx_model)
