@@ -488,6 +488,7 @@ class GenerationEngine:
             seq.registered = full
 
     def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> None:
+        wanted = any(s.gen.on_logprob is not None for s in seqs)
         ids, logprobs = self._sampler.sample(
             logits,
             [s.gen.params for s in seqs],
@@ -495,10 +496,11 @@ class GenerationEngine:
             [s.tokens for s in seqs],
             prompt_lens=[s.prompt_len for s in seqs],
             suppress=[s.checker.suppressed() for s in seqs],
+            with_logprobs=wanted,  # the log-softmax only when a request asked for it
         )
         now = self._clock()
         chosen = ids.tolist()
-        chosen_logprobs = logprobs.tolist() if any(s.gen.on_logprob for s in seqs) else None
+        chosen_logprobs = logprobs.tolist() if wanted else None
         ttft: list[float] = []
         itl: list[float] = []
         for row, (seq, token) in enumerate(zip(seqs, chosen, strict=True)):

@@ -22,6 +22,7 @@ error naming what is supported. Weights come only from safetensors (never a pick
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -298,20 +299,24 @@ class LlamaModel:
     # -- the forward pass ------------------------------------------------------------------------
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps)
+        # one fused kernel (in float32 at least, as Hugging Face computes it)
+        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.config.rms_norm_eps)
         return weight * h.to(x.dtype)
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and the signed sin of each position, ``[T, 1, head_dim]`` each: the sin's
+        first half negated, so that :meth:`_rotate` needs only a roll for Hugging Face's
+        ``rotate_half``."""
         freqs = positions.float()[:, None] * self._inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(self.dtype)[:, None, :], emb.sin().to(self.dtype)[:, None, :]
+        sin = emb.sin()
+        sin[:, : freqs.shape[1]].neg_()
+        return emb.cos().to(self.dtype)[:, None, :], sin.to(self.dtype)[:, None, :]
 
     @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        # x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1) = roll(x) * sign
+        return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
 
     @torch.inference_mode()
     def step(self, seqs: Sequence[StepSequence], cache: KVCache) -> torch.Tensor:
@@ -320,34 +325,33 @@ class LlamaModel:
         bt = cache.block_tokens
         dev = self.device
         lengths = [len(s.tokens) for s in seqs]
+        starts = [s.start for s in seqs]
         flat_tokens: list[int] = []
-        tables: list[Sequence[int]] = []
+        positions: list[int] = []
+        write_slots: list[int] = []
         for s, n in zip(seqs, lengths, strict=True):
             if n == 0:
                 raise ValueError("a step sequence needs at least one token")
-            used = -(-(s.start + n) // bt)
-            if used > len(s.block_table):
-                raise ValueError(f"block table too short for {s.start + n} tokens")
+            end = s.start + n
+            if -(-end // bt) > len(s.block_table):
+                raise ValueError(f"block table too short for {end} tokens")
             flat_tokens.extend(s.tokens)
-            tables.append(s.block_table[:used])
-        # the step's index tensors, built once (not per layer, not per sequence)
-        widest = max(len(t) for t in tables)
-        table = torch.tensor([[*t, *([0] * (widest - len(t)))] for t in tables], dtype=torch.int64)
-        n_t = torch.tensor(lengths, dtype=torch.int64)
-        start_t = torch.tensor([s.start for s in seqs], dtype=torch.int64)
-        ends = torch.cumsum(n_t, 0)
-        owner = torch.repeat_interleave(torch.arange(len(seqs)), n_t)
-        positions_t = start_t[owner] + torch.arange(len(flat_tokens)) - (ends - n_t)[owner]
-        write = (table[owner, positions_t // bt] * bt + positions_t % bt).to(dev)
-        cos, sin = self._rotary(positions_t.to(dev))
+            table = s.block_table
+            for pos in range(s.start, end):
+                positions.append(pos)
+                write_slots.append(table[pos // bt] * bt + pos % bt)
+        # the step's index tensors, built once from plain lists (not per layer, not per
+        # sequence, not through chains of small tensor operations)
+        write = torch.tensor(write_slots, dtype=torch.int64, device=dev)
+        cos, sin = self._rotary(torch.tensor(positions, dtype=torch.int64, device=dev))
         # attention in padded batches, one SDPA call each: the decode tokens (one query each)
         # and the prefill chunks, grouped by size (each query attends to its sequence's cached
         # keys and its own chunk up to itself: a causal mask per row)
         groups_of = [
-            _AttentionGroup.build(torch.tensor(members), n_t, start_t, ends, table, bt, dev)
-            for members in _attention_batches(lengths, [s.start for s in seqs])
+            _AttentionGroup.build(members, seqs, lengths, bt, len(flat_tokens), dev)
+            for members in _attention_batches(lengths, starts)
         ]
-        x = self.embed[torch.tensor(flat_tokens, dtype=torch.int64, device=dev)]
+        x = self.embed.index_select(0, torch.tensor(flat_tokens, dtype=torch.int64, device=dev))
         q_size = cfg.heads * cfg.head_dim
         kv_size = cfg.kv_heads * cfg.head_dim
         gqa = cfg.heads != cfg.kv_heads
@@ -355,11 +359,11 @@ class LlamaModel:
         for index, layer in enumerate(self.layers):
             h = self._rms(x, layer["input_layernorm.weight"])
             qkv = h @ layer["qkv"].T
-            q = qkv[:, :q_size].view(total, cfg.heads, cfg.head_dim)
-            k = qkv[:, q_size : q_size + kv_size].view(total, cfg.kv_heads, cfg.head_dim)
+            # q and k rotated together (one set of element-wise kernels for both)
+            qk = qkv[:, : q_size + kv_size].view(total, cfg.heads + cfg.kv_heads, cfg.head_dim)
+            qk = self._rotate(qk, cos, sin)
+            q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]
             v = qkv[:, q_size + kv_size :].view(total, cfg.kv_heads, cfg.head_dim)
-            q = self._rotate(q, cos, sin)
-            k = self._rotate(k, cos, sin)
             k_cache = cache.k[index].view(-1, cfg.kv_heads, cfg.head_dim)
             v_cache = cache.v[index].view(-1, cfg.kv_heads, cfg.head_dim)
             k_cache.index_copy_(0, write, k)
@@ -373,13 +377,16 @@ class LlamaModel:
                 vs = g.keys_of(cache.v[index]).transpose(1, 2)
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=g.mask, enable_gqa=gqa)
                 g.scatter(o.transpose(1, 2).reshape(-1, q_size), attn)
-            x = x + attn @ layer["self_attn.o_proj.weight"].T
+            x = torch.addmm(x, attn, layer["self_attn.o_proj.weight"].T)
             h = self._rms(x, layer["post_attention_layernorm.weight"])
             gate_up = h @ layer["gate_up"].T
             gate = gate_up[:, : cfg.intermediate_size]
             up = gate_up[:, cfg.intermediate_size :]
-            x = x + (F.silu(gate) * up) @ layer["mlp.down_proj.weight"].T
-        final = self._rms(x[(ends - 1).to(dev)], self.norm)
+            x = torch.addmm(x, F.silu(gate) * up, layer["mlp.down_proj.weight"].T)
+        if total > len(seqs):  # some sequences computed several tokens: their last ones
+            lasts = [end - 1 for end in itertools.accumulate(lengths)]
+            x = x.index_select(0, torch.tensor(lasts, dtype=torch.int64, device=dev))
+        final = self._rms(x, self.norm)
         return (final @ self.lm_head.T).float()
 
 
@@ -452,33 +459,38 @@ class _AttentionGroup:
 
     @staticmethod
     def build(
-        members: torch.Tensor,
-        n_t: torch.Tensor,
-        start_t: torch.Tensor,
-        ends: torch.Tensor,
-        table: torch.Tensor,
+        members: Sequence[int],
+        seqs: Sequence[StepSequence],
+        lengths: Sequence[int],
         bt: int,
+        total: int,
         dev: torch.device,
     ) -> _AttentionGroup:
-        n = n_t[members]
-        first = ends[members] - n  # each member's first row in the step
-        longest = int(n.max())
-        i = torch.arange(longest)[None, :]
-        valid = i < n[:, None]
-        clamped = torch.minimum(i, n[:, None] - 1)  # padding queries repeat the last one
-        queries = first[:, None] + clamped
-        query_pos = start_t[members][:, None] + clamped  # [B, N]
-        keys = int((start_t[members] + n).max())
-        blocks = -(-keys // bt)
-        mask = torch.arange(keys)[None, None, :] <= query_pos[:, :, None]
-        rows = queries[valid]
-        whole = rows.shape[0] == int(ends[-1]) and bool((rows == torch.arange(rows.shape[0])).all())
+        firsts = list(itertools.accumulate(lengths, initial=0))  # each one's first step row
+        longest = max(lengths[m] for m in members)
+        keys = max(seqs[m].start + lengths[m] for m in members)
+        nb = -(-keys // bt)
+        queries: list[int] = []
+        query_pos: list[list[int]] = []
+        valid: list[bool] = []
+        blocks: list[int] = []
+        for m in members:
+            n, start, first = lengths[m], seqs[m].start, firsts[m]
+            # padding queries repeat the last one
+            queries.extend(first + min(i, n - 1) for i in range(longest))
+            query_pos.append([start + min(i, n - 1) for i in range(longest)])
+            valid.extend(i < n for i in range(longest))
+            table = list(seqs[m].block_table[:nb])
+            blocks.extend(table + [0] * (nb - len(table)))  # padding blocks: masked
+        mask = torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None]
+        rows = [q for q, real in zip(queries, valid, strict=True) if real]
+        whole = rows == list(range(total))
         return _AttentionGroup(
-            queries=queries.reshape(-1).to(dev),
-            blocks=table[members, :blocks].reshape(-1).to(dev),
+            queries=torch.tensor(queries, dtype=torch.int64, device=dev),
+            blocks=torch.tensor(blocks, dtype=torch.int64, device=dev),
             members=len(members),
             keys=keys,
             mask=mask[:, None].to(dev),
-            valid=None if bool(valid.all()) else valid.reshape(-1).to(dev),
-            rows=None if whole else rows.to(dev),
+            valid=None if all(valid) else torch.tensor(valid, device=dev),
+            rows=None if whole else torch.tensor(rows, dtype=torch.int64, device=dev),
         )

@@ -224,8 +224,10 @@ class Sampler:
         *,
         prompt_lens: Sequence[int] | None = None,
         suppress: Sequence[Collection[int]] | None = None,
+        with_logprobs: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The chosen ids [n] int64 and their log-probabilities [n] float32.
+        """The chosen ids [n] int64 and their log-probabilities [n] float32 (NaN for the
+        greedy rows when ``with_logprobs`` is False: their log-softmax is not computed).
 
         ``logits`` is [n, vocab], the last position of each sequence. ``histories`` holds each
         sequence's prompt and generated ids (for the penalties), ``prompt_lens`` how many of
@@ -247,15 +249,21 @@ class Sampler:
                 (torch.tensor(rows, device=device), torch.tensor(cols, device=device)),
                 torch.tensor(float("-inf"), device=device),
             )
-        chosen = torch.empty(n, dtype=torch.int64, device=device)
-        logprobs = torch.empty(n, dtype=torch.float32, device=device)
         greedy = [i for i, p in enumerate(params) if p.greedy]
+        if len(greedy) == n:  # the common case: one argmax over the batch, no row picking
+            chosen = work.argmax(-1)
+            if not with_logprobs:
+                return chosen, torch.full((n,), float("nan"), device=device)
+            return chosen, work.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
+        chosen = torch.empty(n, dtype=torch.int64, device=device)
+        logprobs = torch.full((n,), float("nan"), dtype=torch.float32, device=device)
         if greedy:
             index = torch.tensor(greedy, device=device)
             rows_logits = work[index]
             ids = rows_logits.argmax(-1)
             chosen[index] = ids
-            logprobs[index] = rows_logits.log_softmax(-1).gather(1, ids[:, None])[:, 0]
+            if with_logprobs:
+                logprobs[index] = rows_logits.log_softmax(-1).gather(1, ids[:, None])[:, 0]
         vocab = logits.shape[1]
         groups: dict[int | None, list[int]] = {}  # top-k (0: none) of truncating rows, or None
         for i, p in enumerate(params):
