@@ -85,6 +85,8 @@ def test_a_bad_thread_parameter_is_refused_by_name(
         httpclient.InferenceServerClient(server.http_url, network_timeout=60.0) as http,
         grpcclient.InferenceServerClient(server.grpc_url) as grpc,
     ):
+        if http.is_model_ready("add"):  # left loaded by a test that failed
+            http.unload_model("add")
         assert message in _refused(lambda: http.load_model("add", config=config), "400")
         got = _refused(lambda: grpc.load_model("add", config=config), "StatusCode.INVALID_ARGUMENT")
         assert message in got
