@@ -12,9 +12,11 @@ import pytest
 from inferd.tools.scaling.model_cache import (
     ModelFleet,
     che_hit_ratio,
+    estimate_cache,
     plan_pods,
     replicated,
     sharded,
+    size_aware_hit_ratio,
     zipf_popularity,
 )
 
@@ -133,3 +135,21 @@ def test_load_time_at_a_rate_adds_pods_until_loading_takes_half_a_pods_time() ->
     assert row.load_share is not None
     assert row.load_share <= 0.5
     assert row.loads_per_s == pytest.approx(row.load_share / 0.5)
+
+
+def test_the_size_aware_ceiling_holds_most_requests_per_byte() -> None:
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    sizes = np.array([100.0, 10.0, 10.0, 10.0])
+    # 30 bytes: the three small ones (0.6 of the requests), not the large popular one
+    estimate = size_aware_hit_ratio(p, sizes, 30.0)
+    assert estimate.hit_ratio == pytest.approx(0.6)
+    assert estimate.resident_models == 3
+    # room for everything: every request hits, as with LRU; a model too big never does
+    assert size_aware_hit_ratio(p, sizes, 130.0).hit_ratio == pytest.approx(1.0)
+    assert size_aware_hit_ratio(p, sizes, 99.0).too_big == 1
+    # equal sizes: the most popular models, at least what LRU holds
+    equal = np.full(4, 10.0)
+    assert size_aware_hit_ratio(p, equal, 20.0).hit_ratio == pytest.approx(0.7)
+    assert estimate_cache(p, equal, 20.0, "lru").hit_ratio < 0.7
+    with pytest.raises(ValueError, match="unknown eviction policy"):
+        estimate_cache(p, equal, 20.0, "mru")

@@ -19,6 +19,7 @@ __all__ = ["MODEL_FLAGS", "add_models_arguments", "run_models_plan"]
 
 #: the destinations of this mode's flags (every other plan flag is refused with --models)
 MODEL_FLAGS = (
+    "eviction",
     "models",
     "model_size",
     "model_sizes",
@@ -60,6 +61,14 @@ def add_models_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="popularity law: the model of rank i gets requests in proportion to 1/i^S "
         "(0: all alike; default: 1.0)",
+    )
+    g.add_argument(
+        "--eviction",
+        choices=("lru", "cost"),
+        default="lru",
+        help="each pod's --model-eviction: lru (estimated by Che's approximation) or cost (the "
+        "size-aware ceiling: the models of most requests per byte, as many as fit; what cost "
+        "approaches when load times are alike) (default: lru)",
     )
     g.add_argument(
         "--pod-budget",
@@ -144,7 +153,12 @@ def run_models_plan(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
     if args.max_pods < 1:
         raise InvalidArgumentError("--max-pods must be at least 1")
     fleet = ModelFleet(
-        sizes, zipf_popularity(models, args.zipf), budget - baseline, args.rate, load_s
+        sizes,
+        zipf_popularity(models, args.zipf),
+        budget - baseline,
+        args.rate,
+        load_s,
+        args.eviction,
     )
     rows, needed = plan_pods(fleet, args.target_hit_ratio, args.max_pods)
     every = replicated(fleet, 1)
@@ -154,7 +168,13 @@ def run_models_plan(args: argparse.Namespace, defaults: dict[str, Any]) -> int:
         f"{_bytes(budget)} less {_bytes(baseline)} for the server = {_bytes(budget - baseline)} "
         "for models"
     )
-    print("hit ratios: LRU by Che's approximation, requests drawn independently")
+    if args.eviction == "lru":
+        print("hit ratios: LRU by Che's approximation, requests drawn independently")
+    else:
+        print(
+            "hit ratios: --model-eviction cost's ceiling (the models of most requests per byte "
+            "that fit), requests drawn independently"
+        )
     if rows[0].too_big:
         print(f"{rows[0].too_big} models are larger than a pod's room: never loaded (refused)")
     print(

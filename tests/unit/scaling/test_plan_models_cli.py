@@ -128,3 +128,23 @@ def test_sizes_that_do_not_match_models_are_refused(
     path.write_text(json.dumps([{"name": "a"}]))
     code, _, err = run(capsys, "--model-sizes", str(path), "--pod-budget", "4G")
     assert "model 'a' has no memory_bytes" in err
+
+
+def test_the_cost_policy_is_planned_with_its_size_aware_ceiling(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # 300 small models and 10 large ones among them: a fifth of the bytes per pod
+    sizes = ["2MiB"] * 310
+    for k in range(10):
+        sizes[k * 31 + 5] = "300MiB"
+    listed = tmp_path / "sizes.txt"
+    listed.write_text("\n".join(sizes) + "\n")
+    common = ["--models", "310", "--model-sizes", str(listed), "--zipf", "1.1"]
+    common += ["--pod-budget", "800MiB", "--baseline", "80MiB", "--target-hit-ratio", "0.9"]
+    code, lru_out, err = run(capsys, *common)
+    assert code == 0, err
+    code, cost_out, err = run(capsys, *common, "--eviction", "cost")
+    assert code == 0, err
+    assert "--model-eviction cost's ceiling" in cost_out
+    assert "Che's approximation" in lru_out
+    assert _needed(cost_out) < _needed(lru_out)

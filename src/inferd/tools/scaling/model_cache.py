@@ -23,6 +23,12 @@ Two ways of spreading models over pods:
 - **replicated**: every pod serves every model behind a plain load balancer; each pod sees the
   whole popularity law, so its hit ratio does not grow with the number of pods.
 
+For ``--model-eviction cost`` (which keeps the models of most requests per byte, weighted by
+their load times), :func:`size_aware_hit_ratio` gives the ceiling such a policy approaches
+when load times are alike: the models in order of popularity per byte, as many as fit (under
+the independent reference model no policy that does not know the future holds better ones in
+steady state).
+
 Pure functions of numbers; the CLI (``inferd plan --models``) prints them.
 """
 
@@ -40,9 +46,11 @@ __all__ = [
     "ModelFleet",
     "PodsRow",
     "che_hit_ratio",
+    "estimate_cache",
     "plan_pods",
     "replicated",
     "sharded",
+    "size_aware_hit_ratio",
     "zipf_popularity",
 ]
 
@@ -109,6 +117,41 @@ def che_hit_ratio(popularity: Floats, sizes: Floats, capacity: float) -> CacheEs
     return CacheEstimate(float((p_in * resident).sum()), t, float(resident.sum()), too_big)
 
 
+def size_aware_hit_ratio(popularity: Floats, sizes: Floats, capacity: float) -> CacheEstimate:
+    """The hit ratio of a cache of ``capacity`` bytes that holds the models of most requests
+    per byte: in order of ``popularity / size``, each that still fits (``characteristic_time``
+    is not defined: nan)."""
+    p = np.asarray(popularity, dtype=np.float64)
+    s = np.asarray(sizes, dtype=np.float64)
+    if p.shape != s.shape:
+        raise ValueError("one size per model")
+    total = float(p.sum())
+    if total <= 0:
+        return CacheEstimate(0.0, math.nan, 0.0, 0)
+    p = p / total
+    too_big = int((s > capacity).sum())
+    order = np.argsort(-p / np.maximum(s, 1.0), kind="stable")
+    room, hits, held = float(capacity), 0.0, 0
+    for i in order.tolist():
+        if s[i] <= room:
+            room -= float(s[i])
+            hits += float(p[i])
+            held += 1
+    return CacheEstimate(hits, math.nan, float(held), too_big)
+
+
+def estimate_cache(
+    popularity: Floats, sizes: Floats, capacity: float, policy: str = "lru"
+) -> CacheEstimate:
+    """One pod's cache under ``--model-eviction policy``: ``lru`` by Che's approximation,
+    ``cost`` by its size-aware ceiling."""
+    if policy == "cost":
+        return size_aware_hit_ratio(popularity, sizes, capacity)
+    if policy != "lru":
+        raise ValueError(f"unknown eviction policy {policy!r}")
+    return che_hit_ratio(popularity, sizes, capacity)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelFleet:
     """What ``inferd plan --models`` is given."""
@@ -118,6 +161,7 @@ class ModelFleet:
     room_bytes: float  # a pod's budget less the server's own share
     rate_rps: float | None = None  # requests per second, all models together
     load_s: float | None = None  # one cold load's duration
+    policy: str = "lru"  # each pod's --model-eviction
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +188,7 @@ def sharded(fleet: ModelFleet, pods: int) -> PodsRow:
         share = float(p.sum())
         if share <= 0:
             continue
-        estimate = che_hit_ratio(p, s, fleet.room_bytes)
+        estimate = estimate_cache(p, s, fleet.room_bytes, fleet.policy)
         hits += share * estimate.hit_ratio
         too_big += estimate.too_big
         resident = max(resident, estimate.resident_models)
@@ -165,7 +209,7 @@ def sharded(fleet: ModelFleet, pods: int) -> PodsRow:
 
 def replicated(fleet: ModelFleet, pods: int) -> PodsRow:
     """``pods`` pods each serving every model, requests spread evenly."""
-    estimate = che_hit_ratio(fleet.popularity, fleet.sizes, fleet.room_bytes)
+    estimate = estimate_cache(fleet.popularity, fleet.sizes, fleet.room_bytes, fleet.policy)
     loads = share = None
     if fleet.rate_rps is not None:
         loads = fleet.rate_rps / pods * (1.0 - estimate.hit_ratio)
