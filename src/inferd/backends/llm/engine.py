@@ -8,8 +8,11 @@ until there is work (never a busy loop), then runs steps. One step:
 2. snapshot every sequence as a :class:`~inferd.backends.llm.policy.SeqState` and ask
    :func:`~inferd.backends.llm.policy.plan_step` what to do;
 3. apply the plan: abort what can never run, preempt (free the blocks; the sequence goes back
-   to waiting with its generated tokens folded into the prompt, recomputed later), grow;
-4. one forward pass over the prefill chunks and decode tokens (:meth:`LlamaModel.step`);
+   to waiting with its generated tokens folded into the prompt, recomputed later), let the
+   admitted sequences take the cached blocks of their prompt's head (prefix caching: they
+   start their prefill after them), grow;
+4. one forward pass over the prefill chunks and decode tokens (:meth:`LlamaModel.step`), then
+   register the blocks it filled in the prefix cache;
 5. sample the sequences that completed their prompt or decoded (:class:`Sampler`), feed each
    token to the sequence's :class:`StopChecker`, and answer through the request's ``respond``:
    streamed, one response per text delta (the one that finishes it final, or a final flag
