@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/frontends.py [--concurrency 32] [--seconds 10] [--protocol http]
                                         [--frontends 1,2] [--rounds 3] [--trials 3]
-                                        [--against DIR]
+                                        [--model mlp|identity] [--against DIR]
 
-Starts a server on the small MLP (64 -> 256 -> 256 -> 10, dynamic batching on) for each K in
-turn, drives it with ``inferd perf`` at the given concurrency, and reads the CPU time of the
-whole server (the engine process and every front-end process, from ``/proc``) around the
-measurement. It prints requests per second and server CPU microseconds per request for each K,
-and the ratios to the first K, all measured in this one run (rounds alternate the Ks so a
-neighbour's load hits both alike); figures are medians over the rounds, with the spread.
+Starts a server on the small MLP (64 -> 256 -> 256 -> 10, dynamic batching on; or, with
+``--model identity``, an identity of a 1 MiB tensor) for each K in turn, drives it with
+``inferd perf`` at the given concurrency, and reads the CPU time of the whole server (the
+engine process and every front-end process, from ``/proc``) around the measurement. It prints
+requests per second and server CPU microseconds per request for each K, and the ratios to the
+first K, all measured in this one run (rounds alternate the Ks so a neighbour's load hits both
+alike); figures are medians over the rounds, with the spread.
 
 ``--against DIR`` also runs every K on the source tree in DIR (another checkout, e.g. made with
 ``git worktree add /tmp/old HEAD``: its ``src`` goes first on ``PYTHONPATH``), alternating with
@@ -37,6 +38,14 @@ import models as bench_models  # noqa: E402
 from inferd.tools.serve_process import start_server  # noqa: E402
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+IDENTITY_ELEMENTS = 1 << 18  # 1 MiB of FP32 each way
+IDENTITY_CONFIG = f"""
+name: "identity"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {IDENTITY_ELEMENTS} ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {IDENTITY_ELEMENTS} ] }} ]
+"""
 CONFIG = """
 name: "mlp"
 platform: "onnxruntime_onnx"
@@ -70,8 +79,24 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def _served(url: str) -> int:
-    with urllib.request.urlopen(f"http://{url}/v2/models/mlp/stats", timeout=10) as reply:
+def _write_identity(path: Path) -> None:
+    """An ONNX Identity of one 1 MiB FP32 tensor (tensor bytes are all there is to move)."""
+    from onnx import TensorProto, helper
+
+    shape = [IDENTITY_ELEMENTS]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"])],
+        "identity",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+
+
+def _served(url: str, model: str) -> int:
+    with urllib.request.urlopen(f"http://{url}/v2/models/{model}/stats", timeout=10) as reply:
         stats = json.load(reply)
     return int(stats["model_stats"][0]["inference_count"])
 
@@ -90,7 +115,7 @@ def measure(
             "inferd.cli.main",
             "perf",
             "-m",
-            "mlp",
+            args.model,
             "-u",
             url,
             "-i",
@@ -105,12 +130,12 @@ def measure(
             str(out),
         ]
         pids = _tree(server.pid)
-        count0 = _served(server.http_url)
+        count0 = _served(server.http_url, args.model)
         cpu0, engine0, t0 = _cpu_s(pids), _cpu_s([server.pid]), time.monotonic()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         cpu1, engine1, t1 = _cpu_s(pids), _cpu_s([server.pid]), time.monotonic()
         # the server's own count (one place for every front end), warm-up included like the CPU
-        requests = _served(server.http_url) - count0
+        requests = _served(server.http_url, args.model) - count0
         report = json.loads(out.read_text())
     finally:
         server.stop()
@@ -137,6 +162,12 @@ def main() -> None:
     parser.add_argument("--frontends", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--model",
+        choices=("mlp", "identity"),
+        default="mlp",
+        help="mlp: the small MLP; identity: 1 MiB FP32 in and out, no batching",
+    )
+    parser.add_argument(
         "--trials",
         type=int,
         default=3,
@@ -151,9 +182,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="inferd-frontends-bench-"))
-    (work / "mlp" / "1").mkdir(parents=True)
-    bench_models.build_mlp(bench_models.MLPS["mlp"], work / "mlp" / "1" / "model.onnx")
-    (work / "mlp" / "config.pbtxt").write_text(CONFIG)
+    (work / args.model / "1").mkdir(parents=True)
+    if args.model == "mlp":
+        bench_models.build_mlp(bench_models.MLPS["mlp"], work / "mlp" / "1" / "model.onnx")
+        (work / "mlp" / "config.pbtxt").write_text(CONFIG)
+    else:
+        _write_identity(work / "identity" / "1" / "model.onnx")
+        (work / "identity" / "config.pbtxt").write_text(IDENTITY_CONFIG)
     counts = [int(k) for k in args.frontends.split(",")]
     trees: list[Path | None] = [None] if args.against is None else [args.against, None]
     cells = [(tree, k) for tree in trees for k in counts]
@@ -162,7 +197,7 @@ def main() -> None:
         for cell in cells:
             results[cell].append(measure(work, cell[1], args, cell[0]))
     print(
-        f"small MLP, {args.protocol}, concurrency {args.concurrency}, {args.seconds:.0f} s, "
+        f"{args.model}, {args.protocol}, concurrency {args.concurrency}, {args.seconds:.0f} s, "
         f"{os.cpu_count()} CPUs, {args.rounds} rounds (medians, min-max across rounds)"
     )
     keys = ("throughput", "cpu_us_per_request", "engine_us_per_request", "server_cores")
