@@ -8,7 +8,8 @@ Starts a server on the small MLP (64 -> 256 -> 256 -> 10, dynamic batching on; o
 ``--model identity``, an identity of a 1 MiB tensor) for each K in turn, drives it with
 ``inferd perf`` at the given concurrency, and reads the CPU time of the whole server (the
 engine process and every front-end process, from ``/proc``) around the measurement. It prints
-requests per second and server CPU microseconds per request for each K, and the ratios to the
+requests per second, server CPU microseconds per request and the times a server thread went to
+sleep per request (voluntary context switches: each a wake-up) for each K, and the ratios to the
 first K, all measured in this one run (rounds alternate the Ks so a neighbour's load hits both
 alike); figures are medians over the rounds, with the spread.
 
@@ -95,6 +96,19 @@ def _write_identity(path: Path) -> None:
     path.write_bytes(model.SerializeToString())
 
 
+def _sleeps(pids: list[int]) -> int:
+    """Voluntary context switches of every thread of ``pids``: how often they went to sleep
+    (each one a wake-up later)."""
+    total = 0
+    for pid in pids:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            with contextlib.suppress(OSError):
+                for line in status.read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    return total
+
+
 def _served(url: str, model: str) -> int:
     with urllib.request.urlopen(f"http://{url}/v2/models/{model}/stats", timeout=10) as reply:
         stats = json.load(reply)
@@ -132,8 +146,10 @@ def measure(
         pids = _tree(server.pid)
         count0 = _served(server.http_url, args.model)
         cpu0, engine0, t0 = _cpu_s(pids), _cpu_s([server.pid]), time.monotonic()
+        sleeps0 = _sleeps(pids)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         cpu1, engine1, t1 = _cpu_s(pids), _cpu_s([server.pid]), time.monotonic()
+        sleeps1 = _sleeps(pids)
         # the server's own count (one place for every front end), warm-up included like the CPU
         requests = _served(server.http_url, args.model) - count0
         report = json.loads(out.read_text())
@@ -145,6 +161,7 @@ def measure(
         "cpu_us_per_request": 1e6 * (cpu1 - cpu0) / requests,
         "engine_us_per_request": 1e6 * (engine1 - engine0) / requests,
         "server_cores": (cpu1 - cpu0) / (t1 - t0),
+        "sleeps_per_request": (sleeps1 - sleeps0) / requests,
     }
 
 
@@ -200,7 +217,13 @@ def main() -> None:
         f"{args.model}, {args.protocol}, concurrency {args.concurrency}, {args.seconds:.0f} s, "
         f"{os.cpu_count()} CPUs, {args.rounds} rounds (medians, min-max across rounds)"
     )
-    keys = ("throughput", "cpu_us_per_request", "engine_us_per_request", "server_cores")
+    keys = (
+        "throughput",
+        "cpu_us_per_request",
+        "engine_us_per_request",
+        "server_cores",
+        "sleeps_per_request",
+    )
     med = {c: {key: _median([r[key] for r in results[c]]) for key in keys} for c in cells}
     for tree in trees:
         print("this tree" if tree is None else f"tree {tree}")
@@ -214,7 +237,7 @@ def main() -> None:
                 f"({min(tput):.0f}-{max(tput):.0f})  {r['cpu_us_per_request']:6.0f} µs server "
                 f"CPU/request ({min(cpu):.0f}-{max(cpu):.0f}; "
                 f"{r['engine_us_per_request']:.0f} in the engine process)  "
-                f"{r['server_cores']:.2f} cores  "
+                f"{r['server_cores']:.2f} cores  {r['sleeps_per_request']:.2f} sleeps/request  "
                 f"(x{r['throughput'] / base['throughput']:.2f} throughput, "
                 f"x{r['cpu_us_per_request'] / base['cpu_us_per_request']:.2f} CPU/request "
                 f"to K={counts[0]})"
@@ -227,7 +250,8 @@ def main() -> None:
                 f"  --frontends {k}: x{new['throughput'] / old['throughput']:.2f} throughput, "
                 f"x{new['cpu_us_per_request'] / old['cpu_us_per_request']:.2f} CPU/request, "
                 f"x{new['engine_us_per_request'] / old['engine_us_per_request']:.2f} engine "
-                "CPU/request"
+                f"CPU/request, x{new['sleeps_per_request'] / old['sleeps_per_request']:.2f} "
+                "sleeps/request"
             )
 
 
