@@ -348,7 +348,7 @@ class LlamaModel:
         # and the prefill chunks, grouped by size (each query attends to its sequence's cached
         # keys and its own chunk up to itself: a causal mask per row)
         groups_of = [
-            _AttentionGroup.build(members, seqs, lengths, bt, len(flat_tokens), dev)
+            _AttentionGroup.build(members, seqs, lengths, bt, len(flat_tokens), self.dtype, dev)
             for members in _attention_batches(lengths, starts)
         ]
         x = self.embed.index_select(0, torch.tensor(flat_tokens, dtype=torch.int64, device=dev))
@@ -464,6 +464,7 @@ class _AttentionGroup:
         lengths: Sequence[int],
         bt: int,
         total: int,
+        dtype: torch.dtype,
         dev: torch.device,
     ) -> _AttentionGroup:
         firsts = list(itertools.accumulate(lengths, initial=0))  # each one's first step row
@@ -482,7 +483,10 @@ class _AttentionGroup:
             valid.extend(i < n for i in range(longest))
             table = list(seqs[m].block_table[:nb])
             blocks.extend(table + [0] * (nb - len(table)))  # padding blocks: masked
-        mask = torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None]
+        seen = torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None]
+        # additive (0 / -inf) in the activations' dtype, made once per step: a boolean mask
+        # would be converted by every layer's attention call
+        mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
         rows = [q for q, real in zip(queries, valid, strict=True) if real]
         whole = rows == list(range(total))
         return _AttentionGroup(
