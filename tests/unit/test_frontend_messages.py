@@ -111,8 +111,9 @@ def test_errors_keep_their_code_and_message(error: InferdError) -> None:
         (2, 64, 1),  # a tiny arena: what does not fit (or finds it full) goes in pieces
     ],
 )
+@pytest.mark.parametrize("in_parts", [False, True])
 def test_messages_longer_than_a_slot_arrive_whole_and_in_order(
-    arena_slots: int, arena_slot_bytes: int, through_arena: int
+    arena_slots: int, arena_slot_bytes: int, through_arena: int, in_parts: bool
 ) -> None:
     async def main() -> None:
         engine_end, spec = create_channel(
@@ -127,7 +128,10 @@ def test_messages_longer_than_a_slot_arrive_whole_and_in_order(
             async def send_all() -> None:
                 # several calls at once: their pieces interleave on the ring
                 await asyncio.gather(
-                    *(sender.send(Kind.INFER, call, body) for call, body in enumerate(bodies))
+                    *(
+                        sender.send(Kind.INFER, call, _parts(body) if in_parts else body)
+                        for call, body in enumerate(bodies)
+                    )
                 )
 
             task = asyncio.create_task(send_all())
@@ -146,6 +150,12 @@ def test_messages_longer_than_a_slot_arrive_whole_and_in_order(
             engine_end.close()
 
     asyncio.run(main())
+
+
+def _parts(body: bytes) -> list[bytes | memoryview]:
+    """``body`` as a sender hands it over without joining: bytes and byte views."""
+    third = len(body) // 3
+    return [body[:third], memoryview(body)[third : 2 * third], b"", body[2 * third :]]
 
 
 def test_replies_through_the_engines_arena_reach_the_front_end() -> None:

@@ -33,7 +33,7 @@ from inferd.server.frontends.messages import (
     Message,
     decode_request,
     encode_error,
-    encode_response,
+    encode_response_parts,
     json_and_blobs,
     split_json,
 )
@@ -160,7 +160,7 @@ class EngineBridge:
     async def _infer(self, link: MessageLink, message: Message) -> None:
         try:
             response = await self._engine.infer(decode_request(message.body))
-            body = encode_response(response)
+            body = encode_response_parts(response)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

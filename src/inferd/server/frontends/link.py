@@ -13,6 +13,7 @@ coroutine, so pieces of different calls may interleave but those of one call nev
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Protocol
 
 from inferd.errors import InternalError
@@ -49,13 +50,29 @@ class MessageLink:
         self.arena_messages = 0  #: messages sent through the arena (for tests and statistics)
 
     async def send(
-        self, kind: Kind, call: int, body: bytes | bytearray = b"", flags: int = 0
+        self,
+        kind: Kind,
+        call: int,
+        body: bytes | bytearray | list[bytes | memoryview] = b"",
+        flags: int = 0,
     ) -> None:
+        """Send one message; ``body`` may be a list of parts (bytes or 1-D byte views), which
+        are written where the body goes (a ring slot, an arena block) without a join."""
         room = self._room
-        if len(body) <= room:
-            await self._channel.send(HEADER.pack(kind, flags, call) + body)
-            return
-        block = self._to_arena(body)
+        whole: bytes | bytearray
+        if isinstance(body, list):
+            size = sum(len(part) for part in body)
+            if size <= room:
+                await self._channel.send(b"".join((HEADER.pack(kind, flags, call), *body)))
+                return
+            block = self._to_arena(body, size)
+            whole = b"" if block is not None else b"".join(body)
+        else:
+            if len(body) <= room:
+                await self._channel.send(HEADER.pack(kind, flags, call) + body)
+                return
+            block = self._to_arena([body], len(body))
+            whole = body
         if block is not None:
             place = _BLOCK.pack(block.first, block.count, block.nbytes)
             try:
@@ -66,23 +83,27 @@ class MessageLink:
                 raise
             self.arena_messages += 1
             return
-        view = memoryview(body)
+        view = memoryview(whole)
         for start in range(0, len(view), room):
             last = start + room >= len(view)
             head = HEADER.pack(kind, flags if last else flags | PIECE, call)
             await self._channel.send(head + view[start : start + room])
 
-    def _to_arena(self, body: bytes | bytearray) -> Block | None:
-        """``body`` copied into a new block of the outgoing arena; None if it does not fit."""
+    def _to_arena(self, parts: Sequence[bytes | bytearray | memoryview], size: int) -> Block | None:
+        """The parts copied one after another into a new block of the outgoing arena; None
+        if it has no room for ``size`` bytes."""
         arena = self._out_arena
-        if arena is None or len(body) > arena.slots * arena.slot_bytes:
+        if arena is None or size > arena.slots * arena.slot_bytes:
             return None
-        block = arena.allocate(len(body), _HOLDER)
+        block = arena.allocate(size, _HOLDER)
         if block is None:
             return None
         view = arena.view(block)
         try:
-            view[:] = body
+            at = 0
+            for part in parts:
+                view[at : at + len(part)] = part
+                at += len(part)
         finally:
             view.release()
         return block

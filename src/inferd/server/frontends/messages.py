@@ -104,9 +104,15 @@ def decode_message(payload: bytes | bytearray | memoryview) -> Message:
     return Message(Kind(kind), flags, call, view[HEADER.size :])
 
 
-def json_and_blobs(meta: Any, blobs: Sequence[bytes | memoryview]) -> bytes:
+def json_and_blob_parts(meta: Any, blobs: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
+    """A body's parts (JSON length, JSON, blobs): a link writes them where the body goes (a
+    ring slot, an arena block) without joining them first. Blobs are 1-D byte views or bytes."""
     head = orjson.dumps(meta)
-    return b"".join((_JSON_LENGTH.pack(len(head)), head, *blobs))
+    return [_JSON_LENGTH.pack(len(head)), head, *blobs]
+
+
+def json_and_blobs(meta: Any, blobs: Sequence[bytes | memoryview]) -> bytes:
+    return b"".join(json_and_blob_parts(meta, blobs))
 
 
 def split_json(body: memoryview) -> tuple[Any, memoryview]:
@@ -158,8 +164,12 @@ def _tensors_from(meta: list[list[Any]], data: memoryview) -> dict[str, np.ndarr
 
 
 def encode_request(request: InferRequest) -> bytes:
+    return b"".join(encode_request_parts(request))
+
+
+def encode_request_parts(request: InferRequest) -> list[bytes | memoryview]:
     """An inference request as the engine rebuilds it (no callbacks, no sinks: the front end
-    sends only what a client can say)."""
+    sends only what a client can say), in parts (see :func:`json_and_blob_parts`)."""
     inputs, blobs = _tensors_meta(request.inputs)
     outputs = (
         None
@@ -176,7 +186,7 @@ def encode_request(request: InferRequest) -> bytes:
         "i": inputs,
         "t": request.trace_context,
     }
-    return json_and_blobs(meta, blobs)
+    return json_and_blob_parts(meta, blobs)
 
 
 def decode_request(body: memoryview) -> InferRequest:
@@ -197,6 +207,11 @@ def decode_request(body: memoryview) -> InferRequest:
 
 
 def encode_response(response: InferResponse) -> bytes:
+    return b"".join(encode_response_parts(response))
+
+
+def encode_response_parts(response: InferResponse) -> list[bytes | memoryview]:
+    """An inference response in parts (see :func:`json_and_blob_parts`)."""
     outputs, blobs = _tensors_meta(response.outputs)
     meta = {
         "m": response.model_name,
@@ -205,7 +220,7 @@ def encode_response(response: InferResponse) -> bytes:
         "p": response.parameters,
         "o": outputs,
     }
-    return json_and_blobs(meta, blobs)
+    return json_and_blob_parts(meta, blobs)
 
 
 def decode_response(body: memoryview) -> InferResponse:

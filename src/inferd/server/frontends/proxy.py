@@ -35,7 +35,7 @@ from inferd.server.frontends.messages import (
     decode_response,
     encode_error,
     encode_message,
-    encode_request,
+    encode_request_parts,
     json_and_blobs,
     split_json,
 )
@@ -84,7 +84,9 @@ class EngineProxy:
             for queue in self._queues.values():
                 queue.put_nowait(decode_message(gone))
 
-    async def _send(self, kind: Kind, call: int, body: bytes, flags: int = 0) -> None:
+    async def _send(
+        self, kind: Kind, call: int, body: bytes | list[bytes | memoryview], flags: int = 0
+    ) -> None:
         if self._closed:
             raise UnavailableError(_GONE)
         await self._link.send(kind, call, body, flags)
@@ -104,7 +106,7 @@ class EngineProxy:
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._futures[call] = future
         try:
-            await self._send(Kind.INFER, call, encode_request(request))
+            await self._send(Kind.INFER, call, encode_request_parts(request))
             message = await future
         except asyncio.CancelledError:
             if self._futures.pop(call, None) is not None:
