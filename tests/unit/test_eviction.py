@@ -247,8 +247,6 @@ class _Host:
         self.gate.set()
         self.rss = 1000
         self.clock = FakeClock()
-        self.libraries = 0  # imported by the first load, never freed
-        self.freed_share = 0.5  # of a model's size, freed by its unload
 
     async def load(self, name: str) -> str:
         self.load_calls[name] = self.load_calls.get(name, 0) + 1
@@ -256,14 +254,12 @@ class _Host:
         if name in self.fail:
             raise UnavailableError(f"failed to load '{name}': broken")
         self.loaded[name] = 0
-        self.rss += self.sizes[name] + self.libraries
-        self.libraries = 0
+        self.rss += self.sizes[name]
         return "onnxruntime"
 
     async def unload(self, name: str, reason: str) -> None:
         del self.loaded[name]
-        # freed memory rarely all returns to the system
-        self.rss -= int(self.sizes[name] * self.freed_share)
+        self.rss -= self.sizes[name] // 2  # freed memory rarely all returns to the system
         self.unloaded.append((name, reason))
 
     async def estimate(self, name: str) -> int:
@@ -350,7 +346,7 @@ async def test_a_zero_back_off_tries_the_load_on_every_request() -> None:
 
 async def test_eviction_makes_room_lru_first_and_the_index_says_why() -> None:
     host = _Host({"a": 100, "b": 100, "c": 100})
-    loader = host.loader(1000 + 250, min_residency_s=0.0)
+    loader = host.loader(1000 + 250, min_residency_s=0.0, eviction="lru")
     await loader.start()  # baseline: 1000
     await loader.ensure("a")
     await loader.ensure("b")
@@ -385,43 +381,6 @@ async def test_the_cost_policy_ranks_by_requests_load_time_and_size() -> None:
     a = {r.name: r for r in loader.residents()}["a"]
     assert a.heat == 20  # as of its last request; the policy decays it to the time it decides
     assert a.reload_s == 0  # its load took no time on the fake clock
-
-
-async def test_libraries_a_load_imported_count_as_the_servers_once_its_model_leaves() -> None:
-    """The first model of a runtime measures the runtime's libraries with it; they stay when it
-    leaves, so they become the server's own share, and the model's size is what leaving freed:
-    the resident models plus the server's share keep matching what the process holds."""
-    mib = 1 << 20
-    host = _Host({"a": 10 * mib, "b": 10 * mib, "c": 10 * mib})
-    host.libraries, host.freed_share = 100 * mib, 1.0
-    loader = host.loader(1000 + 125 * mib, min_residency_s=0.0)
-    await loader.start()
-    await loader.ensure("a")
-    assert loader.statistics().resident_bytes == {"a": 110 * mib}  # the libraries with it
-    await loader.ensure("b")
-    await loader.ensure("c")  # 'a' leaves, and frees only its own 10 MiB
-    assert [name for name, _ in host.unloaded] == ["a"]
-    assert loader.baseline_bytes == 1000 + 100 * mib
-    assert loader.statistics().baseline_bytes == 1000 + 100 * mib
-    assert host.rss == loader.baseline_bytes + 20 * mib
-    await loader.ensure("a")  # 10 MiB now: 'b' alone leaves for it (25 MiB left for models)
-    assert [name for name, _ in host.unloaded] == ["a", "b"]
-    assert loader.statistics().resident_bytes == {"a": 10 * mib, "c": 10 * mib}
-    assert loader.baseline_bytes == 1000 + 100 * mib
-    assert host.rss == loader.baseline_bytes + 20 * mib
-
-
-async def test_an_unload_that_frees_about_its_size_changes_no_share() -> None:
-    mib = 1 << 20
-    host = _Host({"a": 40 * mib, "b": 40 * mib})
-    host.freed_share = 0.9  # an allocator that keeps a little
-    loader = host.loader(1000 + 50 * mib, min_residency_s=0.0)
-    await loader.start()
-    await loader.ensure("a")
-    await loader.ensure("b")
-    assert [name for name, _ in host.unloaded] == ["a"]
-    assert loader.baseline_bytes == 1000
-    assert loader.statistics().resident_bytes == {"b": 40 * mib}
 
 
 @pytest.mark.parametrize("on_disk", [True, False], ids=["known-on-disk", "measured"])
@@ -488,7 +447,7 @@ async def test_a_request_that_joins_a_load_waiting_for_room_waits_its_own_time()
 
 async def test_a_load_larger_than_its_estimate_unloads_idle_models_after_it() -> None:
     host = _Host({"a": 100, "b": 100, "c": 100}, on_disk=False)  # nothing known before loads
-    loader = host.loader(1000 + 250, min_residency_s=0.0)
+    loader = host.loader(1000 + 250, min_residency_s=0.0, eviction="lru")
     await loader.start()
     for name in ("a", "b", "c"):
         await loader.ensure(name)

@@ -40,7 +40,7 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         "'cost', the least worth keeping per byte (recent requests, decayed with a 30 s "
         "half-life, x the model's measured load time / its size), so many small busy models "
         "outstay a large one and slow loads are repeated less (needs --model-memory-budget; "
-        "default: lru)",
+        "default: cost)",
     )
     group.add_argument(
         "--model-min-residency-secs",

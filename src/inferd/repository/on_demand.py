@@ -51,9 +51,6 @@ __all__ = ["LOAD_SECONDS_BUCKETS", "OnDemandLoader", "OnDemandSettings", "OnDema
 
 LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROOM_RETRY_S = 0.02  # how often a load waiting for room looks again
-#: an unload that frees less than its model's size by more than this (and more than half the
-#: size) left memory with the server: libraries the model's load imported stay loaded
-KEPT_MIN_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +60,12 @@ class OnDemandSettings:
     min_residency_s: float = 10.0
     wait_s: float = 30.0
     load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
-    eviction: str = "lru"  # which idle models leave first: lru | cost (eviction.POLICIES)
+    eviction: str = "cost"  # which idle models leave first: lru | cost (eviction.POLICIES)
 
 
 @dataclass(slots=True)
 class _Model:
     size_bytes: int = 0
-    on_disk: int = 0
     loaded_at_s: float = 0.0
     last_used_s: float = 0.0
     heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
@@ -139,8 +135,7 @@ class OnDemandLoader:
         self._no_room: dict[str, str] = {}  # loads waiting for room: why
         self._room_until: dict[str, float] = {}  # a load waiting for room: until when (loop time)
         self._counters = _Counters()
-        self._base_bytes = 0  # the server's resident set before any on-demand load
-        self._kept_bytes = 0  # memory unloads did not free: libraries that loads imported
+        self.baseline_bytes = 0
         self._cfg = EvictionConfig(settings.min_residency_s, settings.eviction)
 
     def _now(self) -> float:
@@ -148,14 +143,7 @@ class OnDemandLoader:
 
     async def start(self) -> None:
         """Measure the server's baseline (before any model loads)."""
-        self._base_bytes = await asyncio.to_thread(self._measure)
-
-    @property
-    def baseline_bytes(self) -> int:
-        """The server's own share of the budget: its resident set before the first on-demand
-        load, plus what unloads showed to stay (a runtime's libraries, imported by the first
-        model that used them, stay loaded when that model leaves)."""
-        return self._base_bytes + self._kept_bytes
+        self.baseline_bytes = await asyncio.to_thread(self._measure)
 
     async def preload(
         self, wanted: Iterable[str], known: Collection[str], problems: Mapping[str, str]
@@ -272,7 +260,7 @@ class OnDemandLoader:
         model = self._models.setdefault(name, _Model())
         if model.too_big:
             raise UnavailableError(model.too_big)
-        on_disk = model.on_disk = await self._estimate(name)
+        on_disk = await self._estimate(name)
         need = max(model.size_bytes, on_disk)
         room = self._room()
         if room is not None:
@@ -314,7 +302,7 @@ class OnDemandLoader:
         )
         if room is not None and model.size_bytes > room:
             model.too_big = self._too_big(name, model.size_bytes, "measured at its load")
-            await self._unload_measured(name, model.too_big)
+            await self._unload(name, model.too_big)
             raise UnavailableError(model.too_big)
         if room is not None:
             await self._trim(name, room - model.size_bytes)
@@ -397,34 +385,10 @@ class OnDemandLoader:
         )
         model = self._models.setdefault(victim, _Model())
         _log.info("model '%s' %s", victim, reason)
-        await self._unload_measured(victim, reason)
+        await self._unload(victim, reason)
+        await asyncio.to_thread(self._release)
         model.evicted_at, model.evicted_reason = when, reason
         self._counters.evictions += 1
-
-    async def _unload_measured(self, name: str, reason: str) -> None:
-        """Unload ``name`` and hand the memory the allocator kept back to the system; when its
-        leaving frees much less than its size, the rest stayed with the server (libraries its
-        load imported): that becomes the server's own share, and the model's size what its
-        leaving freed (at least its files' size; its next load measures it again)."""
-        model = self._models.setdefault(name, _Model())
-        size = model.size_bytes
-        before = await asyncio.to_thread(self._measure)
-        await self._unload(name, reason)
-        await asyncio.to_thread(self._release)
-        freed = max(0, before - await asyncio.to_thread(self._measure))
-        kept = size - freed
-        if kept > max(KEPT_MIN_BYTES, size // 2):
-            self._kept_bytes += kept
-            model.size_bytes = max(freed, model.on_disk)
-            _log.info(
-                "model '%s' left %d of its %d bytes in the server when unloaded (libraries its "
-                "load imported): the server's own share is %d bytes now, the model's %d",
-                name,
-                kept,
-                size,
-                self.baseline_bytes,
-                model.size_bytes,
-            )
 
     # -- views ---------------------------------------------------------------------------------
 

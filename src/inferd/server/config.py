@@ -84,7 +84,7 @@ class ServerConfig:
     model_min_residency_s: float = 10.0  # on-demand mode: loaded at least this long
     model_load_wait_s: float = 30.0  # on-demand mode: a request waits this long for a load
     model_load_retry_s: float = 10.0  # on-demand mode: a failed load is not retried this long
-    model_eviction: str = "lru"  # on-demand mode: which idle models leave first (lru | cost)
+    model_eviction: str = "cost"  # on-demand mode: which idle models leave first (lru | cost)
 
     def __post_init__(self) -> None:
         if (
@@ -178,7 +178,7 @@ class ServerConfig:
                 ("--model-min-residency-secs", self.model_min_residency_s != 10.0),
                 ("--model-load-wait-secs", self.model_load_wait_s != 30.0),
                 ("--model-load-retry-secs", self.model_load_retry_s != 10.0),
-                ("--model-eviction", self.model_eviction != "lru"),
+                ("--model-eviction", self.model_eviction != "cost"),
             )
             if used
         ]
