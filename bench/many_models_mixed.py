@@ -1,0 +1,555 @@
+"""Many models of different sizes under one memory budget: the issue's mix, goals and policies.
+
+Builds a repository of ``--small`` tabular models (a third each: ONNX MLPs with a few MB of
+weights, XGBoost and LightGBM JSON models on the ``fil`` backend, copies of one trained model
+under distinct names) and ``--large`` copies of the ``minilm_embeddings`` example (all-MiniLM-L6-v2
+as ONNX, built once with ``python -m inferd.examples.embedding_models`` under bench/.work), then:
+
+1. **sizes**: every model requested once on a server with no eviction: each model's measured
+   size, the server's baseline, each kind's first load;
+2. **all loaded**: a server that loaded every model at start, driven by the traffic below: the
+   reference latency (p99) with nothing evicted;
+3. **budget**, for each ``--policies`` policy, alternating over ``--rounds`` rounds: a budget of
+   the baseline plus ``--share`` of the sum of the measured sizes; ``--clients`` closed-loop
+   clients send Zipf(``--zipf``) traffic (popularity ranks shuffled over all models with a fixed
+   seed) for ``--warmup-s`` (not counted), then ``--measure-s`` (counted), then the popularity
+   shifts (a second shuffle) for ``--shift-s``.
+
+A request is a *hit* when its model was resident: no load of that model ended while it was
+under way (the server logs each load's end). Printed beside each goal: failed requests, the
+resident set's largest 100 ms sample against the budget, the hit ratio, the p99 of hits against
+the all-loaded p99, cold-load p50/p99 per kind of model, and after the shift how long until the
+new most popular models (``--hot`` of them) were all resident.
+
+    .venv/bin/python bench/many_models_mixed.py            # the issue's run: 300 + 10 models
+    .venv/bin/python bench/many_models_mixed.py --quick    # a smoke run: 12 + 1 models, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from inferd.repository.memory import process_tree_rss
+from inferd.testing import ServerProcess, running_server
+
+WORK = Path(__file__).resolve().parent / ".work" / "many_models"
+FEATURES = 20
+KINDS = ("onnx", "xgboost", "lightgbm", "minilm")
+ONNX_CONFIG = """
+name: "{name}"
+backend: "onnxruntime"
+max_batch_size: 64
+input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
+output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+TREE_CONFIG = """
+name: "{name}"
+backend: "fil"
+max_batch_size: 64
+input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
+output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+parameters [
+  {{ key: "model_type" value: {{ string_value: "{model_type}" }} }},
+  {{ key: "output_class" value: {{ string_value: "true" }} }},
+  {{ key: "predict_proba" value: {{ string_value: "true" }} }},
+  {{ key: "runtime" value: {{ string_value: "{runtime}" }} }}
+]
+"""
+
+
+# -- the repository ------------------------------------------------------------------------------
+
+
+def _data() -> tuple[Any, Any]:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4000, FEATURES)).astype(np.float32)
+    y = (x[:, :4].sum(axis=1) + 0.3 * rng.normal(size=4000) > 0).astype(np.int32)
+    return x, y
+
+
+def onnx_mlp(hidden: int) -> bytes:
+    """A tabular MLP (features -> hidden -> hidden/2 -> 2, softmax): a few MB of weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    shapes = [(FEATURES, hidden), (hidden, hidden // 2), (hidden // 2, 2)]
+    inits, nodes, prev = [], [], "input__0"
+    for k, (a, b) in enumerate(shapes):
+        inits.append(
+            numpy_helper.from_array((rng.normal(size=(a, b)) * 0.05).astype("f4"), f"w{k}")
+        )
+        inits.append(numpy_helper.from_array(np.zeros(b, np.float32), f"b{k}"))
+        out = f"h{k}"
+        nodes.append(helper.make_node("Gemm", [prev, f"w{k}", f"b{k}"], [out]))
+        if k < len(shapes) - 1:
+            nodes.append(helper.make_node("Relu", [out], [f"r{k}"]))
+            out = f"r{k}"
+        prev = out
+    nodes.append(helper.make_node("Softmax", [prev], ["output__0"], axis=1))
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("input__0", TensorProto.FLOAT, ["b", FEATURES])],
+        [helper.make_tensor_value_info("output__0", TensorProto.FLOAT, ["b", 2])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def xgboost_json(trees: int) -> bytes:
+    import xgboost as xgb
+
+    x, y = _data()
+    params = {"objective": "binary:logistic", "max_depth": 6, "eta": 0.1, "seed": 7}
+    booster = xgb.train(params, xgb.DMatrix(x, label=y), num_boost_round=trees)
+    return bytes(booster.save_raw("json"))
+
+
+def lightgbm_text(trees: int) -> bytes:
+    import lightgbm as lgb
+
+    x, y = _data()
+    params = {"objective": "binary", "num_leaves": 31, "verbose": -1, "seed": 7}
+    booster = lgb.train(params, lgb.Dataset(x, label=y), num_boost_round=trees)
+    return str(booster.model_to_string()).encode()
+
+
+def minilm_source() -> Path:
+    """The ``minilm_embeddings`` example, built once (it needs PyTorch and the weights
+    package; a few minutes) and kept under bench/.work."""
+    target = WORK / "minilm" / "minilm_embeddings"
+    if not (target / "config.pbtxt").exists():
+        (WORK / "minilm").mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "inferd.examples.embedding_models"]
+        subprocess.run([*cmd, "--output", str(WORK / "minilm"), "--force"], check=True)
+    return target
+
+
+def build(repo: Path, small: int, large: int, args: argparse.Namespace) -> dict[str, str]:
+    """The repository; returns each model's kind."""
+    kinds: dict[str, str] = {}
+    blobs = {
+        "onnx": ("1/model.onnx", onnx_mlp(args.mlp_hidden)),
+        "xgboost": ("1/xgboost.json", xgboost_json(args.trees)),
+        "lightgbm": ("1/model.txt", lightgbm_text(args.trees)),
+    }
+    for k in range(small):
+        kind = KINDS[k % 3]
+        name = f"{kind}_{k:03d}"
+        path, blob = blobs[kind]
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / path).write_bytes(blob)
+        if kind == "onnx":
+            config = ONNX_CONFIG.format(name=name, features=FEATURES)
+        else:
+            model_type = "xgboost_json" if kind == "xgboost" else "lightgbm"
+            config = TREE_CONFIG.format(
+                name=name, features=FEATURES, model_type=model_type, runtime=args.tree_runtime
+            )
+        (repo / name / "config.pbtxt").write_text(config)
+        kinds[name] = kind
+    if large:
+        source = minilm_source()
+        config = (source / "config.pbtxt").read_text()
+        for k in range(large):
+            name = f"minilm_{k:02d}"
+            (repo / name / "1").mkdir(parents=True)
+            # hard links: the files count once on disk, the server still loads each copy
+            os.link(source / "1" / "model.onnx", repo / name / "1" / "model.onnx")
+            os.link(source / "tokenizer.json", repo / name / "tokenizer.json")
+            text = re.sub(r'^name: ".*"$', f'name: "{name}"', config, flags=re.MULTILINE)
+            (repo / name / "config.pbtxt").write_text(text)
+            kinds[name] = "minilm"
+    return kinds
+
+
+# -- traffic ---------------------------------------------------------------------------------------
+
+
+def inputs(kind: str) -> list[Any]:
+    if kind == "minilm":
+        text = httpclient.InferInput("text", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[b"which model answers this request?"]], dtype=object))
+        return [text]
+    x = httpclient.InferInput("input__0", [1, FEATURES], "FP32")
+    x.set_data_from_numpy(np.linspace(-1, 1, FEATURES, dtype=np.float32).reshape(1, FEATURES))
+    return [x]
+
+
+def popularity(names: list[str], zipf: float, seed: int) -> tuple[list[str], Any]:
+    """The models in popularity order (a seeded shuffle) and their request probabilities."""
+    order = [names[i] for i in np.random.default_rng(seed).permutation(len(names))]
+    weights = 1.0 / np.arange(1, len(names) + 1) ** zipf
+    return order, weights / weights.sum()
+
+
+@dataclass
+class Traffic:
+    """One run's requests: (model, start, end) in wall-clock seconds, failures, RSS samples."""
+
+    requests: list[tuple[str, float, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+
+
+def drive(
+    server: ServerProcess,
+    kinds: dict[str, str],
+    phases: list[tuple[float, list[str], Any]],
+    clients: int,
+    seed: int,
+) -> Traffic:
+    """``clients`` closed-loop clients; each phase: (seconds, popularity order, weights)."""
+    out = Traffic()
+    lock = threading.Lock()
+    started = time.monotonic()
+    ends = np.cumsum([p[0] for p in phases]) + started
+    made = {kind: inputs(kind) for kind in set(kinds.values())}
+
+    def client_loop(k: int) -> None:
+        rng = np.random.default_rng(seed * 1000 + k)
+        with httpclient.InferenceServerClient(
+            server.http_url, network_timeout=300, connection_timeout=300
+        ) as client:
+            while (now := time.monotonic()) < ends[-1]:
+                phase = int(np.searchsorted(ends, now, side="right"))
+                _, order, weights = phases[phase]
+                name = order[int(rng.choice(len(order), p=weights))]
+                t0 = time.time()
+                try:
+                    client.infer(name, made[kinds[name]])
+                except Exception as exc:  # counted, the run goes on
+                    with lock:
+                        out.failures.append(f"{name}: {exc}")
+                    continue
+                with lock:
+                    out.requests.append((name, t0, time.time()))
+
+    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        out.rss.append(process_tree_rss(server.pid))
+        time.sleep(0.1)
+    for t in threads:
+        t.join()
+    return out
+
+
+# -- reading the server ------------------------------------------------------------------------
+
+
+def metric(server: ServerProcess, name: str) -> float:
+    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    total = 0.0
+    for match in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE):
+        total += float(match.group(1))
+    return total
+
+
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
+_LOADED = re.compile(_STAMP + r".*model '([^']+)' loaded on demand in ([0-9.]+) s", re.MULTILINE)
+_EVICTED = re.compile(_STAMP + r".*model '([^']+)' evicted at ", re.MULTILINE)
+
+
+def _wall(stamp: str) -> float:
+    local = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+    return local.timestamp()
+
+
+def events(log: str) -> tuple[list[tuple[float, str, float]], list[tuple[float, str]]]:
+    """Loads (end, model, seconds) and evictions (time, model) from the server's log."""
+    loads = [(_wall(m[1]), m[2], float(m[3])) for m in _LOADED.finditer(log)]
+    evictions = [(_wall(m[1]), m[2]) for m in _EVICTED.finditer(log)]
+    return loads, evictions
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+@dataclass
+class Result:
+    policy: str
+    requests: int
+    failed: int
+    hit_ratio: float
+    hit_p99_s: float
+    all_p99_s: float
+    rss_max: int
+    over_budget_samples: int
+    samples: int
+    cold: dict[str, list[float]]
+    shift_s: float
+    loads: int
+    evictions: int
+    thrash: int
+    failures: list[str]
+
+
+def analyse(
+    policy: str,
+    traffic: Traffic,
+    log: str,
+    kinds: dict[str, str],
+    window: tuple[float, float],
+    shift: tuple[float, list[str]],
+    budget: int,
+    counters: tuple[int, int, int],
+) -> Result:
+    loads, evictions = events(log)
+    by_model: dict[str, list[float]] = {}
+    for end, name, _ in loads:
+        by_model.setdefault(name, []).append(end)
+    slack = 0.005  # the log's stamps are in milliseconds
+    counted = [r for r in traffic.requests if window[0] <= r[1] < window[1]]
+    hits: list[float] = []
+    for name, t0, t1 in counted:
+        if not any(t0 - slack <= end <= t1 + slack for end in by_model.get(name, [])):
+            hits.append(t1 - t0)
+    failed_in = len(traffic.failures)
+    cold: dict[str, list[float]] = {}
+    for _, name, seconds in loads:
+        cold.setdefault(kinds[name], []).append(seconds)
+    # after the shift: when were the new most popular models all resident?
+    at, hot = shift
+    resident: set[str] = set()
+    timeline = sorted(
+        [(t, "load", n) for t, n, _ in loads] + [(t, "evict", n) for t, n in evictions]
+    )
+    shift_s = float("nan")  # never, within the run
+    for k, (t, what, name) in enumerate(timeline):
+        if what == "load":
+            resident.add(name)
+        else:
+            resident.discard(name)
+        following = timeline[k + 1][0] if k + 1 < len(timeline) else float("inf")
+        if following >= at and set(hot) <= resident:
+            shift_s = max(0.0, t - at)  # 0: they were resident when the popularity shifted
+            break
+    rss = traffic.rss
+    return Result(
+        policy=policy,
+        requests=len(counted),
+        failed=failed_in,
+        hit_ratio=len(hits) / max(1, len(counted)),
+        hit_p99_s=pct(hits, 99),
+        all_p99_s=float("nan"),
+        rss_max=max(rss) if rss else 0,
+        over_budget_samples=sum(1 for r in rss if r > budget),
+        samples=len(rss),
+        cold=cold,
+        shift_s=shift_s,
+        loads=counters[0],
+        evictions=counters[1],
+        thrash=counters[2],
+        failures=traffic.failures,
+    )
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--small", type=int, default=300, help="tabular models (ONNX, XGBoost, LightGBM)"
+    )
+    ap.add_argument("--large", type=int, default=10, help="MiniLM-sized models (0: none)")
+    ap.add_argument("--mlp-hidden", type=int, default=1024, help="the ONNX MLPs' width")
+    ap.add_argument("--trees", type=int, default=150, help="trees of the XGBoost/LightGBM models")
+    ap.add_argument(
+        "--tree-runtime",
+        choices=("native", "onnx"),
+        default="native",
+        help="the fil backend's runtime for the tree models (onnx converts each model at its "
+        "load: seconds per model of this size on a busy machine)",
+    )
+    ap.add_argument(
+        "--share", type=float, default=0.2, help="share of the models' bytes the budget holds"
+    )
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--zipf", type=float, default=1.1)
+    ap.add_argument("--warmup-s", type=float, default=20.0)
+    ap.add_argument("--measure-s", type=float, default=40.0)
+    ap.add_argument("--shift-s", type=float, default=20.0)
+    ap.add_argument("--hot", type=int, default=10, help="the new most popular models to wait for")
+    ap.add_argument("--policies", default="lru,cost", help="--model-eviction values to compare")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each policy")
+    ap.add_argument("--min-residency-s", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 12 + 1 models, seconds each")
+    args = ap.parse_args()
+    if args.quick:
+        args.small, args.large, args.trees, args.mlp_hidden = 12, min(args.large, 1), 20, 256
+        args.clients, args.warmup_s, args.measure_s, args.shift_s = 4, 5.0, 5.0, 5.0
+        args.hot, args.rounds = 3, 1
+    policies = args.policies.split(",")
+    mib = 1 << 20
+
+    with tempfile.TemporaryDirectory(prefix="inferd-many-mixed-") as tmp:
+        repo = Path(tmp) / "repo"
+        repo.mkdir()
+        kinds = build(repo, args.small, args.large, args)
+        names = sorted(kinds)
+        on_demand = ["--model-control-mode", "on-demand", "--log-verbose", "0"]
+        on_demand += ["--model-load-wait-secs", "300"]
+
+        # 1. sizes: every model once, no eviction
+        with running_server([repo], [*on_demand, "--model-memory-budget", "100%"]) as server:
+            with httpclient.InferenceServerClient(server.http_url, network_timeout=300) as c:
+                for name in names:
+                    c.infer(name, inputs(kinds[name]))
+                index = {e["name"]: e for e in c.get_model_repository_index()}
+            baseline = int(metric(server, "inferd_model_memory_baseline_bytes"))
+            first_loads, _ = events(server.log())
+            all_rss = process_tree_rss(server.pid)
+        sizes = {n: int(index[n]["memory_bytes"]) for n in names}
+        # the first model of each kind also measured its runtime's libraries, which stay
+        # loaded: the server's share, not the model's (the server finds that out at its first
+        # eviction); the model counts as its kind's median
+        libraries = 0
+        for kind in KINDS:
+            mine = [n for _, n, _ in first_loads if kinds[n] == kind]
+            if len(mine) > 1:
+                median = int(np.median([sizes[n] for n in mine[1:]]))
+                libraries += max(0, sizes[mine[0]] - median)
+                sizes[mine[0]] = min(sizes[mine[0]], median)
+        total = sum(sizes.values())
+        # room for a fifth of the bytes, and at least for the largest model with a margin
+        room = max(int(total * args.share), int(max(sizes.values()) * 1.25))
+        budget = baseline + libraries + room
+
+        order_a, weights = popularity(names, args.zipf, args.seed)
+        order_b, _ = popularity(names, args.zipf, args.seed + 1)
+        phases = [
+            (args.warmup_s, order_a, weights),
+            (args.measure_s, order_a, weights),
+            (args.shift_s, order_b, weights),
+        ]
+
+        # 2. everything loaded, no budget: the reference latency
+        with running_server(
+            [repo], [*on_demand, "--load-model", "*"], startup_timeout_s=900
+        ) as server:
+            t_start = time.time()
+            ref = drive(server, kinds, phases[:2], args.clients, args.seed)
+        window = (t_start + args.warmup_s, t_start + args.warmup_s + args.measure_s)
+        ref_lat = [t1 - t0 for _, t0, t1 in ref.requests if window[0] <= t0 < window[1]]
+        ref_p99 = pct(ref_lat, 99)
+
+        # 3. each policy within the budget, alternating
+        results: list[Result] = []
+        for _ in range(args.rounds):
+            for policy in policies:
+                flags = [*on_demand, "--model-memory-budget", str(budget)]
+                flags += ["--model-min-residency-secs", str(args.min_residency_s)]
+                flags += ["--model-eviction", policy]
+                with running_server([repo], flags) as server:
+                    t_start = time.time()
+                    traffic = drive(server, kinds, phases, args.clients, args.seed)
+                    counters = (
+                        int(metric(server, "inferd_model_loads_total")),
+                        int(metric(server, "inferd_model_evictions_total")),
+                        int(metric(server, "inferd_model_eviction_thrash_total")),
+                    )
+                    log = server.log()
+                w = (t_start + args.warmup_s, t_start + args.warmup_s + args.measure_s)
+                shift = (w[1], order_b[: args.hot])
+                result = analyse(policy, traffic, log, kinds, w, shift, budget, counters)
+                result.all_p99_s = ref_p99
+                results.append(result)
+                print(
+                    f"  [{policy}] requests {result.requests}, hit ratio {result.hit_ratio:.3f}, "
+                    f"hit p99 {result.hit_p99_s * 1e3:.1f} ms, failed {result.failed}, "
+                    f"shift {result.shift_s:.1f} s",
+                    flush=True,
+                )
+
+    by_kind_size: dict[str, list[int]] = {}
+    for n in names:
+        by_kind_size.setdefault(kinds[n], []).append(sizes[n])
+    print(
+        f"models: {args.small} small + {args.large} MiniLM; measured sizes: "
+        + ", ".join(
+            f"{k} {len(v)} x median {np.median(v) / mib:.1f} MiB"
+            for k, v in sorted(by_kind_size.items())
+        )
+        + f"; all {total / mib:.0f} MiB (all loaded: resident set {all_rss / mib:.0f} MiB)"
+    )
+    print(
+        f"budget: {budget / mib:.0f} MiB = baseline {baseline / mib:.0f} MiB + runtimes' "
+        f"libraries {libraries / mib:.0f} MiB + {room / mib:.0f} MiB for models "
+        f"({room / total:.2f} of their bytes); {args.clients} clients, Zipf({args.zipf}), warm-up "
+        f"{args.warmup_s:g} s, measured {args.measure_s:g} s, shifted {args.shift_s:g} s, "
+        f"min residency {args.min_residency_s:g} s"
+    )
+    first = {k: [s for _, n, s in first_loads if kinds[n] == k] for k in KINDS}
+    print(
+        "first loads (nothing else loaded): "
+        + ", ".join(
+            f"{k} p50 {pct(v, 50) * 1e3:.0f} / p99 {pct(v, 99) * 1e3:.0f} ms"
+            for k, v in first.items()
+            if v
+        )
+    )
+    print(f"all loaded, no budget: p99 {ref_p99 * 1e3:.1f} ms ({len(ref.failures)} failed)")
+    for policy in policies:
+        mine = [r for r in results if r.policy == policy]
+        print(f"\n--model-eviction {policy} ({len(mine)} runs; goal: measured, each run)")
+        print(f"  0 failed requests:                 {[r.failed for r in mine]}")
+        print(
+            f"  resident set <= budget {budget / mib:.0f} MiB:   max "
+            f"{[round(r.rss_max / mib) for r in mine]} MiB; samples over "
+            f"{[f'{r.over_budget_samples}/{r.samples}' for r in mine]}"
+        )
+        print(f"  hit ratio >= 0.9:                  {[round(r.hit_ratio, 3) for r in mine]}")
+        print(
+            f"  hit p99 <= 1.2 x {ref_p99 * 1e3:.1f} ms:          "
+            f"{[round(r.hit_p99_s * 1e3, 1) for r in mine]} ms "
+            f"({[round(r.hit_p99_s / ref_p99, 2) for r in mine]} x)"
+        )
+        print(f"  new top {args.hot} resident <= 10 s:     {[round(r.shift_s, 1) for r in mine]} s")
+        print(
+            f"  requests counted: {[r.requests for r in mine]}; loads "
+            f"{[r.loads for r in mine]}, evictions {[r.evictions for r in mine]}, residency "
+            f"refusals {[r.thrash for r in mine]}"
+        )
+        cold: dict[str, list[float]] = {}
+        for r in mine:
+            for k, v in r.cold.items():
+                cold.setdefault(k, []).extend(v)
+        print(
+            "  cold loads: "
+            + ", ".join(
+                f"{k} p50 {pct(v, 50) * 1e3:.0f} / p99 {pct(v, 99) * 1e3:.0f} ms ({len(v)})"
+                for k, v in sorted(cold.items())
+            )
+        )
+    for r in results:
+        for line in r.failures[:3]:
+            print(f"  failure ({r.policy}):", line)
+
+
+if __name__ == "__main__":
+    main()
