@@ -188,6 +188,12 @@ def main() -> None:
         order = cells if round_ % 2 == 0 else cells[::-1]
         for cell in order:
             runs[cell].append(measure(repo, cell[1], args, cell[0]))
+            got = ", ".join(
+                f"c={c} {r['throughput']:.0f}/s {r['cpu_us_per_request']:.0f} µs CPU/request"
+                for c, r in runs[cell][-1].items()
+            )
+            where = "" if cell[0] is None else f" [{cell[0]}]"
+            print(f"round {round_ + 1}: {cell[1]}{where}: {got}", file=sys.stderr, flush=True)
     print(
         f"{os.cpu_count()} CPUs (affinity {len(os.sched_getaffinity(0))}), {args.seconds:.0f} s "
         f"per point, {args.rounds} rounds: medians (min-max across rounds)"
