@@ -22,7 +22,9 @@ ignored), so every column computes the same work:
 - ``HF generate``: ``model.generate(do_sample=False)`` of each request alone.
 
 It prints output tokens per second over the whole wall time, the time to first token (p50,
-p99; measured from when the client sent the request) and the ratios, for ``--rounds`` rounds
+p99; measured from when the client sent the request), the process's CPU time per output token
+and the ratios (of wall-time rates, then of CPU time per token: on a machine that other work
+loads, the CPU time a column costs moves less than its wall time), for ``--rounds`` rounds
 (medians). The engine's KV blocks in use are sampled at every step and must stay within its
 budget. Then ``--overload`` requests (default 200) are submitted at once to an engine whose KV
 budget holds ``--streams`` sequences of the longest shape: every one must finish without an
@@ -149,9 +151,10 @@ def _submit(engine: GenerationEngine, request: _Request) -> None:
 Serve = Callable[["queue.Queue[_Request]", threading.Event], None]
 
 
-def closed_loop(jobs: list[list[Job]], serve: Serve) -> tuple[float, list[float]]:
+def closed_loop(jobs: list[list[Job]], serve: Serve) -> tuple[float, list[float], float]:
     """Each client sends its jobs in turn, the next when the previous finished; ``serve`` takes
-    requests from the queue (until the event is set). Output tokens/s, TTFTs."""
+    requests from the queue (until the event is set). Output tokens/s, TTFTs, and the process's
+    CPU seconds per output token (what the run cost, whatever else loads the machine)."""
     inbox: queue.Queue[_Request] = queue.Queue()
     stop = threading.Event()
     server = threading.Thread(target=serve, args=(inbox, stop), daemon=True)
@@ -169,18 +172,21 @@ def closed_loop(jobs: list[list[Job]], serve: Serve) -> tuple[float, list[float]
                 finished.append(request)
 
     start = time.perf_counter()
+    cpu_start = time.process_time()
     threads = [threading.Thread(target=client, args=(mine,)) for mine in jobs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     stop.set()
     server.join()
     for r in finished:
         if r.error is not None or r.tokens != r.job.tokens:
             raise RuntimeError(f"a request failed: {r.error} ({r.tokens}/{r.job.tokens} tokens)")
-    return sum(r.tokens for r in finished) / wall, [r.first - r.sent for r in finished]
+    tokens = sum(r.tokens for r in finished)
+    return tokens / wall, [r.first - r.sent for r in finished], cpu / tokens
 
 
 def _take(inbox: queue.Queue[_Request], stop: threading.Event) -> _Request | None:
@@ -400,7 +406,7 @@ def main() -> None:
     }
     if args.skip_hf:
         columns = {k: v for k, v in columns.items() if not k.startswith("HF")}
-    results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in columns}
+    results: dict[str, list[tuple[float, list[float], float]]] = {name: [] for name in columns}
     for _ in range(args.rounds):
         for name, (serve, clients) in columns.items():
             mine = jobs if clients > 1 else [[j for client in jobs for j in client]]
@@ -412,13 +418,14 @@ def main() -> None:
         f"threads, max_step_tokens {step_tokens}, torch {torch.__version__}, {args.rounds} "
         "rounds (medians)"
     )
-    print(f"{'':18}{'tokens/s':>10}{'TTFT p50 ms':>14}{'TTFT p99 ms':>14}")
-    rates, p50s = {}, {}
+    print(f"{'':18}{'tokens/s':>10}{'TTFT p50 ms':>14}{'TTFT p99 ms':>14}{'CPU ms/token':>14}")
+    rates, p50s, cpus = {}, {}, {}
     for name, rounds in results.items():
-        rates[name] = statistics.median(r for r, _ in rounds)
-        p50s[name] = statistics.median(_pct(t, 0.5) for _, t in rounds) * 1e3
-        p99 = statistics.median(_pct(t, 0.99) for _, t in rounds) * 1e3
-        print(f"{name:18}{rates[name]:10.0f}{p50s[name]:14.1f}{p99:14.1f}")
+        rates[name] = statistics.median(r for r, _, _ in rounds)
+        p50s[name] = statistics.median(_pct(t, 0.5) for _, t, _ in rounds) * 1e3
+        p99 = statistics.median(_pct(t, 0.99) for _, t, _ in rounds) * 1e3
+        cpus[name] = statistics.median(c for _, _, c in rounds) * 1e3
+        print(f"{name:18}{rates[name]:10.0f}{p50s[name]:14.1f}{p99:14.1f}{cpus[name]:14.3f}")
     c = rates["continuous"]
     line = [
         f"continuous / request batch {c / rates['request batch']:.2f}x",
@@ -431,6 +438,18 @@ def main() -> None:
             f"one at a time / HF generate {rates['one at a time'] / rates['HF generate']:.2f}x",
         ]
     print("; ".join(line))
+    # the same ratios from CPU time per token: what each column costs, steadier than wall time
+    # on a machine that other work loads (the columns' wall time moves with that work)
+    others = [n for n in ("request batch", "one at a time", "HF request batch") if n in cpus]
+    print(
+        "by CPU time per token: "
+        + "; ".join(f"continuous / {n} {cpus[n] / cpus['continuous']:.2f}x" for n in others)
+        + (
+            f"; one at a time / HF generate {cpus['HF generate'] / cpus['one at a time']:.2f}x"
+            if "HF generate" in cpus
+            else ""
+        )
+    )
     print(f"KV: peak {watch.peak}/{blocks} blocks in use over {watch.steps} sampled steps")
     if args.overload:
         overload(model, tokenizer, args, [j for client in jobs for j in client], blocks)
