@@ -8,7 +8,9 @@ Thread layout when the config sets no ``intra_op_thread_count``: the instances s
 (two instances on two cores get one intra-op thread each, the best layout under load), and the
 model also gets one *solo* session with a thread per core, which an instance uses for a batch
 it starts while no other instance of the model is running one: a lone request gets every core,
-concurrent ones get one core each (see :class:`SoloSession`).
+concurrent ones get one core each (see :class:`SoloSession`). No session's threads spin after
+a run unless the config sets ``allow_spinning`` (see :mod:`inferd.backends.ort_sessions`); a key
+that misspells one of this backend's is refused with the key it meant.
 """
 
 from __future__ import annotations
