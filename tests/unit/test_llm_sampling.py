@@ -380,3 +380,32 @@ def test_a_nucleus_wider_than_the_first_look_is_found_whole() -> None:
     assert int(ids.max()) >= 1024
     assert int(ids.max()) < 1351
     torch.testing.assert_close(logprobs, torch.full((400,), -math.log(1351)))
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_without_logprobs_the_same_tokens_are_chosen(mixed: bool) -> None:
+    """``with_logprobs=False`` skips the greedy rows' log-softmax: the same ids (an all-greedy
+    batch takes one argmax, a mixed one picks its rows), NaN for the greedy rows' log-probs,
+    the sampled rows' log-probs unchanged."""
+    n, vocab = 6, 50
+    logits = logit_rows(n, vocab, 11)
+    sampled = SamplingParams(temperature=0.8, top_k=10, seed=5)
+    greedy = SamplingParams(temperature=0.0, repetition_penalty=1.3)
+    params = [sampled if mixed and i % 2 else greedy for i in range(n)]
+    histories = [[i, i + 1, 7] for i in range(n)]
+
+    def run(with_logprobs: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        generators = [seeded_generator(p.seed) for p in params]
+        return SAMPLER.sample(logits, params, generators, histories, with_logprobs=with_logprobs)
+
+    ids, logprobs = run(True)
+    fast_ids, fast_logprobs = run(False)
+    assert fast_ids.tolist() == ids.tolist()
+    penalised = apply_penalties(logits, params, histories)
+    assert ids.tolist()[0] == int(penalised[0].argmax())
+    for row, p in enumerate(params):
+        if p.greedy:
+            assert math.isnan(float(fast_logprobs[row]))
+            assert not math.isnan(float(logprobs[row]))
+        else:
+            assert float(fast_logprobs[row]) == pytest.approx(float(logprobs[row]))
