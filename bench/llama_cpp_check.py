@@ -20,8 +20,10 @@ the common prefix.
 
 Timing: bench/llm.py's workload (prompts 8-96 tokens, answers 16-128 tokens, greedy, EOS
 ignored, fixed by a seed; the ids are given as ids, no text), ``--rounds`` rounds with the
-columns alternating inside each round: medians of output tokens/s and TTFT, and each round's
-llama.cpp rate over the same round's inferd rate (median and range). Columns:
+columns alternating inside each round: medians of output tokens/s, TTFT and the process's CPU
+seconds per 1000 output tokens (all its threads, the clients' included; what a column cost,
+whatever else loads the machine, though a thread spinning at a barrier counts too), and each
+round's llama.cpp rate over the same round's inferd rate (median and range). Columns:
 
 - ``inferd``: the ``GenerationEngine`` (float32), as bench/llm.py's ``continuous``;
 - ``llama.cpp <type>``: one ``Llama`` object and its ``generate()`` (greedy sampler), one
@@ -375,11 +377,15 @@ def main() -> None:
                         clients,
                     )
         results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in columns}
+        cpu: dict[str, list[float]] = {name: [] for name in columns}  # CPU s per 1000 tokens
         for _ in range(args.rounds):
             for name, (serve, clients) in columns.items():
                 mine = jobs if clients > 1 else [[j for client in jobs for j in client]]
+                used = time.process_time()
                 out = b.closed_loop(mine, serve())
+                used = time.process_time() - used
                 results[name].append((out[0], out[1]))  # tokens/s, TTFTs
+                cpu[name].append(used / sum(j.tokens for c in mine for j in c) * 1e3)
         engine.close()
         for item in batched.values():
             item.close()
@@ -389,7 +395,10 @@ def main() -> None:
         f"{args.threads} threads, llama-cpp-python {llama_cpp.__version__}, torch "
         f"{torch.__version__}, {args.rounds} rounds (medians; tokens/s min..max over rounds)"
     )
-    print(f"{'streams':28}{'tokens/s':>10}{'(min..max)':>14}{'TTFT p50 ms':>13}{'p99 ms':>9}")
+    print(
+        f"{'streams':28}{'tokens/s':>10}{'(min..max)':>14}{'TTFT p50 ms':>13}{'p99 ms':>9}"
+        f"{'CPU s/1k tok':>14}"
+    )
     rates = {}
     for name, rounds in results.items():
         per = [r for r, _ in rounds]
@@ -397,7 +406,8 @@ def main() -> None:
         p50 = statistics.median(b._pct(t, 0.5) for _, t in rounds) * 1e3
         p99 = statistics.median(b._pct(t, 0.99) for _, t in rounds) * 1e3
         span = f"{min(per):.0f}..{max(per):.0f}"
-        print(f"{name:28}{rates[name]:10.0f}{span:>14}{p50:13.1f}{p99:9.1f}")
+        cost = statistics.median(cpu[name])
+        print(f"{name:28}{rates[name]:10.0f}{span:>14}{p50:13.1f}{p99:9.1f}{cost:14.2f}")
     # each round's llama.cpp rate over the same round's inferd rate (paired: the machine's load
     # moves both sides of a round alike), median and range over the rounds
     for clients in cases:
