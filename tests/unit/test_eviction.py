@@ -18,6 +18,7 @@ from inferd.repository.eviction import (
     decayed_heat,
     keep_value,
 )
+from inferd.repository.memory import GrowthShares
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
 from inferd.tools.scaling.model_cache import che_hit_ratio, size_aware_hit_ratio, zipf_popularity
@@ -560,3 +561,166 @@ def test_cost_holds_more_of_the_traffic_than_lru_when_sizes_differ() -> None:
     assert lru == pytest.approx(che, abs=0.03)
     assert cost > lru + 0.1
     assert cost <= ceiling + 0.01
+
+
+# -- parallel loads ----------------------------------------------------------------------------
+
+
+async def test_loads_of_different_models_run_in_parallel_up_to_the_load_threads() -> None:
+    host = _Host({"a": 100, "b": 100, "c": 100})
+    loader = host.loader(None, load_threads=2)
+    await loader.start()
+    host.gate.clear()
+    waiters = [asyncio.create_task(loader.ensure(n)) for n in ("a", "b", "c")]
+    for _ in range(50):
+        await asyncio.sleep(0.005)
+    assert sorted(host.load_calls) == ["a", "b"]  # two at once, the third waits for a slot
+    host.gate.set()
+    await asyncio.gather(*waiters)
+    assert host.load_calls == {"a": 1, "b": 1, "c": 1}
+    assert loader.statistics().peak_parallel_loads == 2
+    # growth measured while loads overlapped is shared, not counted twice
+    assert sum(loader.statistics().resident_bytes.values()) == 300
+
+
+async def test_concurrent_loads_reserve_their_sizes_before_they_start() -> None:
+    """Room for two of three: the third load waits until one of the first two is loaded and
+    may leave; a model being loaded is never chosen to make room."""
+    host = _Host({"a": 100, "b": 100, "c": 100})
+    loader = host.loader(1000 + 250, min_residency_s=0.0, eviction="lru", load_threads=3)
+    await loader.start()
+    host.gate.clear()
+    waiters = [asyncio.create_task(loader.ensure(n)) for n in ("a", "b", "c")]
+    for _ in range(50):
+        await asyncio.sleep(0.005)
+    assert sorted(host.load_calls) == ["a", "b"]
+    assert loader.statistics().loading_bytes == 200  # a, b 100 each; c reserved nothing yet
+    assert host.unloaded == []
+    host.gate.set()
+    await asyncio.gather(*waiters)
+    assert len(host.unloaded) == 1
+    assert host.unloaded[0][0] in ("a", "b")
+    assert sum(host.sizes[n] for n in host.loaded) <= 250
+
+
+def test_growth_shares_sum_to_the_growth_and_a_lone_load_gets_all_of_it() -> None:
+    shares = GrowthShares()
+    shares.begin("a", 100, 1000)
+    assert shares.end("a", 1070) == 70  # alone: exactly its growth
+    shares.begin("a", 100, 1070)
+    shares.begin("b", 300, 1170)  # a grew 100 alone
+    got_a = shares.end("a", 1570)  # 400 more while both ran: split 1:3
+    got_b = shares.end("b", 1670)
+    assert (got_a, got_b) == (200, 400)
+    shares.begin("c", 10, 1670)
+    shares.rebase(1500)  # an unload freed 170: nobody's load
+    assert shares.end("c", 1520) == 20
+
+
+@dataclass
+class _ParallelHost:
+    """Loads held until the test finishes them, one by one, in any order."""
+
+    sizes: dict[str, int]
+    room: int
+    loaded: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, asyncio.Event] = field(default_factory=dict)
+    rss: int = 1000
+    peak: int = 0
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    async def load(self, name: str) -> str:
+        assert name not in self.pending, "two loads of one model"
+        assert name not in self.loaded
+        self.pending[name] = asyncio.Event()
+        self.peak = max(self.peak, len(self.pending))
+        await self.pending[name].wait()
+        del self.pending[name]
+        self.loaded[name] = 0
+        self.rss += self.sizes[name]
+        return "onnxruntime"
+
+    async def unload(self, name: str, reason: str) -> None:
+        assert name not in self.pending, "unloaded a model being loaded"
+        del self.loaded[name]
+        self.rss -= self.sizes[name]
+
+    async def estimate(self, name: str) -> int:
+        return self.sizes[name]
+
+    def committed(self) -> int:
+        """Loaded models and the loads under way: what the budget must hold."""
+        return sum(self.sizes[n] for n in [*self.loaded, *self.pending])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(10, 100), min_size=5, max_size=5),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("request"), st.integers(0, 4)),
+            st.tuples(st.just("finish"), st.integers(0, 4)),
+            st.tuples(st.just("tick"), st.just(0)),
+        ),
+        max_size=30,
+    ),
+    threads=st.integers(1, 4),
+)
+def test_concurrent_loads_never_overcommit_the_budget(
+    sizes: list[int], ops: list[tuple[str, int]], threads: int
+) -> None:
+    """Requests, load completions in any order and time passing (a simulated clock): loaded
+    models plus loads under way never exceed the budget, no model loads twice at once, none
+    being loaded is unloaded, and no more than ``load_threads`` loads run at once."""
+    names = [f"m{i}" for i in range(5)]
+    host = _ParallelHost(dict(zip(names, sizes, strict=True)), room=250)
+
+    async def settle() -> None:
+        seen = None
+        while True:
+            await asyncio.sleep(0.001)
+            now = (sorted(host.pending), sorted(host.loaded), host.rss)
+            if now == seen:
+                return
+            seen = now
+
+    async def run() -> None:
+        loader = OnDemandLoader(
+            OnDemandSettings(
+                budget_bytes=1000 + host.room,
+                min_residency_s=1.0,
+                wait_s=60.0,
+                load_threads=threads,
+            ),
+            load=host.load,
+            unload=host.unload,
+            loaded=lambda: dict(host.loaded),
+            estimate=host.estimate,
+            measure=lambda: host.rss,
+            clock=host.clock,
+        )
+        await loader.start()
+        waiters = []
+        for op, k in ops:
+            if op == "request":
+                waiters.append(asyncio.create_task(loader.ensure(names[k])))
+            elif op == "finish" and host.pending:
+                host.pending[sorted(host.pending)[k % len(host.pending)]].set()
+            elif op == "tick":
+                host.clock.advance(10**9)
+            await settle()
+            assert host.committed() <= host.room
+            assert host.peak <= threads
+        host.clock.advance(10 * 10**9)
+        for _ in range(500):  # every load finishes, every request is answered
+            if not host.pending and all(w.done() for w in waiters):
+                break
+            for event in list(host.pending.values()):
+                event.set()
+            await settle()
+            assert host.committed() <= host.room
+        assert all(w.done() for w in waiters), (host.pending, host.loaded, loader.loading())
+        await asyncio.gather(*waiters)
+        await loader.close()
+
+    asyncio.run(run())

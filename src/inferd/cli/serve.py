@@ -127,7 +127,9 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         type=int,
         default=4,
         metavar="N",
-        help="models loaded in parallel (default: 4)",
+        help="models loaded in parallel (default: 4); in on-demand mode, loads of different "
+        "models started by requests, each reserving its estimated size within "
+        "--model-memory-budget before it starts",
     )
     repo.add_argument(
         "--model-max-instances",

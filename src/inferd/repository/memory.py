@@ -7,6 +7,8 @@
   hold that limit; :func:`container_limit` finds and reads them;
 - :func:`process_tree_rss` is the resident set of this process and its worker processes (the
   Python backend's), measured before and after each load;
+- :class:`GrowthShares` splits the resident set's growth among loads that run at the same
+  time, so each model's measured size is its own share;
 - :func:`folder_bytes` is a model folder's size on disk, the estimate of a model never loaded.
 """
 
@@ -16,7 +18,7 @@ import ctypes
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferd.errors import InvalidArgumentError
@@ -24,6 +26,7 @@ from inferd.errors import InvalidArgumentError
 _log = logging.getLogger("inferd.repository")
 
 __all__ = [
+    "GrowthShares",
     "MemoryBudget",
     "container_limit",
     "folder_bytes",
@@ -226,6 +229,43 @@ def release_free_memory() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
+
+
+@dataclass(slots=True)
+class GrowthShares:
+    """Splits the resident set's growth among the loads in flight, so that loads running at the
+    same time each get their own share rather than all of it.
+
+    Every change of the set of loads (a start, an end) comes with a measurement; the growth
+    since the previous measurement is split among the loads in flight over that interval in
+    proportion to their weights (their estimated sizes). A load that runs alone gets exactly
+    the growth measured around it. :meth:`rebase` takes a measurement without sharing the
+    change (an unload freed memory: that drop is nobody's load)."""
+
+    last: int = 0
+    weights: dict[str, int] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, rss: int) -> None:
+        delta, self.last = rss - self.last, rss
+        total = sum(self.weights.values())
+        if total:
+            for name, weight in self.weights.items():
+                self.shares[name] += delta * weight / total
+
+    def begin(self, name: str, weight: int, rss: int) -> None:
+        self.observe(rss)
+        self.weights[name] = max(1, weight)
+        self.shares[name] = 0.0
+
+    def end(self, name: str, rss: int) -> int:
+        """The load's share of the growth, in bytes (never below 0)."""
+        self.observe(rss)
+        self.weights.pop(name, None)
+        return max(0, round(self.shares.pop(name, 0.0)))
+
+    def rebase(self, rss: int) -> None:
+        self.last = rss
 
 
 def folder_bytes(path: Path) -> int:

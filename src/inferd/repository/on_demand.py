@@ -5,9 +5,12 @@ The repository manager owns the models; this loader decides when one loads and w
 - **one load per model**: the first request for a model that is not loaded starts its load;
   later requests join it. Each waits at most ``wait_s``, then fails with a 503 that says the
   model is loading (the load goes on; the next request joins it or finds the model READY);
-- **one load at a time**: loads run one after another, so the resident-set growth measured
-  around each load (this process and its worker processes) is that model's alone, and two
-  loads never both count on the same free bytes;
+- **parallel loads, bounded**: loads of different models run at the same time, at most
+  ``load_threads`` (``--model-load-thread-count``); each reserves its estimated size before it
+  starts, so the budget holds resident + reserved + new and two loads never count on the same
+  free bytes; a model being loaded (or unloaded) is never chosen for eviction. The
+  resident-set growth measured while loads overlap is split among them in proportion to their
+  estimates (:class:`~inferd.repository.memory.GrowthShares`); a load alone gets all of it;
 - **room first**: with a budget, :func:`inferd.repository.eviction.choose_victims` names the
   idle models to unload (``eviction``: ``lru``, the least recently used first, or ``cost``, the
   least worth keeping per byte first: recent requests x reload time / size; never one with
@@ -43,7 +46,7 @@ from inferd.repository.eviction import (
     choose_victims,
     decayed_heat,
 )
-from inferd.repository.memory import process_tree_rss, release_free_memory
+from inferd.repository.memory import GrowthShares, process_tree_rss, release_free_memory
 
 _log = logging.getLogger("inferd.repository")
 
@@ -61,6 +64,7 @@ class OnDemandSettings:
     wait_s: float = 30.0
     load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
     eviction: str = "cost"  # which idle models leave first: lru | cost (eviction.POLICIES)
+    load_threads: int = 4  # loads of different models at the same time
 
 
 @dataclass(slots=True)
@@ -89,6 +93,8 @@ class OnDemandStats:
     evictions: int
     thrash_refusals: int
     load_seconds: dict[str, Histogram]  # by runtime
+    loading_bytes: int = 0  # reserved by loads under way
+    peak_parallel_loads: int = 0  # the most loads that ran at the same time
 
 
 @dataclass(slots=True)
@@ -97,6 +103,7 @@ class _Counters:
     evictions: int = 0
     thrash_refusals: int = 0
     load_seconds: dict[str, Histogram] = field(default_factory=dict)
+    peak_parallel_loads: int = 0
 
 
 class OnDemandLoader:
@@ -131,7 +138,12 @@ class OnDemandLoader:
         self._models: dict[str, _Model] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
+        self._gate = asyncio.Semaphore(max(1, settings.load_threads))
+        self._reserved: dict[str, int] = {}  # loads under way: their estimated sizes
+        self._evicting: set[str] = set()  # models being unloaded: counted, not chosen again
+        self._active = 0  # loads running now
+        self._shares = GrowthShares()
+        self._measuring = asyncio.Lock()  # one measurement at a time, applied in order
         self._no_room: dict[str, str] = {}  # loads waiting for room: why
         self._room_until: dict[str, float] = {}  # a load waiting for room: until when (loop time)
         self._counters = _Counters()
@@ -225,9 +237,9 @@ class OnDemandLoader:
 
     async def _run(self, name: str, fut: asyncio.Future[None], reason: str) -> None:
         try:
-            async with self._lock:
+            async with self._gate:
                 if name not in self._loaded():
-                    await self._load_locked(name, reason)
+                    await self._load_one(name, reason)
         except asyncio.CancelledError:  # the server is stopping
             if not fut.done():
                 fut.set_exception(
@@ -243,6 +255,7 @@ class OnDemandLoader:
         finally:
             self._loading.pop(name, None)
             self._room_until.pop(name, None)
+            self._reserved.pop(name, None)
 
     def _room(self) -> int | None:
         budget = self.settings.budget_bytes
@@ -256,7 +269,7 @@ class OnDemandLoader:
             f"{self.baseline_bytes} bytes are counted): raise --model-memory-budget to serve it"
         )
 
-    async def _load_locked(self, name: str, reason: str) -> None:
+    async def _load_one(self, name: str, reason: str) -> None:
         model = self._models.setdefault(name, _Model())
         if model.too_big:
             raise UnavailableError(model.too_big)
@@ -268,21 +281,30 @@ class OnDemandLoader:
                 how = "measured at an earlier load" if model.size_bytes >= on_disk else "on disk"
                 model.too_big = self._too_big(name, need, how)
                 raise UnavailableError(model.too_big)
-            await self._make_room(name, need, room)
+            await self._make_room(name, need, room)  # reserves ``need`` once it fits
+        else:
+            self._reserved[name] = need
         reason = reason or ("after_eviction" if model.loads else "first_request")
-        before = await asyncio.to_thread(self._measure)
+        async with self._measuring:
+            self._shares.begin(name, need, await asyncio.to_thread(self._measure))
+        self._active += 1
+        counters = self._counters
+        counters.peak_parallel_loads = max(counters.peak_parallel_loads, self._active)
+        _log.info("model '%s' loading on demand (%d loads under way)", name, self._active)
         started = self._now()
         try:
             runtime = await self._load(name)
         except Exception as exc:
             model.failed, model.failed_at_s = str(exc), self._now()
             raise
+        finally:
+            self._active -= 1
+            async with self._measuring:
+                grown = self._shares.end(name, await asyncio.to_thread(self._measure))
         model.failed = ""
         elapsed = self._now() - started
-        grown = max(0, await asyncio.to_thread(self._measure) - before)
         model.size_bytes = max(model.size_bytes, grown, on_disk)
         model.loads += 1
-        counters = self._counters
         counters.loads[reason] = counters.loads.get(reason, 0) + 1
         histogram = counters.load_seconds.get(runtime)
         if histogram is None:
@@ -293,6 +315,7 @@ class OnDemandLoader:
         model.reload_s = elapsed
         model.loaded_at_s = model.last_used_s = now
         model.evicted_at = model.evicted_reason = ""
+        self._reserved.pop(name, None)  # from now on counted at its measured size
         _log.info(
             "model '%s' loaded on demand in %.3f s (%s, %d bytes)",
             name,
@@ -310,7 +333,7 @@ class OnDemandLoader:
     async def _trim(self, name: str, room: int) -> None:
         """After a load that measured more than its estimate: unload idle models until the
         others fit in ``room`` again (or say why they cannot yet)."""
-        choice = self._choose(name, 0, room)
+        choice = self._choose(name, 0, room - self._reserved_by_others(name))
         if not choice.fits:
             _log.warning(
                 "model '%s' measured more than its estimate: resident models exceed the memory "
@@ -327,10 +350,16 @@ class OnDemandLoader:
         counted = False
         try:
             while True:
-                choice = self._choose(name, need, room)
+                choice = self._choose(name, need, room - self._reserved_by_others(name))
                 if choice.fits:
-                    for victim in choice.victims:
-                        await self._evict(victim, name)
+                    # reserved before any await: no other load can count on these bytes
+                    self._reserved[name] = need
+                    self._evicting.update(choice.victims)
+                    try:
+                        for victim in choice.victims:
+                            await self._evict(victim, name)
+                    finally:
+                        self._evicting.difference_update(choice.victims)
                     return
                 self._no_room[name] = (
                     f"model '{name}' cannot load now: the memory budget is held by models with "
@@ -353,11 +382,16 @@ class OnDemandLoader:
         finally:
             self._no_room.pop(name, None)
 
+    def _reserved_by_others(self, name: str) -> int:
+        return sum(size for other, size in self._reserved.items() if other != name)
+
     def residents(self, exclude: str = "") -> list[Resident]:
+        """The loaded models the policy may weigh; a model being loaded is left out (its
+        reservation counts for it), one being unloaded counts as pinned until it is gone."""
         out = []
         for other, in_flight in self._loaded().items():
             m = self._models.get(other)
-            if other == exclude or m is None or not m.loads:
+            if other == exclude or m is None or not m.loads or other in self._reserved:
                 continue  # an ensemble's step model leaves with its ensemble
             out.append(
                 Resident(
@@ -366,7 +400,7 @@ class OnDemandLoader:
                     m.last_used_s,
                     m.loaded_at_s,
                     in_flight,
-                    other in self.settings.pins,
+                    other in self.settings.pins or other in self._evicting,
                     m.heat,
                     m.reload_s,
                 )
@@ -385,8 +419,16 @@ class OnDemandLoader:
         )
         model = self._models.setdefault(victim, _Model())
         _log.info("model '%s' %s", victim, reason)
-        await self._unload(victim, reason)
-        await asyncio.to_thread(self._release)
+        self._evicting.add(victim)
+        try:
+            async with self._measuring:  # the growth of loads under way until now is theirs
+                self._shares.observe(await asyncio.to_thread(self._measure))
+            await self._unload(victim, reason)
+            await asyncio.to_thread(self._release)
+            async with self._measuring:  # what the unload freed is no load's
+                self._shares.rebase(await asyncio.to_thread(self._measure))
+        finally:
+            self._evicting.discard(victim)
         model.evicted_at, model.evicted_reason = when, reason
         self._counters.evictions += 1
 
@@ -425,6 +467,8 @@ class OnDemandLoader:
             evictions=c.evictions,
             thrash_refusals=c.thrash_refusals,
             load_seconds={k: h.copy() for k, h in c.load_seconds.items()},
+            loading_bytes=sum(self._reserved.values()),
+            peak_parallel_loads=c.peak_parallel_loads,
         )
 
     async def close(self) -> None:

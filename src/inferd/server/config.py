@@ -105,6 +105,8 @@ class ServerConfig:
                 raise InvalidArgumentError(f"--{port_name.replace('_', '-')} {port} is not a port")
         if self.model_max_instances < 1:
             raise InvalidArgumentError("--model-max-instances must be >= 1")
+        if self.model_load_thread_count < 1:
+            raise InvalidArgumentError("--model-load-thread-count must be >= 1")
         if self.model_max_threads < 0:
             raise InvalidArgumentError(
                 "--model-max-threads must be >= 0 (0: 4 per core this process may use)"

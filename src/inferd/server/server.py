@@ -459,6 +459,7 @@ def _on_demand_settings(cfg: ServerConfig) -> OnDemandSettings | None:
         wait_s=cfg.model_load_wait_s,
         load_retry_s=cfg.model_load_retry_s,
         eviction=cfg.model_eviction,
+        load_threads=cfg.model_load_thread_count,
     )
 
 
