@@ -6,7 +6,10 @@ all of them), starts K front-end processes that listen on those ports with ``SO_
 (the kernel spreads new connections over them), gives each a channel served by the
 :class:`~inferd.server.frontends.bridge.EngineBridge`, restarts one that dies (its in-flight
 calls are cancelled, its channel closed, its share of the connection count forgotten; a new one
-gets a new channel) and stops them all on shutdown.
+gets a new channel) and stops them all on shutdown. If the engine stops reading a front end's
+channel while that front end still runs (a message it cannot decode, a block outside the
+arena), the front end is killed and restarted the same way, so its clients are not left
+waiting on calls nobody reads.
 
 A channel's segments are unlinked from ``/dev/shm`` as soon as its front end has attached them
 (it says ``ready``), so a server killed outright leaves no file behind. The front ends share one
@@ -23,6 +26,7 @@ import math
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from inferd.backends.threads import CGROUP_ROOT, available_cores
@@ -160,6 +164,7 @@ class Supervisor:
         frontend.serving = asyncio.get_running_loop().create_task(
             self._bridge.serve(MessageLink(engine_end, SLOT_BYTES), f"#{frontend.index}")
         )
+        frontend.serving.add_done_callback(partial(self._serving_ended, frontend))
         settings = Settings(
             index=frontend.index,
             config=frontend_config(self._config),
@@ -199,6 +204,23 @@ class Supervisor:
         engine_end.unlink()  # attached: a killed server leaves nothing in /dev/shm
         frontend.pids.append(process.pid)
         self._log.info("front end %d serving (pid %d)", frontend.index, process.pid)
+
+    def _serving_ended(self, frontend: _Frontend, task: asyncio.Task[None]) -> None:
+        """The engine stopped reading ``frontend``'s channel: unless the front end has gone
+        already (its keeper restarts it) or the server stops, kill it so that its keeper
+        restarts it with a new channel."""
+        if self._stopping or task.cancelled() or frontend.serving is not task:
+            return
+        process = frontend.process
+        if process is None or process.returncode is not None:
+            return
+        self._log.error(
+            "the engine stopped reading front end %d's channel (%s); restarting that front end",
+            frontend.index,
+            task.exception() or "the channel closed",
+        )
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
     async def _retire(self, frontend: _Frontend) -> None:
         """Cancel the calls of a front end that has gone and close its channel."""
