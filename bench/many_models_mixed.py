@@ -394,7 +394,12 @@ def main() -> None:
     ap.add_argument("--measure-s", type=float, default=40.0)
     ap.add_argument("--shift-s", type=float, default=20.0)
     ap.add_argument("--hot", type=int, default=10, help="the new most popular models to wait for")
-    ap.add_argument("--policies", default="lru,cost", help="--model-eviction values to compare")
+    ap.add_argument(
+        "--policies",
+        default="lru,cost",
+        help="--model-eviction values to compare, each optionally with the server's "
+        "--model-load-thread-count after a colon (cost:1,cost:4: serial against parallel loads)",
+    )
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each policy")
     ap.add_argument("--min-residency-s", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -464,7 +469,10 @@ def main() -> None:
             for policy in policies:
                 flags = [*on_demand, "--model-memory-budget", str(budget)]
                 flags += ["--model-min-residency-secs", str(args.min_residency_s)]
-                flags += ["--model-eviction", policy]
+                name, _, threads = policy.partition(":")
+                flags += ["--model-eviction", name]
+                if threads:
+                    flags += ["--model-load-thread-count", threads]
                 with running_server([repo], flags) as server:
                     t_start = time.time()
                     traffic = drive(server, kinds, phases, args.clients, args.seed)
