@@ -724,3 +724,19 @@ def test_concurrent_loads_never_overcommit_the_budget(
         await loader.close()
 
     asyncio.run(run())
+
+
+async def test_a_model_just_loaded_is_not_evicted_before_its_waiters_reach_it() -> None:
+    """Between the end of a load and the resumption of the requests that waited for it, the
+    model counts as busy: another load cannot unload it from under them."""
+    host = _Host({"a": 100})
+    loader = host.loader(1000 + 150, min_residency_s=0.0)
+    await loader.start()
+    waiter = asyncio.create_task(loader.ensure("a"))
+    until = asyncio.get_running_loop().time() + 10
+    while not loader.residents() and asyncio.get_running_loop().time() < until:
+        await asyncio.sleep(0)  # one step of the loop at a time: stop as the load ends
+    assert not waiter.done()
+    assert [r.in_flight for r in loader.residents()] == [1]  # its waiter, not yet served
+    await waiter
+    assert [r.in_flight for r in loader.residents()] == [0]

@@ -142,6 +142,9 @@ class OnDemandLoader:
         self._reserved: dict[str, int] = {}  # loads under way: their estimated sizes
         self._evicting: set[str] = set()  # models being unloaded: counted, not chosen again
         self._active = 0  # loads running now
+        # requests waiting on a model's load: once it is loaded, they count as in flight until
+        # they resume, so another load cannot evict the model before its requests reach it
+        self._waiting: dict[str, int] = {}
         self._shares = GrowthShares()
         self._measuring = asyncio.Lock()  # one measurement at a time, applied in order
         self._no_room: dict[str, str] = {}  # loads waiting for room: why
@@ -203,6 +206,7 @@ class OnDemandLoader:
         # does not fail with the first request's deadline
         until = asyncio.get_running_loop().time() + self.settings.wait_s
         self._room_until[name] = max(until, self._room_until.get(name, until))
+        self._waiting[name] = self._waiting.get(name, 0) + 1
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.settings.wait_s)
         except TimeoutError:
@@ -216,6 +220,10 @@ class OnDemandLoader:
                 f"model '{name}' is loading on demand and was not ready within "
                 f"{self.settings.wait_s:g} s; retry shortly"
             ) from None
+        finally:
+            left = self._waiting.pop(name, 1) - 1
+            if left:
+                self._waiting[name] = left
 
     def _check_backoff(self, name: str) -> None:
         """Refuse with the remembered error while a failed load's back-off lasts, so that a
@@ -399,7 +407,7 @@ class OnDemandLoader:
                     m.size_bytes,
                     m.last_used_s,
                     m.loaded_at_s,
-                    in_flight,
+                    in_flight + self._waiting.get(other, 0),
                     other in self.settings.pins or other in self._evicting,
                     m.heat,
                     m.reload_s,
