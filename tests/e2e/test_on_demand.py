@@ -348,6 +348,10 @@ def test_explicit_load_is_refused_in_on_demand_mode(server: ServerProcess) -> No
             "--model-load-retry-secs must be >= 0",
         ),
         (
+            ["--model-control-mode", "on-demand", "--model-load-thread-count", "0"],
+            "--model-load-thread-count must be >= 1",
+        ),
+        (
             ["--model-control-mode", "on-demand", "--model-eviction", "lru"],
             "--model-eviction need --model-memory-budget",
         ),
