@@ -194,6 +194,11 @@ class OnDemandLoader:
         """Return once ``name`` is loaded: start its load or join the one under way; wait at
         most ``wait_s`` (then a 503 says the model is loading)."""
         fut = self._loading.get(name)
+        if fut is None and name not in self._evicting and name in self._loaded():
+            # loaded meanwhile (the caller checked before another request's load ended): a
+            # second load queued behind the load threads would only hold its waiters there,
+            # counted in flight on a resident model that then cannot make room for others
+            return
         if fut is None:
             self._check_backoff(name)
             fut = asyncio.get_running_loop().create_future()
@@ -349,8 +354,13 @@ class OnDemandLoader:
                 name,
             )
             return
-        for victim in choice.victims:
-            await self._evict(victim, name)
+        # marked before any await, as _make_room does: no other load picks the same victims
+        self._evicting.update(choice.victims)
+        try:
+            for victim in choice.victims:
+                await self._evict(victim, name)
+        finally:
+            self._evicting.difference_update(choice.victims)
 
     async def _make_room(self, name: str, need: int, room: int) -> None:
         loop = asyncio.get_running_loop()
