@@ -222,8 +222,7 @@ def add_perf_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=1000.0,
         metavar="MS",
-        help="--collect-metrics: milliseconds between reads of the metrics endpoint "
-        "(default 1000)",
+        help="--collect-metrics: milliseconds between reads of the metrics endpoint (default 1000)",
     )
     out.add_argument("--baseline", type=Path, help="a --json-output file to compare with")
     out.add_argument(
