@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from llm import _pct, _span, write_model  # bench/llm.py: the same model, the same helpers
 
 from inferd.backends.llm.engine import Generation, GenerationEngine
 from inferd.backends.llm.model import LlamaModel
@@ -47,42 +48,6 @@ from inferd.backends.llm.policy import PolicyConfig, blocks_for
 
 BLOCK = 16
 MAX_LEN = 512
-
-
-def write_model(folder: Path) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, show_progress=False)
-    tokenizer.train_from_iterator(["hello world"] * 10, trainer)
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=2048,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=MAX_LEN,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
-
-
-def _span(text: str) -> tuple[int, int]:
-    low, _, high = text.partition(":")
-    return int(low), int(high or low)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass(frozen=True)
