@@ -36,10 +36,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
-from llm import _pct, _span, write_model  # bench/llm.py: the same model, the same helpers
+from llm import _pct, _Request, _span, write_model  # bench/llm.py: the same model, the same helpers
 
 from inferd.backends.llm.engine import Generation, GenerationEngine
 from inferd.backends.llm.model import LlamaModel
@@ -75,27 +74,6 @@ def workload(args: argparse.Namespace, shared: bool, seed: int) -> list[list[Job
         ]
         for _ in range(args.streams)
     ]
-
-
-class _Request:
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.sent = time.perf_counter()
-        self.first = 0.0
-        self.tokens = 0
-        self.error: str | None = None
-        self.done = threading.Event()
-
-    def on_token(self, _token: int) -> None:
-        if not self.tokens:
-            self.first = time.perf_counter()
-        self.tokens += 1
-
-    def respond(self, text: str | None, error: Any, final: bool) -> None:
-        if error is not None:
-            self.error = str(error)
-        if final:
-            self.done.set()
 
 
 def closed_loop(

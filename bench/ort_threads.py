@@ -29,7 +29,6 @@ on it is the old default).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -47,10 +46,10 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import models as bench_models  # noqa: E402
+from frontends import _cpu_s, _tree  # noqa: E402 - the server's process tree and its CPU
 
 from inferd.tools.serve_process import start_server  # noqa: E402
 
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 MLP = """
 name: "{name}"
 platform: "onnxruntime_onnx"
@@ -103,28 +102,6 @@ def write_repository(root: Path, names: list[str]) -> None:
 
 def _strip_name(config: str) -> str:
     return "\n".join(line for line in config.splitlines() if not line.startswith("name:"))
-
-
-def _tree(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            with contextlib.suppress(OSError):
-                todo += [int(c) for c in (task / "children").read_text().split()]
-    return found
-
-
-def _cpu_s(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) * TICK_S
-    return total
 
 
 def _served(url: str, model: str) -> int:
