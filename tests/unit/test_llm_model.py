@@ -95,6 +95,48 @@ def test_batched_step_equals_each_sequence_alone(tmp_path: Path) -> None:
     torch.testing.assert_close(logits[2].double(), _hf_logits(hf, c[:6])[-1], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_decode_batches_and_padded_prefill_equal_each_sequence_alone(
+    tmp_path: Path, kv_heads: int
+) -> None:
+    """The step's three attention shapes against Hugging Face: a prefill batch that is the whole
+    step but padded (prompts of different lengths), decode tokens of different context lengths
+    over scattered blocks as the whole step, and the same decodes beside a prefill chunk."""
+    folder = write_tiny_llama(tmp_path / "m", kv_heads=kv_heads)
+    hf = load_hf(folder)
+    ours = LlamaModel.load(folder, dtype=torch.float64)
+    cache = _cache(ours)
+    # similar lengths, shortest first: one padded attention batch, in the step's order (a much
+    # longer prompt would get a batch of its own)
+    prompts = [
+        [90, 91, 92, 93],
+        [7, 8, 9, 10, 11],
+        [200 + i for i in range(5)],
+        [30 + i for i in range(6)],
+    ]
+    tables = [[5, 60], [17, 3], [44, 1], [40, 2, 33]]
+    logits = ours.step([StepSequence(p, 0, t) for p, t in zip(prompts, tables, strict=True)], cache)
+    for row, prompt in enumerate(prompts):
+        want = _hf_logits(hf, prompt)[-1]
+        torch.testing.assert_close(logits[row].double(), want, rtol=1e-5, atol=1e-5)
+    for new_tokens, extra in (([11, 12, 13, 14], None), ([15, 16, 17, 18], [250, 251, 252])):
+        step = [
+            StepSequence([token], len(p), t)
+            for p, t, token in zip(prompts, tables, new_tokens, strict=True)
+        ]
+        if extra is not None:  # a prompt's chunk first, as the engine orders a step
+            step.insert(0, StepSequence(extra, 0, [50, 51]))
+        logits = ours.step(step, cache)
+        if extra is not None:
+            want = _hf_logits(hf, extra)[-1]
+            torch.testing.assert_close(logits[0].double(), want, rtol=1e-5, atol=1e-5)
+            logits = logits[1:]
+        for row, token in enumerate(new_tokens):
+            prompts[row] = [*prompts[row], token]
+            want = _hf_logits(hf, prompts[row])[-1]
+            torch.testing.assert_close(logits[row].double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_float32_close_to_hugging_face(tmp_path: Path) -> None:
     folder = write_tiny_llama(tmp_path / "m")
     hf = load_hf(folder, "float32")

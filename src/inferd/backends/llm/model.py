@@ -5,16 +5,19 @@ One :meth:`LlamaModel.step` runs a *batched step*: a mix of prefill chunks and s
 tokens from many sequences. The step's tokens are flattened into one ``[T, hidden]`` matrix (the
 projections and the MLP run once for all of them), each token carries its own position (rotary
 embeddings), and each token attends over its own sequence's cached K/V plus the sequence's new
-tokens up to itself. Attention runs as a few padded batches, one SDPA call each (every decode
-token in one; the prefill chunks in batches of similar size, each row masked to its own
-sequence's keys), not one call per sequence. The K/V of the new tokens are written into the
-cache first, at the slots the sequence's block table gives
+tokens up to itself. Attention runs as a few padded batches (every decode token in one,
+computed with two batched matrix products over the kv heads and members; the prefill chunks in
+batches of similar size, one SDPA call each, each row masked to its own sequence's keys), not
+one call per sequence. The K/V of the new tokens are written into the cache first, at the slots
+the sequence's block table gives
 (``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``); each sequence then
 reads back all of its positions through the same table.
 
-The cache (:class:`KVCache`) is one preallocated tensor per layer for K and one for V, of shape
-``[total_blocks, block_tokens, kv_heads, head_dim]``; which blocks a sequence owns is the
-engine's business (``blocks.BlockAllocator``), this module only follows the tables it is given.
+The cache (:class:`KVCache`) is one preallocated tensor per layer holding K and V,
+``[2 * kv_heads, total_blocks, block_tokens, head_dim]``: one ``index_select`` of whole blocks
+gathers a batch's keys and values together, already laid out per (head, member) as the
+attention's matrix products take them. Which blocks a sequence owns is the engine's business
+(``blocks.BlockAllocator``), this module only follows the tables it is given.
 
 Only the ``llama`` architecture (``LlamaForCausalLM``) is read; anything else is refused with an
 error naming what is supported. Weights come only from safetensors (never a pickle).
@@ -141,7 +144,11 @@ def read_llama_config(folder: Path) -> LlamaConfig:
 
 
 class KVCache:
-    """Preallocated K and V per layer: ``[total_blocks, block_tokens, kv_heads, head_dim]``."""
+    """Preallocated K and V of each layer in one tensor,
+    ``[2 * kv_heads, total_blocks, block_tokens, head_dim]``: the K heads, then the V heads.
+    Head-major, so that the blocks of a batch gathered in one ``index_select`` are already
+    ``[2 * kv_heads, members, keys, head_dim]``, contiguous per head and member: the K and the V
+    of every member in one copy, ready for batched matrix products with no transpose."""
 
     def __init__(
         self,
@@ -151,11 +158,10 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
-        shape = (total_blocks, block_tokens, config.kv_heads, config.head_dim)
+        shape = (2 * config.kv_heads, total_blocks, block_tokens, config.head_dim)
         self.total_blocks = total_blocks
         self.block_tokens = block_tokens
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
+        self.kv = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.layers)]
 
     @staticmethod
     def block_bytes(config: LlamaConfig, block_tokens: int, dtype: torch.dtype) -> int:
@@ -342,19 +348,34 @@ class LlamaModel:
                 write_slots.append(table[pos // bt] * bt + pos % bt)
         # the step's index tensors, built once from plain lists (not per layer, not per
         # sequence, not through chains of small tensor operations)
-        write = torch.tensor(write_slots, dtype=torch.int64, device=dev)
+        kv2 = 2 * cfg.kv_heads
+        head_rows = cache.total_blocks * bt  # one head's token rows in a layer's cache
+        write = torch.tensor(
+            [c * head_rows + slot for c in range(kv2) for slot in write_slots],
+            dtype=torch.int64,
+            device=dev,
+        )
         cos, sin = self._rotary(torch.tensor(positions, dtype=torch.int64, device=dev))
-        # attention in padded batches, one SDPA call each: the decode tokens (one query each)
-        # and the prefill chunks, grouped by size (each query attends to its sequence's cached
-        # keys and its own chunk up to itself: a causal mask per row)
+        # attention in padded batches: the decode tokens (one query each, batched matrix
+        # products) and the prefill chunks, grouped by size (SDPA; each query attends to its
+        # sequence's cached keys and its own chunk up to itself: a causal mask per row)
         groups_of = [
-            _AttentionGroup.build(members, seqs, lengths, bt, len(flat_tokens), self.dtype, dev)
+            _AttentionGroup.build(
+                members,
+                seqs,
+                lengths,
+                bt,
+                len(flat_tokens),
+                cache.total_blocks,
+                cfg,
+                self.dtype,
+                dev,
+            )
             for members in _attention_batches(lengths, starts)
         ]
         x = self.embed.index_select(0, torch.tensor(flat_tokens, dtype=torch.int64, device=dev))
         q_size = cfg.heads * cfg.head_dim
         kv_size = cfg.kv_heads * cfg.head_dim
-        gqa = cfg.heads != cfg.kv_heads
         total = len(flat_tokens)
         for index, layer in enumerate(self.layers):
             h = self._rms(x, layer["input_layernorm.weight"])
@@ -362,21 +383,18 @@ class LlamaModel:
             # q and k rotated together (one set of element-wise kernels for both)
             qk = qkv[:, : q_size + kv_size].view(total, cfg.heads + cfg.kv_heads, cfg.head_dim)
             qk = self._rotate(qk, cos, sin)
-            q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]
+            q = qk[:, : cfg.heads]
             v = qkv[:, q_size + kv_size :].view(total, cfg.kv_heads, cfg.head_dim)
-            k_cache = cache.k[index].view(-1, cfg.kv_heads, cfg.head_dim)
-            v_cache = cache.v[index].view(-1, cfg.kv_heads, cfg.head_dim)
-            k_cache.index_copy_(0, write, k)
-            v_cache.index_copy_(0, write, v)
-            attn = torch.empty((total, q_size), dtype=x.dtype, device=dev)
-            for g in groups_of:
-                # whole blocks gathered with index_select (a copy of contiguous rows), not
-                # token slots through advanced indexing (an order of magnitude slower on CPU)
-                qs = g.gather(q).transpose(1, 2)  # [B, heads, N, d]
-                ks = g.keys_of(cache.k[index]).transpose(1, 2)  # [B, kv_heads, L, d]
-                vs = g.keys_of(cache.v[index]).transpose(1, 2)
-                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=g.mask, enable_gqa=gqa)
-                g.scatter(o.transpose(1, 2).reshape(-1, q_size), attn)
+            # the new K and V, head-major like the cache, written in one copy
+            new_kv = torch.cat((qk[:, cfg.heads :].transpose(0, 1), v.transpose(0, 1)))
+            layer_kv = cache.kv[index]
+            layer_kv.view(-1, cfg.head_dim).index_copy_(0, write, new_kv.view(-1, cfg.head_dim))
+            if len(groups_of) == 1 and groups_of[0].rows is None and groups_of[0].valid is None:
+                attn = groups_of[0].attend(q, layer_kv)  # the whole step, in order, unpadded
+            else:
+                attn = torch.empty((total, q_size), dtype=x.dtype, device=dev)
+                for g in groups_of:
+                    g.scatter(g.attend(q, layer_kv), attn)
             x = torch.addmm(x, attn, layer["self_attn.o_proj.weight"].T)
             h = self._rms(x, layer["post_attention_layernorm.weight"])
             gate_up = h @ layer["gate_up"].T
@@ -421,33 +439,63 @@ def _attention_batches(lengths: Sequence[int], starts: Sequence[int]) -> list[li
     return batches
 
 
+def _softmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 @dataclass(frozen=True, slots=True)
 class _AttentionGroup:
-    """Some of a step's sequences padded into one attention batch: ``queries`` ``[B * N]``
-    indexes the step's flat tokens (padding repeats a sequence's last token), ``blocks``
-    ``[B * nb]`` the cache blocks each member's keys lie in (padding blocks point anywhere,
-    masked), ``keys`` the keys attended (``L``), ``mask`` ``[B, 1, N, L]`` lets each query see
-    the keys at or before its position; ``valid`` picks the real rows of the flattened
-    ``[B * N]`` output (None: every row is real) and ``rows`` says where they go in the step
-    (None: the group is the whole step, in order)."""
+    """Some of a step's sequences padded into one attention batch of ``B`` members with ``N``
+    queries each: ``queries`` ``[B * N]`` indexes the step's flat tokens (padding repeats a
+    sequence's last token; None: the group is the step's tokens in order, one each),
+    ``blocks`` ``[2 * kv_heads * B * nb]`` the rows of a layer's cache viewed as
+    ``[2 * kv_heads * total_blocks, block_tokens, d]`` that hold each member's keys and values
+    (padding blocks point anywhere, masked), ``mask`` the additive mask that lets each query see
+    the keys at or before its position (decode, ``N`` = 1: ``[kv_heads * B, 1, L]``, in the
+    order of the batched products; prefill: ``[B, 1, N, L]`` for SDPA); ``valid`` picks the
+    real rows of the flattened ``[B * N]`` output (None: every row is real) and ``rows`` says
+    where they go in the step (None: the group is the whole step, in order)."""
 
-    queries: torch.Tensor
+    queries: torch.Tensor | None
     blocks: torch.Tensor
     members: int
-    keys: int
+    decode: bool
     mask: torch.Tensor
     valid: torch.Tensor | None
     rows: torch.Tensor | None
+    kv_heads: int
+    scale: float
 
-    def gather(self, q: torch.Tensor) -> torch.Tensor:
-        """The group's queries of the step's ``[T, heads, d]``: ``[B, N, heads, d]``."""
-        return q.index_select(0, self.queries).view(self.members, -1, *q.shape[1:])
-
-    def keys_of(self, layer_cache: torch.Tensor) -> torch.Tensor:
-        """The members' cached keys (or values) of one layer's ``[blocks, bt, kv_heads, d]``:
-        ``[B, L, kv_heads, d]``."""
-        picked = layer_cache.index_select(0, self.blocks)
-        return picked.view(self.members, -1, *layer_cache.shape[2:])[:, : self.keys]
+    def attend(self, q: torch.Tensor, layer_kv: torch.Tensor) -> torch.Tensor:
+        """The group's attention output, ``[B * N, heads * d]`` (padding rows included), for the
+        step's queries ``[T, heads, d]`` over one layer's cache."""
+        d = q.shape[-1]
+        b, kvh, heads = self.members, self.kv_heads, q.shape[1]
+        # one copy of whole blocks (contiguous rows) for K and V together:
+        # [2, kv_heads, B, L, d], every (head, member) a contiguous [L, d] matrix
+        picked = layer_kv.view(-1, *layer_kv.shape[2:]).index_select(0, self.blocks)
+        kv = picked.view(2, kvh, b, -1, d)
+        qs = q if self.queries is None else q.index_select(0, self.queries)
+        if self.decode:
+            # one query per member: batched matrix products over (kv head, member), the
+            # queries of a kv head's group side by side; no copy of the keys or values
+            group = heads // kvh
+            qg = qs.view(b, kvh, group, d).transpose(0, 1).reshape(kvh * b, group, d)
+            keys = kv[0].view(kvh * b, -1, d)
+            scores = torch.baddbmm(self.mask, qg, keys.transpose(1, 2), alpha=self.scale)
+            # the softmax in float32 at least, as SDPA computes it for half-precision inputs
+            weights = torch.softmax(scores, dim=-1, dtype=_softmax_dtype(scores.dtype))
+            out = torch.bmm(weights.to(scores.dtype), kv[1].view(kvh * b, -1, d))
+            return out.view(kvh, b, group, d).transpose(0, 1).reshape(b, heads * d)
+        qs = qs.view(b, -1, heads, d).transpose(1, 2)  # [B, heads, N, d]
+        o = F.scaled_dot_product_attention(
+            qs,
+            kv[0].transpose(0, 1),
+            kv[1].transpose(0, 1),
+            attn_mask=self.mask,
+            enable_gqa=heads != kvh,
+        )
+        return o.transpose(1, 2).reshape(-1, heads * d)
 
     def scatter(self, out: torch.Tensor, attn: torch.Tensor) -> None:
         """Write the real rows of the flattened ``[B * N, q_size]`` output into ``attn``."""
@@ -464,37 +512,55 @@ class _AttentionGroup:
         lengths: Sequence[int],
         bt: int,
         total: int,
+        total_blocks: int,
+        cfg: LlamaConfig,
         dtype: torch.dtype,
         dev: torch.device,
     ) -> _AttentionGroup:
         firsts = list(itertools.accumulate(lengths, initial=0))  # each one's first step row
         longest = max(lengths[m] for m in members)
-        keys = max(seqs[m].start + lengths[m] for m in members)
-        nb = -(-keys // bt)
-        queries: list[int] = []
-        query_pos: list[list[int]] = []
-        valid: list[bool] = []
+        nb = -(-max(seqs[m].start + lengths[m] for m in members) // bt)
+        keys = nb * bt  # whole blocks: the padding keys are masked
         blocks: list[int] = []
         for m in members:
-            n, start, first = lengths[m], seqs[m].start, firsts[m]
-            # padding queries repeat the last one
-            queries.extend(first + min(i, n - 1) for i in range(longest))
-            query_pos.append([start + min(i, n - 1) for i in range(longest)])
-            valid.extend(i < n for i in range(longest))
             table = list(seqs[m].block_table[:nb])
             blocks.extend(table + [0] * (nb - len(table)))  # padding blocks: masked
-        seen = torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None]
+        # each kv head's (then each value head's) rows of the blocks: one gather for K and V
+        heads_first = torch.arange(0, 2 * cfg.kv_heads * total_blocks, total_blocks)
+        rows_of = (heads_first[:, None] + torch.tensor(blocks)[None, :]).view(-1)
+        valid: list[bool] = []  # empty: every row is real
+        if longest == 1:  # decode: one query per member, at its own position
+            queries = [firsts[m] for m in members]
+            # [kv_heads * B, 1, L], kv head-major like the batched products
+            positions = torch.tensor([seqs[m].start for m in members] * cfg.kv_heads)
+            seen = torch.arange(keys)[None, None, :] <= positions[:, None, None]
+        else:
+            queries, query_pos = [], []
+            for m in members:
+                n, start, first = lengths[m], seqs[m].start, firsts[m]
+                # padding queries repeat the last one
+                queries.extend(first + min(i, n - 1) for i in range(longest))
+                query_pos.append([start + min(i, n - 1) for i in range(longest)])
+                valid.extend(i < n for i in range(longest))
+            # [B, 1, N, L]
+            seen = (torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None])[
+                :, None
+            ]
         # additive (0 / -inf) in the activations' dtype, made once per step: a boolean mask
         # would be converted by every layer's attention call
         mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
-        rows = [q for q, real in zip(queries, valid, strict=True) if real]
+        rows = queries if not valid else [q for q, v in zip(queries, valid, strict=True) if v]
         whole = rows == list(range(total))
         return _AttentionGroup(
-            queries=torch.tensor(queries, dtype=torch.int64, device=dev),
-            blocks=torch.tensor(blocks, dtype=torch.int64, device=dev),
+            queries=None
+            if whole and longest == 1
+            else torch.tensor(queries, dtype=torch.int64, device=dev),
+            blocks=rows_of.to(dev),
             members=len(members),
-            keys=keys,
-            mask=mask[:, None].to(dev),
+            decode=longest == 1,
+            mask=mask.to(dev),
             valid=None if all(valid) else torch.tensor(valid, device=dev),
             rows=None if whole else torch.tensor(rows, dtype=torch.int64, device=dev),
+            kv_heads=cfg.kv_heads,
+            scale=cfg.head_dim**-0.5,
         )
