@@ -97,17 +97,15 @@ class EngineBridge:
                 streams.pop(call, None)
                 credits.pop(call, None)
 
-        def infer_done(call: int, task: asyncio.Task[None]) -> None:
-            if tasks.get(call) is task:
-                del tasks[call]
-
+        infer = self._infer
         try:
             while True:
-                message = await link.receive()
+                message = link.poll()  # drained without a coroutine per message
+                if message is None:
+                    message = await link.receive()
                 if message.kind is Kind.INFER:  # the common case first: no state but the task
-                    inferring = loop.create_task(self._infer(link, message))
-                    tasks[message.call] = inferring
-                    inferring.add_done_callback(partial(infer_done, message.call))
+                    # the task takes itself out of ``tasks`` when it ends (no done callback)
+                    tasks[message.call] = loop.create_task(infer(link, message, tasks))
                     continue
                 if message.kind is Kind.CANCEL:
                     link.forget(message.call)
@@ -117,6 +115,9 @@ class EngineBridge:
                         event.set()
                     elif task is not None:
                         task.cancel()
+                        if message.call not in credits:  # no stream state to clean up: an
+                            # inference may not have started, so cannot take itself out
+                            del tasks[message.call]
                     continue
                 if message.kind is Kind.ACK:
                     credit = credits.get(message.call)
@@ -157,16 +158,23 @@ class EngineBridge:
             exc = InternalError("internal error")
         await link.send(Kind.ERROR, call, encode_error(exc), FINAL)
 
-    async def _infer(self, link: MessageLink, message: Message) -> None:
+    async def _infer(
+        self, link: MessageLink, message: Message, tasks: dict[int, asyncio.Task[None]]
+    ) -> None:
+        call = message.call
         try:
-            response = await self._engine.infer(decode_request(message.body))
-            body = encode_response_parts(response)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await self._reply_error(link, message.call, exc)
-            return
-        await link.send(Kind.RESPONSE, message.call, body, FINAL)
+            try:
+                response = await self._engine.infer(decode_request(message.body))
+                body = encode_response_parts(response)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await self._reply_error(link, call, exc)
+                return
+            if not link.send_nowait(Kind.RESPONSE, call, body, FINAL):
+                await link.send(Kind.RESPONSE, call, body, FINAL)
+        finally:
+            tasks.pop(call, None)
 
     async def _http(
         self, link: MessageLink, message: Message, gone: asyncio.Event, credit: asyncio.Semaphore

@@ -242,6 +242,12 @@ class Channel:
         finally:
             self._blocked_senders -= 1
 
+    def try_send(self, payload: bytes | bytearray | memoryview) -> bool:
+        """Put one descriptor now if the ring has room and no sender waits for room before
+        this one (so order is kept); False, with nothing sent, otherwise."""
+        self._watch()
+        return not self._blocked_senders and self._put(payload)
+
     def _put(self, payload: bytes | bytearray | memoryview) -> bool:
         result = self.outgoing.offer(payload)
         if result is Put.FULL:

@@ -33,7 +33,11 @@ class SlotChannel(Protocol):
 
     async def send(self, payload: bytes | bytearray | memoryview) -> None: ...
 
+    def try_send(self, payload: bytes | bytearray | memoryview) -> bool: ...
+
     async def receive(self) -> bytes: ...
+
+    def receive_nowait(self) -> bytes | None: ...
 
 
 class MessageLink:
@@ -61,7 +65,7 @@ class MessageLink:
         room = self._room
         whole: bytes | bytearray
         if isinstance(body, list):
-            size = sum(len(part) for part in body)
+            size = sum(map(len, body))
             if size <= room:
                 await self._channel.send(b"".join((HEADER.pack(kind, flags, call), *body)))
                 return
@@ -88,6 +92,19 @@ class MessageLink:
             last = start + room >= len(view)
             head = HEADER.pack(kind, flags if last else flags | PIECE, call)
             await self._channel.send(head + view[start : start + room])
+
+    def send_nowait(
+        self, kind: Kind, call: int, body: bytes | list[bytes | memoryview], flags: int = 0
+    ) -> bool:
+        """Send a message that fits a ring slot now, without a coroutine; False, with nothing
+        sent, when it does not fit or the ring has no room (then ``await send(...)`` it)."""
+        if isinstance(body, list):
+            if sum(map(len, body)) > self._room:
+                return False
+            return self._channel.try_send(b"".join((HEADER.pack(kind, flags, call), *body)))
+        if len(body) > self._room:
+            return False
+        return self._channel.try_send(HEADER.pack(kind, flags, call) + body)
 
     def _to_arena(self, parts: Sequence[bytes | bytearray | memoryview], size: int) -> Block | None:
         """The parts copied one after another into a new block of the outgoing arena; None
@@ -129,21 +146,43 @@ class MessageLink:
         return Message(message.kind, message.flags & ~ARENA, message.call, memoryview(body))
 
     async def receive(self) -> Message:
+        """The next whole message, waiting for one."""
         while True:
-            message = decode_message(await self._channel.receive())
-            if not message.flags & (PIECE | ARENA) and not self._partial:  # the common case
+            message = self.poll()
+            if message is not None:
                 return message
-            if message.flags & ARENA:
-                return self._from_arena(message)
-            key = (message.call, message.kind)
-            if message.flags & PIECE:
-                self._partial.setdefault(key, []).append(bytes(message.body))
-                continue
-            pieces = self._partial.pop(key, None)
-            if pieces is None:
+            message = self._take(await self._channel.receive())
+            if message is not None:
                 return message
-            pieces.append(bytes(message.body))
-            return Message(message.kind, message.flags, message.call, memoryview(b"".join(pieces)))
+
+    def poll(self) -> Message | None:
+        """The next whole message if one has arrived, else None (never waits): a reader that
+        drains its link with it runs no coroutine per message."""
+        receive_nowait = self._channel.receive_nowait
+        while True:
+            payload = receive_nowait()
+            if payload is None:
+                return None
+            message = self._take(payload)
+            if message is not None:
+                return message
+
+    def _take(self, payload: bytes) -> Message | None:
+        """The message ``payload`` completes (None: a piece of one still arriving)."""
+        message = decode_message(payload)
+        if not message.flags & (PIECE | ARENA) and not self._partial:  # the common case
+            return message
+        if message.flags & ARENA:
+            return self._from_arena(message)
+        key = (message.call, message.kind)
+        if message.flags & PIECE:
+            self._partial.setdefault(key, []).append(bytes(message.body))
+            return None
+        pieces = self._partial.pop(key, None)
+        if pieces is None:
+            return message
+        pieces.append(bytes(message.body))
+        return Message(message.kind, message.flags, message.call, memoryview(b"".join(pieces)))
 
     def forget(self, call: int) -> None:
         """Drop the pieces held of ``call`` (it was cancelled)."""

@@ -84,6 +84,10 @@ class Kind(enum.IntEnum):
     STREAM_OUT = 16  # a response message of a stream
 
 
+_KINDS = {int(kind): kind for kind in Kind}  # Kind(value) without the enum's call
+_unpack_header = HEADER.unpack_from
+
+
 @dataclass(slots=True)
 class Message:
     kind: Kind
@@ -100,8 +104,11 @@ def decode_message(payload: bytes | bytearray | memoryview) -> Message:
     view = memoryview(payload)
     if len(view) < HEADER.size:
         raise InternalError(f"a channel message of {len(view)} bytes is shorter than its header")
-    kind, flags, call = HEADER.unpack_from(view)
-    return Message(Kind(kind), flags, call, view[HEADER.size :])
+    kind, flags, call = _unpack_header(view)
+    known = _KINDS.get(kind)
+    if known is None:
+        raise ValueError(f"{kind} is not a valid Kind")
+    return Message(known, flags, call, view[HEADER.size :])
 
 
 def json_and_blob_parts(meta: Any, blobs: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
@@ -125,9 +132,13 @@ def split_json(body: memoryview) -> tuple[Any, memoryview]:
 
 
 def _tensor_blob(array: np.ndarray[Any, Any]) -> tuple[str, bytes | memoryview]:
-    if array.dtype.kind in "OSU":
+    dtype = array.dtype
+    if dtype.kind in "OSU":
         return "BYTES", serialize_bytes_elements(array.reshape(-1))
-    dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    if dtype.byteorder == ">":
+        dtype = dtype.newbyteorder("<")
+    elif array.flags.c_contiguous and array.size:  # the common case: the array's own bytes
+        return dtype.str, array.data.cast("B")
     data = np.ascontiguousarray(array, dtype=dtype)
     return dtype.str, data.reshape(-1).view(np.uint8).data
 
@@ -150,14 +161,23 @@ def _tensors_from(meta: list[list[Any]], data: memoryview) -> dict[str, np.ndarr
     for name, kind, shape, size in meta:
         blob = data[pos : pos + size]
         pos += size
-        count = prod(shape)
         if kind == "BYTES":
-            tensors[name] = deserialize_bytes_elements(blob, count, f"tensor '{name}'").reshape(
-                shape
-            )
-        else:
-            tensors[name] = np.frombuffer(blob, dtype=np.dtype(kind), count=count).reshape(shape)
+            tensors[name] = deserialize_bytes_elements(
+                blob, prod(shape), f"tensor '{name}'"
+            ).reshape(shape)
+            continue
+        dtype = _DTYPES.get(kind)
+        if dtype is None:
+            dtype = np.dtype(kind)
+            if len(_DTYPES) < 64:  # the kinds in use are a handful
+                _DTYPES[kind] = dtype
+        if size != prod(shape) * dtype.itemsize:
+            raise InternalError(f"tensor '{name}' has {size} bytes, not {shape} of {kind}")
+        tensors[name] = np.frombuffer(blob, dtype=dtype).reshape(shape)
     return tensors
+
+
+_DTYPES: dict[str, np.dtype[Any]] = {}
 
 
 # -- inference requests and responses ---------------------------------------------------------

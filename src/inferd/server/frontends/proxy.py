@@ -59,12 +59,17 @@ class EngineProxy:
         self._queues: dict[int, asyncio.Queue[Message]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # run()'s: no lookup per call
 
     async def run(self) -> None:
         """Deliver every reply to its call until the link fails; then every call fails."""
+        self._loop = asyncio.get_running_loop()
+        link = self._link
         try:
             while True:
-                message = await self._link.receive()
+                message = link.poll()  # drained without a coroutine per message
+                if message is None:
+                    message = await link.receive()
                 future = self._futures.pop(message.call, None)
                 if future is not None:
                     if not future.done():
@@ -102,11 +107,17 @@ class EngineProxy:
     # -- inference ----------------------------------------------------------------------------
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        if self._closed:
+            raise UnavailableError(_GONE)
         call = next(self._ids)
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[Message] = loop.create_future()
         self._futures[call] = future
         try:
-            await self._send(Kind.INFER, call, encode_request_parts(request))
+            body = encode_request_parts(request)
+            if not self._link.send_nowait(Kind.INFER, call, body):
+                await self._link.send(Kind.INFER, call, body)
+            del body
             message = await future
         except asyncio.CancelledError:
             if self._futures.pop(call, None) is not None:

@@ -113,12 +113,26 @@ class ForwardingApp:
 
 def _is_infer(scope: Scope) -> bool:
     raw = scope.get("raw_path")
+    known = _INFER_PATHS.get(raw) if raw else None
+    if known is not None:
+        return known
     path = raw.decode("latin-1") if raw else scope["path"]
     try:
         route = match_route(path.partition("?")[0], "POST")
     except InferdError:
         return False  # the engine's app gives the answer
-    return route is not None and route.endpoint is Endpoint.MODEL_INFER
+    infer = route is not None and route.endpoint is Endpoint.MODEL_INFER
+    if raw:
+        if len(_INFER_PATHS) >= _INFER_PATHS_KEPT:
+            _INFER_PATHS.clear()
+        _INFER_PATHS[raw] = infer
+    return infer
+
+
+#: whether a raw path (query string included) is an inference route, for the paths seen last:
+#: a client calls a few paths over and over, and matching one costs more than a lookup
+_INFER_PATHS: dict[bytes, bool] = {}
+_INFER_PATHS_KEPT = 256
 
 
 class FrontendServicer(GrpcInferenceServicer):

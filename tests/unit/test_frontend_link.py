@@ -1,0 +1,164 @@
+"""The front ends' per-request path over a real channel: a link drained without waiting, sends
+that do not wait, tensors of every layout through the codec, and the front end's memo of which
+paths are inference routes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from inferd.core.inference import InferRequest
+from inferd.errors import InternalError
+from inferd.server.frontends.channel import create_channel
+from inferd.server.frontends.link import MessageLink
+from inferd.server.frontends.messages import (
+    Kind,
+    decode_request,
+    encode_request,
+    json_and_blobs,
+)
+from inferd.server.frontends.worker import _INFER_PATHS, _INFER_PATHS_KEPT, _is_infer
+
+
+@pytest.mark.parametrize("arena_slots", [0, 4])  # long messages in pieces, or in the arena
+def test_poll_takes_whole_messages_in_order_and_never_waits(arena_slots: int) -> None:
+    async def main() -> None:
+        engine_end, spec = create_channel(slots=8, slot_bytes=64, arena_slots=arena_slots)
+        frontend_end = spec.open()
+        try:
+            sender, receiver = MessageLink(frontend_end, 64), MessageLink(engine_end, 64)
+            assert receiver.poll() is None
+            await sender.send(Kind.INFER, 1, b"a")
+            await sender.send(Kind.HTTP, 2, b"x" * 100)  # longer than a slot
+            await sender.send(Kind.CANCEL, 3)
+            got = [receiver.poll() for _ in range(3)]
+            assert [(m.kind, m.call, bytes(m.body)) for m in got if m is not None] == [
+                (Kind.INFER, 1, b"a"),
+                (Kind.HTTP, 2, b"x" * 100),
+                (Kind.CANCEL, 3, b""),
+            ]
+            assert receiver.poll() is None
+            await sender.send(Kind.INFER, 4, b"b")  # receive() still finds what poll left
+            message = await asyncio.wait_for(receiver.receive(), 10)
+            assert (message.call, bytes(message.body)) == (4, b"b")
+        finally:
+            frontend_end.close()
+            engine_end.close()
+
+    asyncio.run(main())
+
+
+def test_poll_returns_nothing_for_a_message_whose_pieces_are_still_arriving() -> None:
+    async def main() -> None:
+        engine_end, spec = create_channel(slots=2, slot_bytes=64, arena_slots=0)
+        frontend_end = spec.open()
+        try:
+            sender, receiver = MessageLink(frontend_end, 64), MessageLink(engine_end, 64)
+            body = bytes(range(200))  # 5 pieces of 48 bytes on a ring of 2 slots
+            task = asyncio.create_task(sender.send(Kind.INFER, 7, body))
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert receiver.poll() is None  # took the 2 pieces there, freed room
+            message = await asyncio.wait_for(receiver.receive(), 10)
+            await asyncio.wait_for(task, 10)
+            assert (message.call, bytes(message.body)) == (7, body)
+        finally:
+            frontend_end.close()
+            engine_end.close()
+
+    asyncio.run(main())
+
+
+def test_send_nowait_sends_what_fits_now_and_nothing_else() -> None:
+    async def main() -> None:
+        engine_end, spec = create_channel(slots=2, slot_bytes=64)
+        frontend_end = spec.open()
+        try:
+            sender, receiver = MessageLink(frontend_end, 64), MessageLink(engine_end, 64)
+            assert not sender.send_nowait(Kind.INFER, 9, b"x" * 49)  # longer than a slot
+            assert not sender.send_nowait(Kind.INFER, 9, [b"x" * 40, memoryview(b"y" * 9)])
+            assert receiver.poll() is None  # nothing of them was sent
+            assert sender.send_nowait(Kind.INFER, 1, [b"a", memoryview(b"b")])
+            assert sender.send_nowait(Kind.RESPONSE, 2, b"c", 1)
+            assert not sender.send_nowait(Kind.INFER, 3, b"d")  # the ring is full
+            # a sender waiting for room goes first: send_nowait does not overtake it
+            waiting = asyncio.create_task(sender.send(Kind.INFER, 3, b"d"))
+            for _ in range(3):
+                await asyncio.sleep(0)
+            first = receiver.poll()
+            assert first is not None
+            assert (first.kind, first.call, bytes(first.body)) == (Kind.INFER, 1, b"ab")
+            assert not sender.send_nowait(Kind.INFER, 4, b"e")
+            await asyncio.wait_for(waiting, 10)
+            rest = [await asyncio.wait_for(receiver.receive(), 10) for _ in range(2)]
+            assert [(m.call, m.flags, bytes(m.body)) for m in rest] == [(2, 1, b"c"), (3, 0, b"d")]
+            assert sender.send_nowait(Kind.INFER, 4, b"e")
+            last = await asyncio.wait_for(receiver.receive(), 10)
+            assert (last.call, bytes(last.body)) == (4, b"e")
+            assert receiver.poll() is None
+        finally:
+            frontend_end.close()
+            engine_end.close()
+
+    asyncio.run(main())
+
+
+def test_tensors_of_every_layout_arrive_as_they_left() -> None:
+    inputs = {
+        "EMPTY": np.zeros((0, 64), np.float32),
+        "SCALAR": np.array(2.5, np.float32),
+        "STRIDED": np.arange(24, dtype=np.int64).reshape(4, 6)[:, ::2],
+        "FORTRAN": np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+        "BIG": np.arange(5, dtype=">f8"),
+        "HALF": np.arange(4, dtype=np.float16).reshape(2, 2),
+        "BOOL": np.array([[True], [False]]),
+        "U8": np.arange(3, dtype=np.uint8),
+    }
+    back = decode_request(memoryview(encode_request(InferRequest("m", dict(inputs)))))
+    assert list(back.inputs) == list(inputs)
+    for name, array in inputs.items():
+        got = back.inputs[name]
+        assert got.shape == array.shape, name
+        assert got.dtype == array.dtype.newbyteorder("<"), name
+        np.testing.assert_array_equal(got, array)
+
+
+@pytest.mark.parametrize("size", [255, 257, 0])
+def test_a_tensor_whose_bytes_do_not_match_its_shape_is_refused(size: int) -> None:
+    meta = {
+        "m": "m",
+        "v": "",
+        "id": "",
+        "p": {},
+        "b": False,
+        "o": None,
+        "i": [["X", "<f4", [1, 64], size]],
+        "t": None,
+    }
+    with pytest.raises(InternalError, match="tensor 'X' has"):
+        decode_request(memoryview(json_and_blobs(meta, [b"\0" * size])))
+
+
+def _scope(raw_path: bytes | None, path: str) -> dict[str, object]:
+    return {"type": "http", "method": "POST", "path": path, "raw_path": raw_path}
+
+
+def test_inference_paths_are_told_apart_and_remembered() -> None:
+    cases = [
+        (b"/v2/models/mlp/infer", True),
+        (b"/v2/models/mlp/versions/2/infer", True),
+        (b"/v2/models/mlp/infer?x=1", True),
+        (b"/v2/models/mlp/ready", False),
+        (b"/v2/repository/models/mlp/load", False),
+        (b"/v2/models/bad%2Fname/infer", False),  # refused by the name rule: the engine answers
+        (b"/nowhere", False),
+    ]
+    for _ in range(2):  # the second time from the memo
+        for raw, infer in cases:
+            assert _is_infer(_scope(raw, raw.decode().partition("?")[0])) is infer, raw
+    assert _is_infer(_scope(None, "/v2/models/mlp/infer")) is True  # no raw path: matched
+    for i in range(3 * _INFER_PATHS_KEPT):  # a client calling ever new paths
+        _is_infer(_scope(f"/v2/models/m{i}/infer".encode(), f"/v2/models/m{i}/infer"))
+    assert len(_INFER_PATHS) <= _INFER_PATHS_KEPT
