@@ -5,7 +5,9 @@ front end's share is forgotten, and the check-and-count holds across processes."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -161,3 +163,29 @@ def test_idle_order_publishes_the_longest_idle_whenever_it_changes() -> None:
     order.busy("a")  # not idle: nothing changes
     assert order.oldest() is None
     assert published == [1.0, 3.0, 4.0, None]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_idle_order_always_publishes_the_head_and_only_its_changes(seed: int) -> None:
+    """Against the definition (a dict in idle order), over random idle/busy sequences with
+    ties in time: the last value published is always the head's time, and a value is published
+    only when it differs from the one before."""
+    rng = random.Random(seed)
+    published: list[float | None] = []
+    order: IdleOrder[int] = IdleOrder(published.append)
+    expected: dict[int, float] = {}
+    now = 0.0
+    for _ in range(500):
+        item = rng.randrange(6)
+        if rng.random() < 0.5:
+            now += rng.choice((0.0, 1.0))  # ties: several items idle since the same time
+            order.idle(item, now)
+            expected.pop(item, None)
+            expected[item] = now
+        else:
+            order.busy(item)
+            expected.pop(item, None)
+        head = next(iter(expected.items()), None)
+        assert (published[-1] if published else None) == (None if head is None else head[1])
+        assert order.oldest() == (None if head is None else (head[1], head[0]))
+    assert all(a != b for a, b in itertools.pairwise(published))

@@ -174,13 +174,22 @@ class IdleOrder(Generic[T]):
         self._published: float | None = None
 
     def idle(self, item: T, since: float) -> None:
-        self._idle.pop(item, None)
-        self._idle[item] = since
-        self._refresh()
+        idle = self._idle
+        if item in idle:  # idle again without a request between: it moves to the end
+            del idle[item]
+            idle[item] = since
+            self._refresh()
+            return
+        idle[item] = since
+        if len(idle) == 1:  # the end is the head only when it is the sole item
+            self._refresh()
 
     def busy(self, item: T) -> None:
         """``item`` is no longer idle (a request began, or it is closing)."""
-        if self._idle.pop(item, None) is not None:
+        since = self._idle.pop(item, None)
+        # only the head's leaving changes what is published (the head's time is published;
+        # another item idle since the same time costs a look, no change)
+        if since is not None and since == self._published:
             self._refresh()
 
     def oldest(self) -> tuple[float, T] | None:
