@@ -209,6 +209,8 @@ class Traffic:
     requests: list[tuple[str, float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    # (resident set, the sum of the server's accounted model sizes) every half second
+    accounted: list[tuple[int, int]] = field(default_factory=list)
 
 
 def drive(
@@ -247,8 +249,16 @@ def drive(
     threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(clients)]
     for t in threads:
         t.start()
+    next_accounted = time.monotonic()
     while any(t.is_alive() for t in threads):
         out.rss.append(process_tree_rss(server.pid))
+        if time.monotonic() >= next_accounted:  # what the server counts, beside what it holds
+            next_accounted += 0.5
+            try:
+                held = int(metric(server, "inferd_model_resident_bytes"))
+            except OSError:
+                held = -1
+            out.accounted.append((process_tree_rss(server.pid), held))
         time.sleep(0.1)
     for t in threads:
         t.join()
@@ -305,6 +315,7 @@ class Result:
     evictions: int
     thrash: int
     failures: list[str]
+    accounted: list[tuple[int, int]] = field(default_factory=list)
 
 
 def analyse(
@@ -364,6 +375,7 @@ def analyse(
         evictions=counters[1],
         thrash=counters[2],
         failures=traffic.failures,
+        accounted=traffic.accounted,
     )
 
 
@@ -537,6 +549,19 @@ def main() -> None:
             f"{[round(r.hit_p99_s * 1e3, 1) for r in mine]} ms "
             f"({[round(r.hit_p99_s / ref_p99, 2) for r in mine]} x)"
         )
+        over = [(r, a) for x in mine for r, a in x.accounted if r > budget and a >= 0]
+        if over:
+            print(
+                f"  in the {len(over)} half-second samples over budget: resident set median "
+                f"{np.median([r for r, _ in over]) / mib:.0f} MiB; baseline + accounted models "
+                f"median {np.median([baseline + a for _, a in over]) / mib:.0f} MiB"
+            )
+        gaps = [r - baseline - a for x in mine for r, a in x.accounted if a >= 0]
+        if gaps:
+            print(
+                f"  resident set - baseline - accounted models: median {np.median(gaps) / mib:.0f}"
+                f", max {max(gaps) / mib:.0f}, min {min(gaps) / mib:.0f} MiB"
+            )
         print(f"  new top {args.hot} resident <= 10 s:     {[round(r.shift_s, 1) for r in mine]} s")
         print(
             f"  requests counted: {[r.requests for r in mine]}; loads "

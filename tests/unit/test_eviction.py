@@ -65,26 +65,30 @@ class _Sim:
             gone = by_name[victim]
             assert gone.in_flight == 0, "evicted a model with requests in flight"
             assert not gone.pinned, "evicted a pinned model"
-            assert self.now - gone.loaded_at_s >= self.cfg.min_residency_s, "evicted too young"
+            # young: only ``cost`` may evict it, and only if asked for once (a catalogue's tail)
+            assert self.old(gone), "evicted too young"
         if not choice.fits:
             assert choice.victims == []  # nothing leaves for a load that cannot happen
             return
         kept = [r for r in others if r.name not in choice.victims]
-        # least recently used first: every allowed survivor was used after every victim
-        allowed_kept = [
-            r
-            for r in kept
-            if r.in_flight == 0
-            and not r.pinned
-            and self.now - r.loaded_at_s >= self.cfg.min_residency_s
-        ]
+        # in the policy's order, taken from its front: no allowed survivor ranks after the last
+        # victim but before another (one ranked before the last was spared: not needed)
+        allowed_kept = [r for r in kept if r.in_flight == 0 and not r.pinned and self.old(r)]
+        ranks = [self.rank(by_name[v]) for v in choice.victims]
+        assert ranks == sorted(ranks)
+        if choice.victims:  # the last victim: where the policy's order first frees enough
+            excess = sum(r.size_bytes for r in others) + size - self.budget
+            allowed = sorted([*allowed_kept, *(by_name[v] for v in choice.victims)], key=self.rank)
+            freed = 0
+            for r in allowed:
+                freed += r.size_bytes
+                if freed >= excess:
+                    assert r.name == choice.victims[-1]
+                    break
+        # no more victims than needed: without any one of them, the load would not fit
         for victim in choice.victims:
-            for survivor in allowed_kept:
-                assert self.rank(by_name[victim]) <= self.rank(survivor)
-        # no more victims than needed: without the last one, the load would not fit
-        if choice.victims:
-            short = sum(r.size_bytes for r in kept) + by_name[choice.victims[-1]].size_bytes
-            assert short + size > self.budget
+            short = sum(r.size_bytes for r in kept) + by_name[victim].size_bytes
+            assert short + size > self.budget, f"{victim} need not have left"
         for victim in choice.victims:
             del self.resident[victim]
         self.resident[name] = Resident(
@@ -92,6 +96,13 @@ class _Sim:
         )
         self.loads += 1
         assert sum(r.size_bytes for r in self.resident.values()) <= self.budget
+
+    def old(self, r: Resident) -> bool:
+        """Past the minimum residency, or (``cost``) young but asked for once only."""
+        if self.now - r.loaded_at_s >= self.cfg.min_residency_s:
+            return True
+        heat = decayed_heat(r.heat, self.now - r.last_used_s, self.cfg.heat_half_life_s)
+        return self.cfg.policy == "cost" and heat < 1.5
 
     def rank(self, r: Resident) -> tuple[float, float, str]:
         """The policy's order: who leaves first (least recently used, or least worth keeping
@@ -247,6 +258,7 @@ class _Host:
         self.gate = asyncio.Event()
         self.gate.set()
         self.rss = 1000
+        self.residue = 0  # bytes an unload leaves in the resident set
         self.clock = FakeClock()
 
     async def load(self, name: str) -> str:
@@ -260,7 +272,7 @@ class _Host:
 
     async def unload(self, name: str, reason: str) -> None:
         del self.loaded[name]
-        self.rss -= self.sizes[name] // 2  # freed memory rarely all returns to the system
+        self.rss -= self.sizes[name] - self.residue  # what stays is counted by the loader
         self.unloaded.append((name, reason))
 
     async def estimate(self, name: str) -> int:
@@ -420,6 +432,8 @@ async def test_residency_refusals_are_counted_as_thrash() -> None:
     loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.05)
     await loader.start()
     await loader.ensure("a")
+    loader.touch("a")
+    loader.touch("a")  # asked for again: the residency holds it (``cost``)
     with pytest.raises(UnavailableError):
         await loader.ensure("b")
     assert loader.statistics().thrash_refusals == 1
@@ -435,6 +449,8 @@ async def test_a_request_that_joins_a_load_waiting_for_room_waits_its_own_time()
     loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.2)
     await loader.start()
     await loader.ensure("a")
+    loader.touch("a")
+    loader.touch("a")  # asked for again: the residency holds it (``cost``)
     first = asyncio.create_task(loader.ensure("b"))
     await asyncio.sleep(0.15)
     second = asyncio.create_task(loader.ensure("b"))  # joins the same load

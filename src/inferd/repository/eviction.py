@@ -35,6 +35,9 @@ __all__ = [
 POLICIES = ("lru", "cost")
 #: a reload never counts as cheaper than this (a load's measured time can round to 0)
 _MIN_RELOAD_S = 0.001
+#: with ``cost``, a young model is protected by the minimum residency from this heat on:
+#: asked for twice within about a half-life (one request alone never decays above 1)
+_HOT_HEAT = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,7 @@ def choose_victims(
     if need_bytes > budget:
         return Choice(fits=False)
     idle = [r for r in resident if r.in_flight == 0 and not r.pinned]
-    allowed = [r for r in idle if now - r.loaded_at_s >= cfg.min_residency_s]
+    allowed = [r for r in idle if not _protected(r, now, cfg)]
     if cfg.policy == "cost":
         allowed.sort(key=lambda r: (keep_value(r, now, cfg), r.last_used_s, r.name))
     else:
@@ -122,9 +125,32 @@ def choose_victims(
         victims.append(r.name)
         freed += r.size_bytes
     if freed >= excess:
-        return Choice(victims)
-    young = [r for r in idle if now - r.loaded_at_s < cfg.min_residency_s]
+        return Choice(_spare(victims, {r.name: r.size_bytes for r in allowed}, freed, excess))
+    young = [r for r in idle if _protected(r, now, cfg)]
     held = []
     if freed + sum(r.size_bytes for r in young) >= excess:
         held = sorted(r.name for r in young)
     return Choice(fits=False, held_by_residency=held)
+
+
+def _protected(r: Resident, now: float, cfg: EvictionConfig) -> bool:
+    """Loaded less than the minimum residency ago; with ``cost``, only a model asked for
+    again since it loaded (a model asked for once, as the tail of a catalogue is, would hold
+    its bytes for the residency and push out the models that take the traffic)."""
+    if now - r.loaded_at_s >= cfg.min_residency_s:
+        return False
+    if cfg.policy == "cost":
+        return decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s) >= _HOT_HEAT
+    return True
+
+
+def _spare(victims: list[str], sizes: dict[str, int], freed: int, excess: int) -> list[str]:
+    """Keep the victims the load turned out not to need: taken in order, the last (largest)
+    one often frees enough alone, and the small ones before it need not leave. The most
+    worth keeping are spared first (the list is in the policy's order, least worth first)."""
+    kept = list(victims)
+    for name in reversed(victims[:-1]):
+        if freed - sizes[name] >= excess:
+            freed -= sizes[name]
+            kept.remove(name)
+    return kept

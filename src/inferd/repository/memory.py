@@ -9,6 +9,9 @@
   Python backend's), measured before and after each load;
 - :class:`GrowthShares` splits the resident set's growth among loads that run at the same
   time, so each model's measured size is its own share;
+- :class:`PeakMeter` reads how far the process's resident set rose above where it is now since
+  its last reset (Linux's ``VmHWM``, reset through ``/proc/self/clear_refs``): a load's
+  transient peak (the file read, the session built, the warm-up's buffers);
 - :func:`folder_bytes` is a model folder's size on disk, the estimate of a model never loaded.
 """
 
@@ -28,6 +31,7 @@ _log = logging.getLogger("inferd.repository")
 __all__ = [
     "GrowthShares",
     "MemoryBudget",
+    "PeakMeter",
     "container_limit",
     "folder_bytes",
     "machine_bytes",
@@ -36,6 +40,7 @@ __all__ = [
     "parse_cgroup_v2",
     "parse_size",
     "parse_stat_ppid",
+    "parse_status_kib",
     "process_tree_rss",
     "release_free_memory",
     "resolve_budget",
@@ -266,6 +271,45 @@ class GrowthShares:
 
     def rebase(self, rss: int) -> None:
         self.last = rss
+
+
+class PeakMeter:
+    """The process's peak resident set since :meth:`reset`, above its resident set now (the
+    memory a load held for a while and gave back before it ended). Linux only: elsewhere, or
+    where ``/proc/self/clear_refs`` cannot be written, :meth:`reset` says False and
+    :meth:`above_now` None."""
+
+    def __init__(self, proc_self: Path = Path("/proc/self")) -> None:
+        self._status = proc_self / "status"
+        self._clear = proc_self / "clear_refs"
+
+    def reset(self) -> bool:
+        try:
+            self._clear.write_text("5")  # 5: reset the peak resident set to the current one
+        except OSError:
+            return False
+        return True
+
+    def above_now(self) -> int | None:
+        try:
+            fields = parse_status_kib(self._status.read_text(), ("VmHWM", "VmRSS"))
+        except (OSError, ValueError):
+            return None
+        return max(0, fields["VmHWM"] - fields["VmRSS"]) * 1024
+
+
+def parse_status_kib(status: str, keys: tuple[str, ...]) -> dict[str, int]:
+    """The ``kB`` fields ``keys`` of a ``/proc/<pid>/status`` text (ValueError if one is
+    missing)."""
+    out: dict[str, int] = {}
+    for line in status.splitlines():
+        key, _, rest = line.partition(":")
+        if key in keys:
+            out[key] = int(rest.split()[0])
+    missing = [k for k in keys if k not in out]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)} in the status text")
+    return out
 
 
 def folder_bytes(path: Path) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import statistics
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -46,7 +47,12 @@ from inferd.repository.eviction import (
     choose_victims,
     decayed_heat,
 )
-from inferd.repository.memory import GrowthShares, process_tree_rss, release_free_memory
+from inferd.repository.memory import (
+    GrowthShares,
+    PeakMeter,
+    process_tree_rss,
+    release_free_memory,
+)
 
 _log = logging.getLogger("inferd.repository")
 
@@ -54,6 +60,7 @@ __all__ = ["LOAD_SECONDS_BUCKETS", "OnDemandLoader", "OnDemandSettings", "OnDema
 
 LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROOM_RETRY_S = 0.02  # how often a load waiting for room looks again
+_SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growths
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,9 @@ class OnDemandSettings:
 @dataclass(slots=True)
 class _Model:
     size_bytes: int = 0
+    measured: list[int] = field(default_factory=list)  # its last loads' growths, newest last
+    transient_bytes: int | None = None  # how far a load of it rose above its end (None: unknown)
+    runtime: str = ""  # its runtime, once loaded
     loaded_at_s: float = 0.0
     last_used_s: float = 0.0
     heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
@@ -126,6 +136,7 @@ class OnDemandLoader:
         measure: Callable[[], int] = process_tree_rss,
         release: Callable[[], None] = release_free_memory,
         clock: Clock | None = None,
+        peak: PeakMeter | None = None,
     ) -> None:
         self.settings = settings
         self._load = load
@@ -134,6 +145,12 @@ class OnDemandLoader:
         self._estimate = estimate
         self._measure = measure
         self._release = release
+        # a load's transient peak, read where this process's own resident set is measured
+        self._peak = peak if peak is not None or measure is not process_tree_rss else PeakMeter()
+        self._alone: dict[str, bool] = {}  # loads running: whether no other load overlapped
+        # per runtime, the largest transient / size measured: the estimate of a model whose
+        # own transient is unknown (its loads overlapped others)
+        self._transient_ratio: dict[str, float] = {}
         self._clock = clock if clock is not None else SystemClock()
         self._models: dict[str, _Model] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -287,36 +304,59 @@ class OnDemandLoader:
         if model.too_big:
             raise UnavailableError(model.too_big)
         on_disk = await self._estimate(name)
-        need = max(model.size_bytes, on_disk)
+        size = max(model.size_bytes, on_disk)
+        # what the load holds at its peak: its size and how far an earlier load of it that ran
+        # alone rose above its end (reading the files, building the session, the warm-up's
+        # buffers); unknown before such a load
+        need = size + self._transient(model, size)
         room = self._room()
         if room is not None:
-            if need > room:
+            if size > room:
                 how = "measured at an earlier load" if model.size_bytes >= on_disk else "on disk"
-                model.too_big = self._too_big(name, need, how)
+                model.too_big = self._too_big(name, size, how)
                 raise UnavailableError(model.too_big)
-            await self._make_room(name, need, room)  # reserves ``need`` once it fits
+            need = min(need, room)
+            await self._make_room(name, need, size, room)  # reserves what fits
         else:
             self._reserved[name] = need
         reason = reason or ("after_eviction" if model.loads else "first_request")
         async with self._measuring:
-            self._shares.begin(name, need, await asyncio.to_thread(self._measure))
+            self._shares.begin(name, size, await asyncio.to_thread(self._measure))
+        self._begin_peak(name)
         self._active += 1
         counters = self._counters
         counters.peak_parallel_loads = max(counters.peak_parallel_loads, self._active)
         _log.info("model '%s' loading on demand (%d loads under way)", name, self._active)
         started = self._now()
+        above: int | None = None
         try:
             runtime = await self._load(name)
         except Exception as exc:
             model.failed, model.failed_at_s = str(exc), self._now()
             raise
         finally:
+            # what the load freed (the files it read, the buffers of the session's build and
+            # of its warm-up) goes back to the system before its growth is measured: the
+            # allocator keeps it otherwise, and the model would be measured (and the process
+            # would stay) larger by it until the next unload's trim
+            await asyncio.to_thread(self._release)
+            if self._alone.pop(name, False) and self._peak is not None:
+                above = self._peak.above_now()
             self._active -= 1
             async with self._measuring:
                 grown = self._shares.end(name, await asyncio.to_thread(self._measure))
         model.failed = ""
         elapsed = self._now() - started
-        model.size_bytes = max(model.size_bytes, grown, on_disk)
+        # the median of its last few loads: one load's growth is noisy (other loads, requests
+        # and the allocator move the resident set meanwhile), and the largest of all of them
+        # only ever grows; what a size misses, the measured admission (_unaccounted) counts
+        model.measured = [*model.measured, grown][-_SIZE_SAMPLES:]
+        model.size_bytes = max(int(statistics.median(model.measured)), on_disk)
+        model.runtime = runtime
+        if above is not None:
+            model.transient_bytes = above
+            ratio = above / max(1, model.size_bytes)
+            self._transient_ratio[runtime] = max(self._transient_ratio.get(runtime, 0.0), ratio)
         model.loads += 1
         counters.loads[reason] = counters.loads.get(reason, 0) + 1
         histogram = counters.load_seconds.get(runtime)
@@ -330,11 +370,12 @@ class OnDemandLoader:
         model.evicted_at = model.evicted_reason = ""
         self._reserved.pop(name, None)  # from now on counted at its measured size
         _log.info(
-            "model '%s' loaded on demand in %.3f s (%s, %d bytes)",
+            "model '%s' loaded on demand in %.3f s (%s, %d bytes%s)",
             name,
             elapsed,
             runtime,
             model.size_bytes,
+            "" if above is None else f", {above} bytes more at its peak",
         )
         if room is not None and model.size_bytes > room:
             model.too_big = self._too_big(name, model.size_bytes, "measured at its load")
@@ -346,7 +387,8 @@ class OnDemandLoader:
     async def _trim(self, name: str, room: int) -> None:
         """After a load that measured more than its estimate: unload idle models until the
         others fit in ``room`` again (or say why they cannot yet)."""
-        choice = self._choose(name, 0, room - self._reserved_by_others(name))
+        over = await self._unaccounted()
+        choice = self._choose(name, 0, room - self._reserved_by_others(name) - over)
         if not choice.fits:
             _log.warning(
                 "model '%s' measured more than its estimate: resident models exceed the memory "
@@ -362,27 +404,45 @@ class OnDemandLoader:
         finally:
             self._evicting.difference_update(choice.victims)
 
-    async def _make_room(self, name: str, need: int, room: int) -> None:
+    async def _make_room(self, name: str, need: int, size: int, room: int) -> None:
+        """Unload idle models until the load fits (its size and transient peak, ``need``; its
+        size alone when the peak cannot fit now), then reserve that; wait while it cannot."""
         loop = asyncio.get_running_loop()
         fallback = loop.time() + self.settings.wait_s
         counted = False
         try:
             while True:
-                choice = self._choose(name, need, room - self._reserved_by_others(name))
+                # the resident set as measured, not only as accounted: memory that unloads
+                # have not given back yet, loads' transient peaks and the server's own growth
+                # count too; measured again after each unload, until the load fits
+                over = await self._unaccounted()
+                free = room - self._reserved_by_others(name) - over
+                choice, reserve = self._choose(name, need, free), need
+                if not choice.fits and size < need:
+                    choice, reserve = self._choose(name, size, free), size
                 if choice.fits:
                     # reserved before any await: no other load can count on these bytes
-                    self._reserved[name] = need
+                    self._reserved[name] = reserve
+                    if not choice.victims:
+                        return
                     self._evicting.update(choice.victims)
                     try:
                         for victim in choice.victims:
                             await self._evict(victim, name)
                     finally:
                         self._evicting.difference_update(choice.victims)
-                    return
+                    continue
+                self._reserved.pop(name, None)  # waits without holding bytes others could use
+                held = (
+                    f" (the process holds {over} bytes beyond its models, its own "
+                    f"{self.baseline_bytes} bytes and the loads under way)"
+                    if over
+                    else ""
+                )
                 self._no_room[name] = (
                     f"model '{name}' cannot load now: the memory budget is held by models with "
                     "requests in flight, pinned, or loaded less than "
-                    f"{self.settings.min_residency_s:g} s ago; retry later"
+                    f"{self.settings.min_residency_s:g} s ago{held}; retry later"
                 )
                 if choice.held_by_residency and not counted:
                     counted = True  # once per load, however long it waits
@@ -400,8 +460,46 @@ class OnDemandLoader:
         finally:
             self._no_room.pop(name, None)
 
+    def _transient(self, model: _Model, size: int) -> int:
+        """How far a load of ``model`` may rise above its size: as measured at its last load
+        that ran alone, else as the largest ratio its runtime's models showed (any runtime's
+        before its first load), else 0 (nothing measured yet)."""
+        if model.transient_bytes is not None:
+            return model.transient_bytes
+        ratios = self._transient_ratio
+        ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
+        return round((ratio or 0.0) * size)
+
     def _reserved_by_others(self, name: str) -> int:
-        return sum(size for other, size in self._reserved.items() if other != name)
+        """What the other loads under way hold or will: each its reservation, or what it has
+        grown so far where that is more."""
+        grown = self._shares.shares
+        return sum(
+            max(size, round(grown.get(other, 0.0)))
+            for other, size in self._reserved.items()
+            if other != name
+        )
+
+    async def _unaccounted(self) -> int:
+        """Bytes the server's processes hold, measured now, beyond its baseline, the loaded
+        models' sizes and the growth of the loads under way so far (never below 0)."""
+        async with self._measuring:
+            rss = await asyncio.to_thread(self._measure)
+            self._shares.observe(rss)
+        held = sum(r.size_bytes for r in self.residents())
+        held += round(sum(max(0.0, g) for g in self._shares.shares.values()))
+        return max(0, rss - self.baseline_bytes - held)
+
+    def _begin_peak(self, name: str) -> None:
+        """Start watching a load's transient peak: the peak is reset when no other load runs
+        (and read at its end only if none overlapped it)."""
+        if self._peak is None:
+            return
+        if not self._alone:
+            self._peak.reset()
+        for other in self._alone:
+            self._alone[other] = False
+        self._alone[name] = not self._alone
 
     def residents(self, exclude: str = "") -> list[Resident]:
         """The loaded models the policy may weigh; a model being loaded is left out (its

@@ -1,0 +1,241 @@
+"""The on-demand loader against the resident set as measured: memory unloads leave behind,
+loads' transient peaks, noisy size measurements; and the policy's spared victims and the
+minimum residency of a catalogue's tail (a simulated clock, fake loads)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferd.errors import UnavailableError
+from inferd.repository.eviction import EvictionConfig, Resident, choose_victims
+from inferd.repository.memory import PeakMeter, parse_status_kib
+from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
+from inferd.testing import FakeClock
+
+
+class _Peak:
+    """A peak meter whose readings the test sets: how far each model's load rose above its
+    end."""
+
+    def __init__(self, host: _Host) -> None:
+        self.host = host
+        self.resets = 0
+
+    def reset(self) -> bool:
+        self.resets += 1
+        return True
+
+    def above_now(self) -> int | None:
+        return self.host.transient.get(self.host.last_loaded, 0)
+
+
+class _Host:
+    """Loads that grow the measured resident set by the model's next growth, unloads that
+    give back its size less ``residue``."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+        self.growths: dict[str, list[int]] = {}  # per model, its loads' growths in turn
+        self.transient: dict[str, int] = {}
+        self.loaded: dict[str, int] = {}
+        self.held: dict[str, int] = {}  # what each loaded model added to the resident set
+        self.unloaded: list[str] = []
+        self.residue = 0
+        self.rss = 1000
+        self.max_rss = 1000
+        self.last_loaded = ""
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.clock = FakeClock()
+
+    async def load(self, name: str) -> str:
+        await self.gate.wait()
+        growth = self.growths.get(name, [])
+        grown = growth.pop(0) if growth else self.sizes[name]
+        self.max_rss = max(self.max_rss, self.rss + grown + self.transient.get(name, 0))
+        self.rss += grown
+        self.held[name] = grown
+        self.loaded[name] = 0
+        self.last_loaded = name
+        return "onnxruntime"
+
+    async def unload(self, name: str, reason: str) -> None:
+        del self.loaded[name]
+        self.rss -= self.held.pop(name) - self.residue
+        self.unloaded.append(name)
+
+    async def estimate(self, name: str) -> int:
+        return self.sizes[name]
+
+    def loader(self, budget: int, peak: bool = False, **kw: object) -> OnDemandLoader:
+        kw.setdefault("min_residency_s", 0.0)
+        kw.setdefault("eviction", "lru")
+        return OnDemandLoader(
+            OnDemandSettings(budget_bytes=budget, **kw),  # type: ignore[arg-type]
+            load=self.load,
+            unload=self.unload,
+            loaded=lambda: dict(self.loaded),
+            estimate=self.estimate,
+            measure=lambda: self.rss,
+            clock=self.clock,
+            peak=_Peak(self) if peak else None,
+        )
+
+
+async def test_memory_unloads_leave_behind_counts_against_the_budget() -> None:
+    """Each unload leaves 50 bytes in the resident set: the loader measures it and unloads one
+    model more rather than let the process exceed the budget (counting sizes alone, the fourth
+    load took the process to 1300 bytes against 1250)."""
+    host = _Host({"a": 100, "b": 100, "c": 100, "d": 100})
+    host.residue = 50
+    loader = host.loader(1000 + 250)
+    await loader.start()
+    for name in ("a", "b", "c", "d"):
+        await loader.ensure(name)
+        host.clock.advance(10**9)
+        assert host.rss <= 1250, (name, host.rss)
+    assert host.unloaded == ["a", "b", "c"]
+    assert host.rss == 1000 + 150 + 100  # three residues and d
+
+
+async def test_a_load_waits_and_then_says_what_the_process_holds_beyond_its_models() -> None:
+    host = _Host({"a": 100, "b": 100})
+    loader = host.loader(1000 + 150, wait_s=0.05)
+    await loader.start()
+    await loader.ensure("a")
+    host.rss += 100  # the server's own memory grew by 100 (not a model's)
+    with pytest.raises(UnavailableError, match="holds 100 bytes beyond its models"):
+        await loader.ensure("b")
+    assert host.unloaded == []  # even without a, b would not fit: a stays
+    host.rss -= 100  # given back: the next request loads
+    await loader.ensure("b")
+    assert host.unloaded == ["a"]
+    assert host.rss <= 1150
+
+
+async def test_a_load_reserves_its_transient_peak_learned_when_it_ran_alone() -> None:
+    """``a`` rose 80 bytes above its end at its first load: its next load reserves 100 + 80,
+    so ``b`` leaves first and the peak stays within the budget (the size alone fits both)."""
+    host = _Host({"a": 100, "b": 100})
+    host.transient["a"] = 80
+    loader = host.loader(1000 + 250, peak=True)
+    await loader.start()
+    await loader.ensure("a")  # nothing else resident: its peak, 1180, fits
+    await host.unload("a", "test")  # (as an eviction for another model would)
+    await loader.ensure("b")
+    host.gate.clear()
+    waiter = asyncio.create_task(loader.ensure("a"))
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+    assert loader.statistics().loading_bytes == 180
+    assert host.unloaded == ["a", "b"]  # b made room for a's peak
+    host.gate.set()
+    await waiter
+    assert host.max_rss <= 1250
+
+
+async def test_a_model_size_is_the_median_of_its_last_loads_not_the_largest_ever() -> None:
+    """A load that overlapped other growth measured 300 for a 100-byte model: with the median
+    of the last three loads, the next two loads bring its size back to 100 (the largest of all
+    loads would have kept 300, holding room for two models more)."""
+    host = _Host({"a": 10, "b": 10})
+    host.growths["a"] = [300, 100, 100]
+    loader = host.loader(1000 + 1000)
+    await loader.start()
+    seen = []
+    for _ in range(3):
+        await loader.ensure("a")
+        seen.append(loader.statistics().resident_bytes["a"])
+        await host.unload("a", "test")
+    assert seen == [300, 200, 100]
+
+
+# -- the policy ----------------------------------------------------------------------------------
+
+
+def test_cost_spares_the_small_victims_a_large_one_makes_unneeded() -> None:
+    """The two least worth keeping are a small model and a large one; the large one alone
+    makes room, so the small one stays (taking both, in order, evicted it for nothing)."""
+    cfg = EvictionConfig(0.0, "cost")
+    resident = [
+        Resident("small", 10, last_used_s=0, loaded_at_s=0, heat=0.1, reload_s=0.01),
+        Resident("large", 100, last_used_s=0, loaded_at_s=0, heat=1.0, reload_s=0.1),
+        Resident("hot", 10, last_used_s=0, loaded_at_s=0, heat=100.0, reload_s=0.01),
+    ]
+    choice = choose_victims(resident, 100, 150, 1.0, cfg)
+    assert choice.fits
+    assert choice.victims == ["large"]
+    choice = choose_victims(resident, 100, 110, 1.0, cfg)  # now both are needed
+    assert choice.victims == ["small", "large"]
+
+
+def test_cost_lets_a_young_model_asked_for_once_leave_but_holds_one_asked_for_again() -> None:
+    cfg = EvictionConfig(10.0, "cost")
+    once = Resident("tail", 50, last_used_s=5, loaded_at_s=5, heat=1.0, reload_s=0.1)
+    again = Resident("hot", 50, last_used_s=5, loaded_at_s=5, heat=2.0, reload_s=0.1)
+    assert choose_victims([once, again], 50, 100, 6.0, cfg).victims == ["tail"]
+    refused = choose_victims([again], 100, 100, 6.0, cfg)
+    assert not refused.fits
+    assert refused.held_by_residency == ["hot"]
+    # lru keeps the residency for every model
+    lru = EvictionConfig(10.0, "lru")
+    assert choose_victims([once, again], 50, 100, 6.0, lru).held_by_residency == ["hot", "tail"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 100), min_size=2, max_size=12),
+    heats=st.lists(st.floats(0.0, 50.0), min_size=12, max_size=12),
+    need=st.integers(1, 200),
+    budget=st.integers(50, 600),
+)
+def test_spared_victims_are_a_minimal_set_that_frees_enough(
+    sizes: list[int], heats: list[float], need: int, budget: int
+) -> None:
+    """Whatever the sizes and heats: the victims free enough for the load and none of them
+    could have stayed."""
+    cfg = EvictionConfig(0.0, "cost")
+    resident = [
+        Resident(f"m{k}", s, last_used_s=0, loaded_at_s=0, heat=heats[k], reload_s=0.1)
+        for k, s in enumerate(sizes)
+    ]
+    choice = choose_victims(resident, need, budget, 1.0, cfg)
+    used = sum(sizes)
+    if not choice.fits:
+        assert need > budget or used + need - budget > used
+        return
+    by_name = {r.name: r.size_bytes for r in resident}
+    freed = sum(by_name[v] for v in choice.victims)
+    assert used - freed + need <= budget
+    for v in choice.victims:
+        assert used - freed + by_name[v] + need > budget, f"{v} need not have left"
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+def test_the_peak_meter_sees_memory_held_and_given_back_since_its_reset() -> None:
+    meter = PeakMeter()
+    if not meter.reset():
+        pytest.skip("/proc/self/clear_refs cannot be written here")
+    block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
+    del block
+    above = meter.above_now()
+    assert above is not None
+    assert above >= 48 << 20
+    assert meter.reset()
+    after = meter.above_now()
+    assert after is not None
+    assert after < 16 << 20
+
+
+def test_status_fields_are_read_in_bytes_of_kib_and_a_missing_one_is_an_error() -> None:
+    text = "Name:\tpython\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n"
+    assert parse_status_kib(text, ("VmHWM", "VmRSS")) == {"VmHWM": 204800, "VmRSS": 102400}
+    with pytest.raises(ValueError, match="VmSwap"):
+        parse_status_kib(text, ("VmSwap",))
