@@ -5,18 +5,23 @@ paths are inference routes."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
 
-from inferd.core.inference import InferRequest
+from inferd.core.inference import InferRequest, InferResponse, RequestedOutput
 from inferd.errors import InternalError
 from inferd.server.frontends.channel import create_channel
 from inferd.server.frontends.link import MessageLink
 from inferd.server.frontends.messages import (
+    _HEADS,
+    _HEADS_KEPT,
     Kind,
     decode_request,
+    decode_response,
     encode_request,
+    encode_response,
     json_and_blobs,
 )
 from inferd.server.frontends.worker import _INFER_PATHS, _INFER_PATHS_KEPT, _is_infer
@@ -106,7 +111,7 @@ def test_send_nowait_sends_what_fits_now_and_nothing_else() -> None:
 
 
 def test_tensors_of_every_layout_arrive_as_they_left() -> None:
-    inputs = {
+    inputs: dict[str, np.ndarray[Any, Any]] = {
         "EMPTY": np.zeros((0, 64), np.float32),
         "SCALAR": np.array(2.5, np.float32),
         "STRIDED": np.arange(24, dtype=np.int64).reshape(4, 6)[:, ::2],
@@ -139,6 +144,55 @@ def test_a_tensor_whose_bytes_do_not_match_its_shape_is_refused(size: int) -> No
     }
     with pytest.raises(InternalError, match="tensor 'X' has"):
         decode_request(memoryview(json_and_blobs(meta, [b"\0" * size])))
+
+
+def test_requests_decoded_alike_share_nothing_a_receiver_may_change() -> None:
+    plain = memoryview(encode_request(InferRequest("m", {"X": np.ones((1, 4), np.float32)})))
+    first, second = decode_request(plain), decode_request(plain)  # the second from the memo
+    first.parameters["sequence_id"] = 5
+    third = decode_request(plain)
+    assert second.parameters == {}
+    assert third.parameters == {}
+    assert second.outputs is None
+    assert second.trace_context is None
+    assert third.inputs["X"].tolist() == [[1.0, 1.0, 1.0, 1.0]]
+    rich = InferRequest(
+        "m",
+        {"X": np.ones((1, 4), np.float32)},
+        outputs=[RequestedOutput("Y", parameters={"k": 1})],
+        parameters={"p": 1},
+        trace_context={"traceparent": "00-ab-cd-01"},
+    )
+    body = memoryview(encode_request(rich))
+    one, two = decode_request(body), decode_request(body)
+    assert one.outputs is not None
+    assert two.outputs is not None
+    assert one.trace_context is not None
+    one.parameters["q"] = 2
+    one.outputs[0].parameters["k"] = 2
+    one.trace_context["traceparent"] = "changed"
+    assert two.parameters == {"p": 1}
+    assert two.outputs[0].parameters == {"k": 1}
+    assert two.trace_context == {"traceparent": "00-ab-cd-01"}
+
+
+def test_responses_decoded_alike_share_nothing_a_receiver_may_change() -> None:
+    outputs = {"Y": np.arange(3, dtype=np.float32)}
+    plain = memoryview(encode_response(InferResponse("m", "1", outputs)))
+    first, second = decode_response(plain), decode_response(plain)
+    first.parameters["variant"] = "b"
+    assert second.parameters == {}
+    assert decode_response(plain).parameters == {}
+    body = memoryview(encode_response(InferResponse("m", "1", outputs, parameters={"p": 1})))
+    one, two = decode_response(body), decode_response(body)
+    one.parameters["variant"] = "b"
+    assert two.parameters == {"p": 1}
+
+
+def test_the_memo_of_heads_stays_bounded() -> None:
+    for i in range(3 * _HEADS_KEPT):  # ever new heads: another id each time
+        decode_request(memoryview(encode_request(InferRequest("m", {}, id=str(i)))))
+    assert 0 < len(_HEADS) <= _HEADS_KEPT
 
 
 def _scope(raw_path: bytes | None, path: str) -> dict[str, object]:

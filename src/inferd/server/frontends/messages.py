@@ -209,8 +209,40 @@ def encode_request_parts(request: InferRequest) -> list[bytes | memoryview]:
     return json_and_blob_parts(meta, blobs)
 
 
+#: the JSON heads of the requests and responses seen last, parsed, for those that hold nothing
+#: a receiver may change (no parameters, requested outputs or trace context): a client sends
+#: the same model, shapes and options over and over, and a model answers alike
+_HEADS: dict[bytes, Any] = {}
+_HEADS_KEPT = 256
+
+
+def _split_head(body: memoryview, request: bool) -> tuple[Any, memoryview, bool]:
+    """As :func:`split_json`, and whether the head came from :data:`_HEADS` (then it is shared:
+    read it, never hand out its parts)."""
+    (length,) = _JSON_LENGTH.unpack_from(body)
+    end = _JSON_LENGTH.size + length
+    key = bytes(body[_JSON_LENGTH.size : end])
+    meta = _HEADS.get(key)
+    if meta is not None:
+        return meta, body[end:], True
+    meta = orjson.loads(key)
+    if not meta["p"] and (not request or (meta["o"] is None and meta["t"] is None)):
+        if len(_HEADS) >= _HEADS_KEPT:
+            _HEADS.clear()
+        _HEADS[key] = meta
+    return meta, body[end:], False
+
+
 def decode_request(body: memoryview) -> InferRequest:
-    meta, data = split_json(body)
+    meta, data, shared = _split_head(body, True)
+    if shared:  # nothing in it to copy: no parameters, outputs or trace context
+        return InferRequest(
+            model_name=meta["m"],
+            inputs=_tensors_from(meta["i"], data),
+            model_version=meta["v"],
+            id=meta["id"],
+            binary_output_default=meta["b"],
+        )
     outputs = meta["o"]
     return InferRequest(
         model_name=meta["m"],
@@ -244,13 +276,13 @@ def encode_response_parts(response: InferResponse) -> list[bytes | memoryview]:
 
 
 def decode_response(body: memoryview) -> InferResponse:
-    meta, data = split_json(body)
+    meta, data, shared = _split_head(body, False)
     return InferResponse(
         model_name=meta["m"],
         model_version=meta["v"],
         outputs=_tensors_from(meta["o"], data),
         id=meta["id"],
-        parameters=meta["p"],
+        parameters={} if shared else meta["p"],
     )
 
 
