@@ -209,6 +209,7 @@ class Traffic:
     requests: list[tuple[str, float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    rss_at: list[float] = field(default_factory=list)  # each sample's wall-clock time
     # (resident set, the sum of the server's accounted model sizes) every half second
     accounted: list[tuple[int, int]] = field(default_factory=list)
 
@@ -252,6 +253,7 @@ def drive(
     next_accounted = time.monotonic()
     while any(t.is_alive() for t in threads):
         out.rss.append(process_tree_rss(server.pid))
+        out.rss_at.append(time.time())
         if time.monotonic() >= next_accounted:  # what the server counts, beside what it holds
             next_accounted += 0.5
             try:
@@ -279,6 +281,7 @@ def metric(server: ServerProcess, name: str) -> float:
 
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
 _LOADED = re.compile(_STAMP + r".*model '([^']+)' loaded on demand in ([0-9.]+) s", re.MULTILINE)
+_LOADING = re.compile(_STAMP + r".*model '([^']+)' loading on demand", re.MULTILINE)
 _EVICTED = re.compile(_STAMP + r".*model '([^']+)' evicted at ", re.MULTILINE)
 
 
@@ -315,6 +318,8 @@ class Result:
     evictions: int
     thrash: int
     failures: list[str]
+    # samples over budget by what was loading then: "minilm", "small" (only small models), "none"
+    over_during: dict[str, int] = field(default_factory=dict)
     accounted: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -359,6 +364,18 @@ def analyse(
             shift_s = max(0.0, t - at)  # 0: they were resident when the popularity shifted
             break
     rss = traffic.rss
+    # what was loading during each sample over budget
+    started = [(_wall(m[1]), m[2]) for m in _LOADING.finditer(log)]
+    spans = []
+    for t0, name in started:
+        ends = [e for e, n, _ in loads if n == name and e >= t0]
+        spans.append((t0, min(ends) if ends else float("inf"), kinds[name]))
+    over_during = {"minilm": 0, "small": 0, "none": 0}
+    for value, at in zip(rss, traffic.rss_at, strict=True):
+        if value > budget:
+            now = {k for t0, t1, k in spans if t0 - 0.005 <= at <= t1 + 0.005}
+            key = "minilm" if "minilm" in now else "small" if now else "none"
+            over_during[key] += 1
     return Result(
         policy=policy,
         requests=len(counted),
@@ -376,6 +393,7 @@ def analyse(
         thrash=counters[2],
         failures=traffic.failures,
         accounted=traffic.accounted,
+        over_during=over_during,
     )
 
 
@@ -556,6 +574,15 @@ def main() -> None:
                 f"{np.median([r for r, _ in over]) / mib:.0f} MiB; baseline + accounted models "
                 f"median {np.median([baseline + a for _, a in over]) / mib:.0f} MiB"
             )
+        during: dict[str, int] = {}
+        for x in mine:
+            for k, v in x.over_during.items():
+                during[k] = during.get(k, 0) + v
+        print(
+            "  samples over budget while loading: "
+            + ", ".join(f"{k} {v}" for k, v in during.items())
+            + " (minilm: a MiniLM load under way; small: small models' loads only)"
+        )
         gaps = [r - baseline - a for x in mine for r, a in x.accounted if a >= 0]
         if gaps:
             print(

@@ -75,6 +75,7 @@ class _Host:
     def loader(self, budget: int, peak: bool = False, **kw: object) -> OnDemandLoader:
         kw.setdefault("min_residency_s", 0.0)
         kw.setdefault("eviction", "lru")
+        kw.setdefault("watch_s", 0.0)  # the watch between loads: its own test
         return OnDemandLoader(
             OnDemandSettings(budget_bytes=budget, **kw),  # type: ignore[arg-type]
             load=self.load,
@@ -153,6 +154,69 @@ async def test_a_model_size_is_the_median_of_its_last_loads_not_the_largest_ever
         seen.append(loader.statistics().resident_bytes["a"])
         await host.unload("a", "test")
     assert seen == [300, 200, 100]
+
+
+async def test_a_model_never_loaded_is_sized_like_the_measured_model_closest_on_disk() -> None:
+    """``a`` (100 bytes of files) measured 300 twice: ``b`` (110 bytes of files, a copy of a
+    similar model) reserves 330 at its first load, not its files' 110; ``c``, unlike any
+    measured model on disk, reserves its files' size."""
+    host = _Host({"a": 100, "b": 110, "c": 1000})
+    host.growths["a"] = [300, 300]
+    loader = host.loader(1000 + 5000)
+    await loader.start()
+    await loader.ensure("a")
+    await host.unload("a", "test")
+    await loader.ensure("a")
+    for name, reserved in (("b", 330), ("c", 1000)):
+        host.gate.clear()
+        waiter = asyncio.create_task(loader.ensure(name))
+        for _ in range(100):
+            await asyncio.sleep(0.001)
+        assert loader.statistics().loading_bytes == reserved, name
+        host.gate.set()
+        await waiter
+
+
+async def test_between_loads_the_process_over_budget_trims_then_unloads_idle_models() -> None:
+    """The resident set grows by 120 with no load under way (inference buffers, memory freed
+    late): the watch trims the allocator (which gives back 20 here) and unloads the least
+    recently used idle model to bring the process within the budget; nothing while it fits."""
+    host = _Host({"a": 100, "b": 100})
+    trims: list[int] = []  # the resident set at each trim once it grew
+
+    def release() -> None:
+        if host.rss > 1200:
+            trims.append(host.rss)
+            host.rss -= 20 if len(trims) == 1 else 0
+
+    loader = OnDemandLoader(
+        OnDemandSettings(
+            budget_bytes=1000 + 250, min_residency_s=0.0, eviction="lru", watch_s=0.01
+        ),
+        load=host.load,
+        unload=host.unload,
+        loaded=lambda: dict(host.loaded),
+        estimate=host.estimate,
+        measure=lambda: host.rss,
+        release=release,
+        clock=host.clock,
+    )
+    await loader.start()
+    await loader.ensure("a")
+    host.clock.advance(10**9)
+    await loader.ensure("b")
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert host.unloaded == []  # within the budget: nothing leaves
+    host.rss += 120
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if host.unloaded:
+            break
+    assert host.unloaded == ["a"]
+    assert trims[0] == 1000 + 200 + 120  # trimmed before anything left
+    assert host.rss == 1000 + 100 + 100  # b and the 100 not given back
+    await loader.close()
 
 
 # -- the policy ----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import math
 import statistics
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ __all__ = ["LOAD_SECONDS_BUCKETS", "OnDemandLoader", "OnDemandSettings", "OnDema
 LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROOM_RETRY_S = 0.02  # how often a load waiting for room looks again
 _SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growths
+_SIMILAR = math.log(1.25)  # files' sizes this close: a model never loaded is sized like the other
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,9 @@ class OnDemandSettings:
     load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
     eviction: str = "cost"  # which idle models leave first: lru | cost (eviction.POLICIES)
     load_threads: int = 4  # loads of different models at the same time
+    # how often the resident set is measured against the budget between loads (0: only at
+    # loads); over it, the allocator is trimmed, then idle models leave
+    watch_s: float = 0.25
 
 
 @dataclass(slots=True)
@@ -80,6 +85,7 @@ class _Model:
     measured: list[int] = field(default_factory=list)  # its last loads' growths, newest last
     transient_bytes: int | None = None  # how far a load of it rose above its end (None: unknown)
     runtime: str = ""  # its runtime, once loaded
+    on_disk: int = 0  # its files' size, at its last load
     loaded_at_s: float = 0.0
     last_used_s: float = 0.0
     heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
@@ -174,8 +180,43 @@ class OnDemandLoader:
         return self._clock.monotonic_ns() / 1e9
 
     async def start(self) -> None:
-        """Measure the server's baseline (before any model loads)."""
+        """Measure the server's baseline (before any model loads); with a budget, start
+        watching the resident set between loads."""
         self.baseline_bytes = await asyncio.to_thread(self._measure)
+        if self.settings.budget_bytes is not None and self.settings.watch_s > 0:
+            task = asyncio.create_task(self._watch(), name="inferd-memory-watch")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self) -> None:
+        """Between loads the resident set moves too (inference buffers, memory an unload gave
+        back after its trim, the server's own growth): every ``watch_s``, when the process is
+        over the budget, hand back what the allocator keeps, then unload idle models until it
+        fits (the minimum residency, pins and requests in flight hold as for a load)."""
+        room = self._room()
+        assert room is not None
+        while True:
+            await asyncio.sleep(self.settings.watch_s)
+            if self._over(room, await self._unaccounted()) <= 0:
+                continue
+            await asyncio.to_thread(self._release)
+            if self._over(room, over := await self._unaccounted()) <= 0:
+                continue
+            choice = self._choose("", 0, room - self._reserved_by_others("") - over)
+            if not choice.victims:
+                continue
+            self._evicting.update(choice.victims)
+            try:
+                for victim in choice.victims:
+                    await self._evict(victim, "")
+            finally:
+                self._evicting.difference_update(choice.victims)
+
+    def _over(self, room: int, unaccounted: int) -> int:
+        """Bytes the resident models, the loads under way and ``unaccounted`` exceed
+        ``room`` by."""
+        held = sum(r.size_bytes for r in self.residents()) + self._reserved_by_others("")
+        return held + unaccounted - room
 
     async def preload(
         self, wanted: Iterable[str], known: Collection[str], problems: Mapping[str, str]
@@ -304,7 +345,8 @@ class OnDemandLoader:
         if model.too_big:
             raise UnavailableError(model.too_big)
         on_disk = await self._estimate(name)
-        size = max(model.size_bytes, on_disk)
+        model.on_disk = on_disk
+        size = max(model.size_bytes, on_disk) if model.loads else self._first_estimate(on_disk)
         # what the load holds at its peak: its size and how far an earlier load of it that ran
         # alone rose above its end (reading the files, building the session, the warm-up's
         # buffers); unknown before such a load
@@ -312,7 +354,13 @@ class OnDemandLoader:
         room = self._room()
         if room is not None:
             if size > room:
-                how = "measured at an earlier load" if model.size_bytes >= on_disk else "on disk"
+                how = (
+                    "measured at an earlier load"
+                    if model.loads
+                    else "on disk"
+                    if size == on_disk
+                    else "estimated from a measured model of a similar size on disk"
+                )
                 model.too_big = self._too_big(name, size, how)
                 raise UnavailableError(model.too_big)
             need = min(need, room)
@@ -460,6 +508,19 @@ class OnDemandLoader:
         finally:
             self._no_room.pop(name, None)
 
+    def _first_estimate(self, on_disk: int) -> int:
+        """The size of a model never loaded: its files' size times the ratio of size to files
+        of the measured model whose files' size is closest to its own, within a quarter (a
+        copy of a model, another fine-tune of one architecture); else its files' size."""
+        best: tuple[float, float] | None = None
+        for other in self._models.values():
+            if other.loads < 2 or other.on_disk <= 0 or on_disk <= 0:
+                continue  # measured once: its size may still hold its runtime's libraries
+            distance = abs(math.log(other.on_disk / on_disk))
+            if distance <= _SIMILAR and (best is None or distance < best[0]):
+                best = (distance, other.size_bytes / other.on_disk)
+        return on_disk if best is None else max(on_disk, round(on_disk * best[1]))
+
     def _transient(self, model: _Model, size: int) -> int:
         """How far a load of ``model`` may rise above its size: as measured at its last load
         that ran alone, else as the largest ratio its runtime's models showed (any runtime's
@@ -529,10 +590,12 @@ class OnDemandLoader:
     async def _evict(self, victim: str, for_name: str) -> None:
         when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         rule = "least recently used" if self._cfg.policy == "lru" else "least worth keeping"
-        reason = (
-            f"evicted at {when} to make room for '{for_name}' within the memory budget "
-            f"({rule}, idle); loads again on its next request"
+        why = (
+            f"to make room for '{for_name}' within the memory budget"
+            if for_name
+            else "as the server's resident set exceeded the memory budget"
         )
+        reason = f"evicted at {when} {why} ({rule}, idle); loads again on its next request"
         model = self._models.setdefault(victim, _Model())
         _log.info("model '%s' %s", victim, reason)
         self._evicting.add(victim)
