@@ -5,6 +5,7 @@ paths are inference routes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from inferd.core.inference import InferRequest, InferResponse, RequestedOutput
 from inferd.errors import InternalError
+from inferd.server.frontends.bridge import EngineBridge
 from inferd.server.frontends.channel import create_channel
 from inferd.server.frontends.link import MessageLink
 from inferd.server.frontends.messages import (
@@ -24,6 +26,7 @@ from inferd.server.frontends.messages import (
     encode_response,
     json_and_blobs,
 )
+from inferd.server.frontends.proxy import EngineProxy
 from inferd.server.frontends.worker import _INFER_PATHS, _INFER_PATHS_KEPT, _is_infer
 
 
@@ -193,6 +196,65 @@ def test_the_memo_of_heads_stays_bounded() -> None:
     for i in range(3 * _HEADS_KEPT):  # ever new heads: another id each time
         decode_request(memoryview(encode_request(InferRequest("m", {}, id=str(i)))))
     assert 0 < len(_HEADS) <= _HEADS_KEPT
+
+
+def test_a_call_the_front_end_gives_up_is_cancelled_in_the_engine() -> None:
+    """Through a real channel, proxy to bridge: a caller that goes away cancels the engine's
+    inference; a CANCEL right behind its INFER (the task not started yet) keeps the request
+    from the engine; the calls after them are answered; the bridge then stops cleanly."""
+
+    async def main() -> None:
+        engine_end, spec = create_channel(slots=8, slot_bytes=256)
+        frontend_end = spec.open()
+        log = logging.getLogger("test.frontend")
+        seen: list[str] = []
+        cancelled: list[str] = []
+
+        class Engine:
+            async def infer(self, request: InferRequest) -> InferResponse:
+                seen.append(request.id)
+                if request.id.startswith("wait"):
+                    try:
+                        await asyncio.Event().wait()
+                    except asyncio.CancelledError:
+                        cancelled.append(request.id)
+                        raise
+                outputs = {"Y": np.array([len(seen)], np.int32)}
+                return InferResponse("m", "1", outputs, id=request.id)
+
+        bridge = EngineBridge(Engine(), http_apps={}, servicer=None, log=log)
+        proxy = EngineProxy(MessageLink(frontend_end, 256), log=log)
+        serving = asyncio.create_task(bridge.serve(MessageLink(engine_end, 256), "test"))
+        reading = asyncio.create_task(proxy.run())
+        try:
+            call = asyncio.create_task(proxy.infer(InferRequest("m", {}, id="wait-1")))
+            for _ in range(1000):
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            call.cancel()
+            for _ in range(1000):
+                if cancelled:
+                    break
+                await asyncio.sleep(0.01)
+            assert cancelled == ["wait-1"]
+            raw = MessageLink(frontend_end, 256)  # the front end's end, as a front end writes
+            await raw.send(Kind.INFER, 10_000, encode_request(InferRequest("m", {}, id="wait-2")))
+            await raw.send(Kind.CANCEL, 10_000)
+            answer = await asyncio.wait_for(proxy.infer(InferRequest("m", {}, id="after")), 10)
+            assert answer.id == "after"
+            assert seen == ["wait-1", "after"]  # wait-2 was cancelled before it began
+        finally:
+            serving.cancel()
+            reading.cancel()
+            await asyncio.wait_for(asyncio.gather(serving, reading, return_exceptions=True), 10)
+            frontend_end.close()
+            engine_end.close()
+        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        await asyncio.gather(*leftover, return_exceptions=True)  # the proxy's CANCEL sender
+        assert all(t.done() for t in leftover)
+
+    asyncio.run(main())
 
 
 def _scope(raw_path: bytes | None, path: str) -> dict[str, object]:
