@@ -210,12 +210,14 @@ def main() -> None:
     trees: list[Path | None] = [None] if args.against is None else [args.against, None]
     cells = [(tree, k) for tree in trees for k in counts]
     results: dict[tuple[Path | None, int], list[dict[str, float]]] = {c: [] for c in cells}
+    load_before = os.getloadavg()[0]
     for _ in range(args.rounds):
         for cell in cells:
             results[cell].append(measure(work, cell[1], args, cell[0]))
     print(
         f"{args.model}, {args.protocol}, concurrency {args.concurrency}, {args.seconds:.0f} s, "
-        f"{os.cpu_count()} CPUs, {args.rounds} rounds (medians, min-max across rounds)"
+        f"{os.cpu_count()} CPUs, {args.rounds} rounds (medians, min-max across rounds), "
+        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     keys = (
         "throughput",
