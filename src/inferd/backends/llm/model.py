@@ -5,18 +5,17 @@ One :meth:`LlamaModel.step` runs a *batched step*: a mix of prefill chunks and s
 tokens from many sequences. The step's tokens are flattened into one ``[T, hidden]`` matrix (the
 projections and the MLP run once for all of them), each token carries its own position (rotary
 embeddings), and each token attends over its own sequence's cached K/V plus the sequence's new
-tokens up to itself. Attention runs as a few padded batches (every decode token in one,
-computed with two batched matrix products over the kv heads and members; the prefill chunks in
-batches of similar size, one SDPA call each, each row masked to its own sequence's keys), not
-one call per sequence. The K/V of the new tokens are written into the cache first, at the slots
-the sequence's block table gives
+tokens up to itself. Attention runs as a few padded batches, one SDPA call each (every decode
+token in one; the prefill chunks in batches of similar size, each row masked to its own
+sequence's keys), not one call per sequence. The K/V of the new tokens are written into the
+cache first, at the slots the sequence's block table gives
 (``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``); each sequence then
 reads back all of its positions through the same table.
 
 The cache (:class:`KVCache`) is one preallocated tensor per layer holding K and V,
 ``[2 * kv_heads, total_blocks, block_tokens, head_dim]``: one ``index_select`` of whole blocks
-gathers a batch's keys and values together, already laid out per (head, member) as the
-attention's matrix products take them. Which blocks a sequence owns is the engine's business
+gathers a batch's keys and values together, each (head, member) a contiguous ``[keys, d]``
+matrix that SDPA reads without a copy. Which blocks a sequence owns is the engine's business
 (``blocks.BlockAllocator``), this module only follows the tables it is given.
 
 Only the ``llama`` architecture (``LlamaForCausalLM``) is read; anything else is refused with an
@@ -356,9 +355,9 @@ class LlamaModel:
             device=dev,
         )
         cos, sin = self._rotary(torch.tensor(positions, dtype=torch.int64, device=dev))
-        # attention in padded batches: the decode tokens (one query each, batched matrix
-        # products) and the prefill chunks, grouped by size (SDPA; each query attends to its
-        # sequence's cached keys and its own chunk up to itself: a causal mask per row)
+        # attention in padded batches, one SDPA call each: the decode tokens (one query each)
+        # and the prefill chunks, grouped by size (each query attends to its sequence's cached
+        # keys and its own chunk up to itself: a causal mask per row)
         groups_of = [
             _AttentionGroup.build(
                 members,
@@ -439,10 +438,6 @@ def _attention_batches(lengths: Sequence[int], starts: Sequence[int]) -> list[li
     return batches
 
 
-def _softmax_dtype(dtype: torch.dtype) -> torch.dtype:
-    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
-
-
 @dataclass(frozen=True, slots=True)
 class _AttentionGroup:
     """Some of a step's sequences padded into one attention batch of ``B`` members with ``N``
@@ -450,21 +445,18 @@ class _AttentionGroup:
     sequence's last token; None: the group is the step's tokens in order, one each),
     ``blocks`` ``[2 * kv_heads * B * nb]`` the rows of a layer's cache viewed as
     ``[2 * kv_heads * total_blocks, block_tokens, d]`` that hold each member's keys and values
-    (padding blocks point anywhere, masked), ``mask`` the additive mask that lets each query see
-    the keys at or before its position (decode, ``N`` = 1: ``[kv_heads * B, 1, L]``, in the
-    order of the batched products; prefill: ``[B, 1, N, L]`` for SDPA); ``valid`` picks the
-    real rows of the flattened ``[B * N]`` output (None: every row is real) and ``rows`` says
-    where they go in the step (None: the group is the whole step, in order)."""
+    (padding blocks point anywhere, masked), ``mask`` ``[B, 1, N, L]`` lets each query see the
+    keys at or before its position; ``valid`` picks the real rows of the flattened ``[B * N]``
+    output (None: every row is real) and ``rows`` says where they go in the step (None: the
+    group is the whole step, in order)."""
 
     queries: torch.Tensor | None
     blocks: torch.Tensor
     members: int
-    decode: bool
     mask: torch.Tensor
     valid: torch.Tensor | None
     rows: torch.Tensor | None
     kv_heads: int
-    scale: float
 
     def attend(self, q: torch.Tensor, layer_kv: torch.Tensor) -> torch.Tensor:
         """The group's attention output, ``[B * N, heads * d]`` (padding rows included), for the
@@ -476,18 +468,8 @@ class _AttentionGroup:
         picked = layer_kv.view(-1, *layer_kv.shape[2:]).index_select(0, self.blocks)
         kv = picked.view(2, kvh, b, -1, d)
         qs = q if self.queries is None else q.index_select(0, self.queries)
-        if self.decode:
-            # one query per member: batched matrix products over (kv head, member), the
-            # queries of a kv head's group side by side; no copy of the keys or values
-            group = heads // kvh
-            qg = qs.view(b, kvh, group, d).transpose(0, 1).reshape(kvh * b, group, d)
-            keys = kv[0].view(kvh * b, -1, d)
-            scores = torch.baddbmm(self.mask, qg, keys.transpose(1, 2), alpha=self.scale)
-            # the softmax in float32 at least, as SDPA computes it for half-precision inputs
-            weights = torch.softmax(scores, dim=-1, dtype=_softmax_dtype(scores.dtype))
-            out = torch.bmm(weights.to(scores.dtype), kv[1].view(kvh * b, -1, d))
-            return out.view(kvh, b, group, d).transpose(0, 1).reshape(b, heads * d)
         qs = qs.view(b, -1, heads, d).transpose(1, 2)  # [B, heads, N, d]
+        # SDPA takes the [B, kv_heads, L, d] views as they are (no copy): one parallel kernel
         o = F.scaled_dot_product_attention(
             qs,
             kv[0].transpose(0, 1),
@@ -531,9 +513,8 @@ class _AttentionGroup:
         valid: list[bool] = []  # empty: every row is real
         if longest == 1:  # decode: one query per member, at its own position
             queries = [firsts[m] for m in members]
-            # [kv_heads * B, 1, L], kv head-major like the batched products
-            positions = torch.tensor([seqs[m].start for m in members] * cfg.kv_heads)
-            seen = torch.arange(keys)[None, None, :] <= positions[:, None, None]
+            positions = torch.tensor([seqs[m].start for m in members])
+            seen = torch.arange(keys)[None, :] <= positions[:, None]
         else:
             queries, query_pos = [], []
             for m in members:
@@ -542,10 +523,8 @@ class _AttentionGroup:
                 queries.extend(first + min(i, n - 1) for i in range(longest))
                 query_pos.append([start + min(i, n - 1) for i in range(longest)])
                 valid.extend(i < n for i in range(longest))
-            # [B, 1, N, L]
-            seen = (torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None])[
-                :, None
-            ]
+            seen = torch.arange(keys)[None, None, :] <= torch.tensor(query_pos)[:, :, None]
+        seen = seen.view(len(members), 1, longest, keys)  # [B, 1, N, L]
         # additive (0 / -inf) in the activations' dtype, made once per step: a boolean mask
         # would be converted by every layer's attention call
         mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
@@ -557,10 +536,8 @@ class _AttentionGroup:
             else torch.tensor(queries, dtype=torch.int64, device=dev),
             blocks=rows_of.to(dev),
             members=len(members),
-            decode=longest == 1,
             mask=mask.to(dev),
             valid=None if all(valid) else torch.tensor(valid, device=dev),
             rows=None if whole else torch.tensor(rows, dtype=torch.int64, device=dev),
             kv_heads=cfg.kv_heads,
-            scale=cfg.head_dim**-0.5,
         )
