@@ -8,6 +8,7 @@ from pathlib import Path
 from inferd.cli.common_args import results_group
 from inferd.errors import InvalidArgumentError
 from inferd.tools.optimize.decide import OBJECTIVES, Goals
+from inferd.tools.optimize.device import parse_device
 from inferd.tools.optimize.metrics import METRICS, parse_budget
 from inferd.tools.optimize.plan import KINDS
 from inferd.tools.optimize.run import OptimizeOptions
@@ -36,6 +37,13 @@ def _kinds(text: str) -> tuple[str, ...]:
             f"unknown candidate kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}"
         )
     return values
+
+
+def _device(text: str) -> str:
+    try:
+        return parse_device(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def add_optimize_arguments(p: argparse.ArgumentParser) -> None:
@@ -143,6 +151,17 @@ def add_optimize_arguments(p: argparse.ArgumentParser) -> None:
     )
     speed = p.add_argument_group("speed measurement (in process)")
     speed.add_argument(
+        "--device",
+        type=_device,
+        default="auto",
+        metavar="DEVICE",
+        help="where the baseline and every candidate are served and measured: cpu, cuda, "
+        "cuda:N, or auto (default): a GPU when the model's instance_group asks for KIND_GPU, "
+        "else the host. A GPU that cannot be used (torch without CUDA, ONNX Runtime without "
+        "its CUDA provider) is refused, never replaced by the host; on a GPU, FP16 candidates "
+        "(torch-fp16, ONNX fp16 on the CUDA provider) are built and OpenVINO's are skipped",
+    )
+    speed.add_argument(
         "--batch-sizes",
         type=_positive_ints,
         default=(1, 8, 64),
@@ -234,4 +253,5 @@ def options_from_args(args: argparse.Namespace) -> OptimizeOptions:
         write=not args.dry_run,
         output_model=args.output_model,
         calibration_rows=args.calibration_rows,
+        device=args.device,
     )

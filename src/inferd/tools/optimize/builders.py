@@ -33,6 +33,7 @@ __all__ = [
     "openvino_ir",
     "prune_2of4",
     "prune_channels",
+    "torch_half",
     "transformer_fused",
     "transformer_int8_dynamic",
 ]
@@ -90,9 +91,31 @@ def transformer_fused(context: PlanContext, work: Path, options: Options) -> Can
 
 
 def fp16(context: PlanContext, work: Path, options: Options) -> Candidate:
+    if context.device.startswith("cuda"):
+        from inferd.tools.optimize.cuda_fp16 import build_fp16_cuda
+
+        gpu = int(context.device.partition(":")[2] or 0)
+        return build_fp16_cuda(_source_path(context), work, sample=_sample(context), gpu=gpu)
     from inferd.tools.optimize.precision import build_fp16
 
     return build_fp16(_source_path(context), work, sample=_sample(context))
+
+
+def torch_half(context: PlanContext, work: Path, options: Options) -> Candidate:
+    """The TorchScript model in FP16 or BF16, cast at the boundary, on the run's device."""
+    from inferd.tools.optimize.torch_precision import build_torch_half
+
+    model = context.version_dir / (context.config.default_model_filename or "model.pt")
+    if not model.exists() and (context.version_dir / "model.pt2").exists():
+        model = context.version_dir / "model.pt2"
+    return build_torch_half(
+        model,
+        work,
+        precision=str(options.get("precision", "bf16")),
+        sample=_sample(context),
+        output_types=[t.datatype.name for t in context.spec.outputs],
+        device=context.device,
+    )
 
 
 def bf16(context: PlanContext, work: Path, options: Options) -> Candidate:

@@ -29,6 +29,7 @@ class PlanContext:
     output: str | None = None  # the output compared (fine-tuning targets it)
     only: tuple[str, ...] = ()
     source: Candidate | None = None
+    device: str = "cpu"  # where candidates are measured: cpu or cuda:N
     # built once, read by several steps (the graph pre-processed for quantization...)
     cache: dict[tuple[str, str], object] = field(default_factory=dict)
 

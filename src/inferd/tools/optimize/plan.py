@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferd.errors import InvalidArgumentError
-from inferd.tools.optimize.candidate import ONNX_PLATFORM, Candidate
+from inferd.tools.optimize.candidate import ONNX_PLATFORM, Candidate, CandidateSkipped
 from inferd.tools.optimize.context import PlanContext
 from inferd.tools.optimize.staging import TORCH_PLATFORM
 
@@ -29,6 +29,8 @@ __all__ = ["KINDS", "PlanContext", "Step", "plan_steps", "repair_steps"]
 #: every kind of candidate ``--only`` can name, in the order they are built
 KINDS = (
     "onnx-export",
+    "torch-fp16",
+    "torch-bf16",
     "graph",
     "transformer",
     "fp16",
@@ -78,6 +80,9 @@ def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
     steps: list[Step] = []
     if context.platform == TORCH_PLATFORM:
         steps.append(Step("onnx-export", "onnx-export", b.export_onnx, source=True))
+        for precision in ("fp16", "bf16"):
+            name = f"torch-{precision}"
+            steps.append(Step(name, name, b.torch_half, options={"precision": precision}))
     elif context.platform == ONNX_PLATFORM:
         from dataclasses import replace
 
@@ -120,7 +125,39 @@ def plan_steps(context: PlanContext) -> tuple[PlanContext, list[Step]]:
         Step("prune-2of4", "prune-2of4", b.prune_2of4),
         Step("prune-channels", "prune-channels", b.prune_channels),
     ]
-    return context, [s for s in steps if _wanted(context, s.kind) or s.source]
+    chosen = [s for s in steps if _wanted(context, s.kind) or s.source]
+    if context.device != "cpu":
+        chosen = [_on_gpu(s, context.device) for s in chosen]
+    return context, chosen
+
+
+#: kinds whose runtime computes on the host only (OpenVINO's CPU plugin)
+HOST_ONLY = frozenset({"bf16", "openvino", "nncf-int8"})
+
+
+def _skipped(reason: str) -> Builder:
+    def build(context: PlanContext, work: Path, options: Mapping[str, object]) -> Candidate:
+        raise CandidateSkipped(reason)
+
+    return build
+
+
+def _on_gpu(step: Step, device: str) -> Step:
+    """``step`` as it applies when candidates are measured on ``device`` (a GPU): host-only
+    runtimes are skipped, and ONNX candidates too when ONNX Runtime cannot use CUDA."""
+    from dataclasses import replace
+
+    from inferd.tools.optimize.device import cuda_problem
+
+    if step.kind in HOST_ONLY:
+        reason = f"OpenVINO computes on the host, and this run measures on {device}"
+        return replace(step, build=_skipped(reason))
+    if step.kind.startswith("torch-"):
+        return step
+    problem = cuda_problem(ONNX_PLATFORM, int(device.partition(":")[2] or 0))
+    if problem is not None:
+        return replace(step, build=_skipped(f"ONNX candidates cannot run on {device}: {problem}"))
+    return step
 
 
 def _missed(

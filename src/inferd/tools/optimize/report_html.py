@@ -28,7 +28,8 @@ def render_html(result: OptimizeResult, goals: Goals, model: str) -> str:
     decision = result.decision
     page = HtmlPage(f"inferd optimize: {model}", left_cells="td.name, td.why", row_styles=_ROWS)
     parts = [
-        f"<p>CPU: {html.escape(result.cpu_summary)}. Objective: {goals.objective} at batch "
+        f"<p>Measured on {html.escape(result.device)} ({html.escape(result.device_reason)}). "
+        f"CPU: {html.escape(result.cpu_summary)}. Objective: {goals.objective} at batch "
         f"{decision.batch_size}; accuracy budget {goals.budget.fraction * 100:g}%"
         + (
             f"; latency budget {goals.latency_budget_ms:g} ms"

@@ -40,6 +40,8 @@ def report_document(result: OptimizeResult, goals: Goals, model: str) -> dict[st
     return {
         "model": model,
         "cpu": result.cpu_summary,
+        "device": result.device,
+        "device_reason": result.device_reason,
         "goals": {
             "objective": goals.objective,
             "accuracy_budget": goals.budget.fraction,

@@ -25,6 +25,13 @@ from inferd.errors import InferdError, InvalidArgumentError
 from inferd.tools.optimize.candidate import ONNX_PLATFORM, Candidate, CandidateSkipped
 from inferd.tools.optimize.data import Dataset, load_dataset
 from inferd.tools.optimize.decide import Decision, Goals, Outcome, decide
+from inferd.tools.optimize.device import (
+    Device,
+    device_config,
+    moves_instances,
+    require_device,
+    resolve_device,
+)
 from inferd.tools.optimize.evaluate import judge, model_outputs
 from inferd.tools.optimize.metrics import default_metric, needs_labels
 from inferd.tools.optimize.plan import PlanContext, Step, plan_steps, repair_steps
@@ -60,6 +67,7 @@ class OptimizeOptions:
     output_model: str | None = None
     eval_batch_size: int = 32
     calibration_rows: int = 256
+    device: str = "auto"  # cpu, cuda, cuda:N or auto (the configuration's instance kind)
 
 
 @dataclass
@@ -70,6 +78,8 @@ class OptimizeResult:
     written: Written | None
     cpu_summary: str
     sensitivity: list[dict[str, object]] = field(default_factory=list)
+    device: str = "cpu"  # where every model was measured: cpu or cuda:N
+    device_reason: str = ""
 
 
 @dataclass
@@ -143,13 +153,19 @@ class _Session:
     """One run: the options, the engine factory, the reporter and the scratch repository."""
 
     def __init__(
-        self, options: OptimizeOptions, engine_factory: EngineFactory, reporter: Reporter
+        self,
+        options: OptimizeOptions,
+        engine_factory: EngineFactory,
+        reporter: Reporter,
+        served_config: ModelConfig,
     ) -> None:
         self.options = options
         self.engine_factory = engine_factory
         self.reporter = reporter
         self.scratch = options.results / "repository"
         self.builds = options.results / "candidates"
+        # the baseline's configuration with its instances on the measured device
+        self.served_config = served_config
 
     async def measure(
         self, name: str, kind: str, repository: Path, model: str, base: _Baseline | None
@@ -244,9 +260,12 @@ class _Session:
     async def measure_candidate(
         self, candidate: Candidate, base: _Baseline, config_model_dir: Path, build_s: float
     ) -> Outcome:
-        baseline_config = read_model_config(config_model_dir)
         model_dir = stage(
-            candidate, baseline_config, self.scratch, candidate.name, baseline_dir=config_model_dir
+            candidate,
+            self.served_config,
+            self.scratch,
+            candidate.name,
+            baseline_dir=config_model_dir,
         )
         try:
             outcome, _ = await self.measure(
@@ -286,13 +305,16 @@ async def optimize(
         raise InvalidArgumentError(f"no model '{options.model}' in {options.repository}")
     config = read_model_config(model_dir)
     version_dir = _latest_version_dir(model_dir)
-    session = _Session(options, engine_factory, reporter)
+    device = resolve_device(options.device, config)
+    require_device(device, platform_of(config), options.model)
+    session = _Session(options, engine_factory, reporter, device_config(config, device))
     session.scratch.mkdir(parents=True, exist_ok=True)
 
     reporter.add_total(1)
-    reporter.step("baseline", "loading")
+    reporter.step("baseline", f"loading on {device.name}")
+    baseline_repository = _baseline_repository(options, model_dir, version_dir, config, device)
     baseline, base = await session.measure(
-        "baseline", "baseline", options.repository, options.model, None
+        "baseline", "baseline", baseline_repository, options.model, None
     )
     assert base is not None
     baseline = replace(baseline, size_bytes=_size_bytes(version_dir))
@@ -311,6 +333,7 @@ async def optimize(
         work_root=session.builds,
         output=base.output,
         only=options.only,
+        device=device.name,
     )
     context, steps = plan_steps(context)
     reporter.add_total(len(steps) + len(options.extra))
@@ -363,13 +386,49 @@ async def optimize(
             config,
             model_dir,
             output_model=options.output_model,
-            provenance=_provenance(winner, outcomes, decision),
+            provenance={**_provenance(winner, outcomes, decision), "device": device.name},
         )
     from inferd.tools.optimize.cpu import detect_cpu
 
     return OptimizeResult(
-        outcomes, decision, candidates, written, detect_cpu().summary(), sensitivity
+        outcomes,
+        decision,
+        candidates,
+        written,
+        detect_cpu().summary(),
+        sensitivity,
+        device=device.name,
+        device_reason=device.why,
     )
+
+
+def _baseline_repository(
+    options: OptimizeOptions,
+    model_dir: Path,
+    version_dir: Path,
+    config: ModelConfig,
+    device: Device,
+) -> Path:
+    """Where the baseline is served from: the repository itself when its configuration already
+    runs on ``device``, else a copy of its latest version with the instances moved there."""
+    if not moves_instances(config, device):
+        return options.repository
+    from google.protobuf import text_format
+
+    repository = options.results / "baseline-repository"
+    target = repository / options.model
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    shutil.copytree(version_dir, target / version_dir.name)
+    for item in model_dir.iterdir():  # label files, warm-up data
+        if item.is_file() and item.name != "config.pbtxt":
+            shutil.copy2(item, target / item.name)
+    if (model_dir / "warmup").is_dir():
+        shutil.copytree(model_dir / "warmup", target / "warmup")
+    moved = device_config(config, device)
+    (target / "config.pbtxt").write_text(text_format.MessageToString(moved), encoding="utf-8")
+    return repository
 
 
 def _provenance(

@@ -30,6 +30,8 @@ def model_filename(candidate: Candidate) -> str:
         return "model.xml"
     if candidate.platform == ONNX_PLATFORM:
         return "model.onnx"
+    if candidate.platform == TORCH_PLATFORM:
+        return "model.pt"
     raise InvalidArgumentError(
         f"candidate '{candidate.name}': unknown platform {candidate.platform}"
     )
@@ -64,6 +66,9 @@ def candidate_config(baseline: ModelConfig, candidate: Candidate, name: str) -> 
     if candidate.platform == OPENVINO_PLATFORM:
         config.platform = ""
         config.backend = "openvino"
+    elif candidate.platform == TORCH_PLATFORM:
+        config.platform = TORCH_PLATFORM
+        config.backend = ""
     else:
         config.platform = ONNX_PLATFORM
         config.backend = ""
@@ -94,7 +99,7 @@ def copy_model_files(candidate: Candidate, version_dir: Path) -> Path:
         weights = source.with_suffix(".bin")
         if weights.is_file():
             shutil.copy2(weights, target.with_suffix(".bin"))
-    else:
+    elif candidate.platform == ONNX_PLATFORM:
         for extra in _external_files(source):
             shutil.copy2(extra, version_dir / extra.name)
     return target

@@ -54,7 +54,7 @@ def summary_table(result: OptimizeResult, goals: Goals) -> Any:
     baseline = result.outcomes[0]
     base_point = baseline.point(batch)
     metric = baseline.quality.metric if baseline.quality else "metric"
-    table = Table(title=f"candidates (CPU: {result.cpu_summary})")
+    table = Table(title=f"candidates measured on {result.device} (CPU: {result.cpu_summary})")
     columns = (
         "candidate",
         metric,
