@@ -219,6 +219,29 @@ async def test_between_loads_the_process_over_budget_trims_then_unloads_idle_mod
     await loader.close()
 
 
+async def test_a_first_load_that_measured_its_runtimes_libraries_is_resized_at_its_unload() -> None:
+    """``a``, the first model of its runtime, grew the process by 300 (200 of them the
+    runtime's libraries): its unload gives back 100 only; from then on it counts 100 and the
+    libraries count once, as what the process holds beyond its models (counted in its size as
+    well, a's next load would need 300 + the 200 still held: more than the budget, never)."""
+    host = _Host({"a": 100, "b": 150})
+    host.growths["a"] = [300, 100]
+    loader = host.loader(1000 + 400, wait_s=1.0)
+    await loader.start()
+    await loader.ensure("a")
+    host.residue = 200  # the libraries stay
+    host.clock.advance(10**9)
+    await loader.ensure("b")
+    assert host.unloaded == ["a"]
+    assert dict(loader.details("a", False))["memory_bytes"] == "100"
+    host.residue = 0
+    host.clock.advance(10**9)
+    await loader.ensure("a")  # 200 + a 100 fit in 400 once b leaves (not 200 + 300)
+    assert host.unloaded == ["a", "b"]
+    assert sorted(host.loaded) == ["a"]
+    assert host.rss <= 1400
+
+
 # -- the policy ----------------------------------------------------------------------------------
 
 

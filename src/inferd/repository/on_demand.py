@@ -601,13 +601,21 @@ class OnDemandLoader:
         self._evicting.add(victim)
         try:
             async with self._measuring:  # the growth of loads under way until now is theirs
-                self._shares.observe(await asyncio.to_thread(self._measure))
+                before = await asyncio.to_thread(self._measure)
+                self._shares.observe(before)
             await self._unload(victim, reason)
             await asyncio.to_thread(self._release)
             async with self._measuring:  # what the unload freed is no load's
-                self._shares.rebase(await asyncio.to_thread(self._measure))
+                after = await asyncio.to_thread(self._measure)
+                self._shares.rebase(after)
         finally:
             self._evicting.discard(victim)
+        if len(model.measured) == 1 and before - after < model.size_bytes:
+            # measured at one load only, and its unload gave back less: the first model of a
+            # runtime measured the runtime's libraries with it, which stay loaded (counted
+            # from now on as what the process holds beyond its models, not twice)
+            model.measured = [max(0, before - after)]
+            model.size_bytes = max(model.measured[0], model.on_disk)
         model.evicted_at, model.evicted_reason = when, reason
         self._counters.evictions += 1
 
