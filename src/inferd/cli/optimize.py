@@ -40,6 +40,8 @@ def add_optimize_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
             "      --calibration calib.npz --eval eval.npz --accuracy-budget 1%\n"
             "  inferd optimize minilm --model-repository repo --calibration sentences.npz \\\n"
             "      --eval held_out.npz --metric cosine --batch-size 8 --dry-run\n"
+            "  inferd optimize digits_cnn_torch --model-repository repo --device cuda:0 \\\n"
+            "      --calibration calib.npz --eval eval.npz --only torch-fp16,torch-bf16,fp16\n"
             "exit codes: 0 a candidate won, 1 model not loadable, 2 usage error, "
             "3 no candidate qualified (the baseline stays), 130 interrupted"
         ),

@@ -252,7 +252,7 @@ def build_torch_half(
         except Exception as exc:
             raise CandidateSkipped(f"the {precision} wrapper does not script: {exc}") from exc
         path = folder / "model.pt"
-        scripted.save(str(path))
+        scripted.to("cpu").save(str(path))  # the backend maps it onto each instance's device
         served = torch.jit.load(str(path), map_location=target).eval()
     feeds = _feeds(torch, head_rows(sample), names, target)
     with torch.inference_mode():
