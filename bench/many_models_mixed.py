@@ -512,6 +512,7 @@ def main() -> None:
                         int(metric(server, "inferd_model_eviction_thrash_total")),
                     )
                     log = server.log()
+                (WORK / f"server-{policy.replace(':', '-')}.log").write_text(log)
                 w = (t_start + args.warmup_s, t_start + args.warmup_s + args.measure_s)
                 shift = (w[1], order_b[: args.hot])
                 result = analyse(policy, traffic, log, kinds, w, shift, budget, counters)

@@ -203,6 +203,14 @@ class OnDemandLoader:
             if self._over(room, over := await self._unaccounted()) <= 0:
                 continue
             choice = self._choose("", 0, room - self._reserved_by_others("") - over)
+            _log.info(
+                "resident set over the memory budget by %d bytes (%d beyond the models): %s",
+                self._over(room, over),
+                over,
+                f"unloading {len(choice.victims)} idle models"
+                if choice.victims
+                else "no idle model may leave now",
+            )
             if not choice.victims:
                 continue
             self._evicting.update(choice.victims)
