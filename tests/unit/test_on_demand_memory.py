@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from inferd.errors import UnavailableError
 from inferd.repository.eviction import EvictionConfig, Resident, choose_victims
-from inferd.repository.memory import PeakMeter, parse_status_kib
+from inferd.repository.memory import GrowthShares, PeakMeter, parse_status_kib
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
 
@@ -326,3 +326,16 @@ def test_status_fields_are_read_in_bytes_of_kib_and_a_missing_one_is_an_error() 
     assert parse_status_kib(text, ("VmHWM", "VmRSS")) == {"VmHWM": 204800, "VmRSS": 102400}
     with pytest.raises(ValueError, match="VmSwap"):
         parse_status_kib(text, ("VmSwap",))
+
+
+def test_what_a_loads_trim_gives_back_is_charged_to_that_load_alone() -> None:
+    """Two loads overlap; the first one's end trims the allocator, which gives back 50: that
+    drop is the first load's transient, not a shrinking of the second (split among both, it
+    had measured a large model by a fraction of its size)."""
+    shares = GrowthShares()
+    shares.begin("a", 100, 1000)
+    shares.begin("b", 300, 1100)  # a grew 100 alone
+    shares.observe(1500)  # 400 more while both ran: a 200, b 300
+    shares.charge("a", 1450)  # a's trim gave back 50
+    assert shares.end("a", 1450) == 150
+    assert shares.end("b", 1450) == 300

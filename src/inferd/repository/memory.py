@@ -272,6 +272,13 @@ class GrowthShares:
     def rebase(self, rss: int) -> None:
         self.last = rss
 
+    def charge(self, name: str, rss: int) -> None:
+        """The change since the previous measurement is ``name``'s alone (what trimming the
+        allocator gave back at the end of its load: its own transient, not the others')."""
+        delta, self.last = rss - self.last, rss
+        if name in self.shares:
+            self.shares[name] += delta
+
 
 class PeakMeter:
     """The process's peak resident set since :meth:`reset`, above its resident set now (the

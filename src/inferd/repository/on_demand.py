@@ -199,13 +199,17 @@ class OnDemandLoader:
             await asyncio.sleep(self.settings.watch_s)
             if self._over(room, await self._unaccounted()) <= 0:
                 continue
-            await asyncio.to_thread(self._release)
-            if self._over(room, over := await self._unaccounted()) <= 0:
+            async with self._measuring:  # what the trim gives back is no load's
+                self._shares.observe(await asyncio.to_thread(self._measure))
+                await asyncio.to_thread(self._release)
+                self._shares.rebase(await asyncio.to_thread(self._measure))
+            over = await self._unaccounted()
+            if (excess := self._over(room, over)) <= 0:
                 continue
-            choice = self._choose("", 0, room - self._reserved_by_others("") - over)
+            choice = self._choose("", 0, room - self._grown() - over)
             _log.info(
                 "resident set over the memory budget by %d bytes (%d beyond the models): %s",
-                self._over(room, over),
+                excess,
                 over,
                 f"unloading {len(choice.victims)} idle models"
                 if choice.victims
@@ -220,10 +224,15 @@ class OnDemandLoader:
             finally:
                 self._evicting.difference_update(choice.victims)
 
+    def _grown(self) -> int:
+        """What the loads under way have grown the resident set by so far."""
+        return round(sum(max(0.0, g) for g in self._shares.shares.values()))
+
     def _over(self, room: int, unaccounted: int) -> int:
-        """Bytes the resident models, the loads under way and ``unaccounted`` exceed
-        ``room`` by."""
-        held = sum(r.size_bytes for r in self.residents()) + self._reserved_by_others("")
+        """Bytes the process's measured resident set exceeds the budget by (the resident
+        models, the loads under way as grown so far, and ``unaccounted``; reservations of
+        loads not yet grown are not memory held)."""
+        held = sum(r.size_bytes for r in self.residents()) + self._grown()
         return held + unaccounted - room
 
     async def preload(
@@ -395,7 +404,10 @@ class OnDemandLoader:
             # of its warm-up) goes back to the system before its growth is measured: the
             # allocator keeps it otherwise, and the model would be measured (and the process
             # would stay) larger by it until the next unload's trim
-            await asyncio.to_thread(self._release)
+            async with self._measuring:
+                self._shares.observe(await asyncio.to_thread(self._measure))
+                await asyncio.to_thread(self._release)
+                self._shares.charge(name, await asyncio.to_thread(self._measure))
             if self._alone.pop(name, False) and self._peak is not None:
                 above = self._peak.above_now()
             self._active -= 1
