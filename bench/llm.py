@@ -59,7 +59,31 @@ from inferd.backends.llm.policy import PolicyConfig, blocks_for
 BLOCK = 16
 
 
-def write_model(folder: Path) -> Path:
+#: model shapes (Llama architecture, random weights): ``tiny`` is the bundled example's, whose
+#: steps cost mostly fixed per-operation overhead; ``small`` is GPT-2-small sized (12 layers,
+#: hidden 768, 95 M parameters), whose one-sequence decode step reads more weight bytes than
+#: the caches hold, as larger models do
+SHAPES: dict[str, dict[str, int]] = {
+    "tiny": {
+        "vocab_size": 2048,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    "small": {
+        "vocab_size": 8192,
+        "hidden_size": 768,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+    },
+}
+
+
+def write_model(folder: Path, shape: str = "tiny") -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -71,12 +95,7 @@ def write_model(folder: Path) -> Path:
     tokenizer.save(str(folder / "tokenizer.json"))
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=2048,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **SHAPES[shape],
         max_position_embeddings=512,
         bos_token_id=1,
         eos_token_id=2,
@@ -381,13 +400,19 @@ def main() -> None:
     parser.add_argument("--overload", type=int, default=200, help="0 to skip")
     parser.add_argument("--skip-hf", action="store_true", help="leave out the HF columns")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="tiny",
+        help="model shape: tiny (the example's, default) or small (GPT-2-small sized)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from tokenizers import Tokenizer
     from transformers import LlamaForCausalLM
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = write_model(Path(tmp) / "m")
+        folder = write_model(Path(tmp) / "m", args.shape)
         model = LlamaModel.load(folder, dtype=torch.float32, device=args.device)
         hf = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(args.device).eval()
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -413,10 +438,10 @@ def main() -> None:
             results[name].append(closed_loop(mine, serve()))
     engine.close()
     print(
-        f"{args.streams} clients x {args.requests} requests, prompts {prompt[0]}..{prompt[1]} "
-        f"tokens, answers {tokens[0]}..{tokens[1]} tokens, {args.device}, {args.threads} "
-        f"threads, max_step_tokens {step_tokens}, torch {torch.__version__}, {args.rounds} "
-        "rounds (medians)"
+        f"{args.shape} model, {args.streams} clients x {args.requests} requests, prompts "
+        f"{prompt[0]}..{prompt[1]} tokens, answers {tokens[0]}..{tokens[1]} tokens, "
+        f"{args.device}, {args.threads} threads, max_step_tokens {step_tokens}, "
+        f"torch {torch.__version__}, {args.rounds} rounds (medians)"
     )
     print(f"{'':18}{'tokens/s':>10}{'TTFT p50 ms':>14}{'TTFT p99 ms':>14}{'CPU ms/token':>14}")
     rates, p50s, cpus = {}, {}, {}
