@@ -52,8 +52,9 @@ def _sizes(repo: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[ServerProcess]:
     sizes = _sizes(repo)
-    # room for both models and half as much again
-    budget = sizes["baseline"] + 3 * (sizes["m1"] + sizes["m2"]) // 2
+    # room for both models twice over: two loads at once hold their transient peaks together,
+    # and the loader keeps the measured resident set (not only the sizes) within the budget
+    budget = sizes["baseline"] + 2 * (sizes["m1"] + sizes["m2"])
     args = ["--model-control-mode", "on-demand", "--model-memory-budget", str(budget)]
     args += ["--model-load-thread-count", "2"]
     with running_server([repo], args) as proc:

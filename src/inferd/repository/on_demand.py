@@ -19,10 +19,16 @@ The repository manager owns the models; this loader decides when one loads and w
   out, then fails its waiters;
 - **back-off**: a failed load's error answers the model's requests (503) for ``load_retry_s``;
   the first request after that loads it again (the operator may have fixed it meanwhile);
-- **sizes**: a model's size is the largest resident-set growth measured at any of its loads, at
-  least its files' size on disk; the budget also holds the server's own baseline (its resident
-  set before the first on-demand load). A model whose size alone exceeds what the budget leaves
-  for models is refused with a message saying so (and unloaded if it was loaded to find out).
+- **sizes**: a model's size is the median resident-set growth of its last three loads (the
+  allocator trimmed first), at least its files' size on disk (a model never loaded: sized like
+  the measured model closest to it on disk); a load also reserves its transient peak, measured
+  at an earlier load that ran alone (:class:`~inferd.repository.memory.PeakMeter`). The budget
+  holds the server's own baseline (its resident set before the first on-demand load) and,
+  measured before each load and every ``watch_s`` between loads, whatever else the process
+  holds (libraries, memory not given back yet): admission and the watch compare the budget
+  with the measured resident set, not only with the sizes. A model whose size alone exceeds
+  what the budget leaves for models is refused with a message saying so (and unloaded if it
+  was loaded to find out).
 
 A failed load fails only its own waiters; the warm-up the model's config asks for runs inside
 the load, before any waiter is served.
@@ -33,10 +39,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import math
 import statistics
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.statistics import Histogram
@@ -54,72 +58,22 @@ from inferd.repository.memory import (
     process_tree_rss,
     release_free_memory,
 )
+from inferd.repository.on_demand_state import (
+    LOAD_SECONDS_BUCKETS,
+    SIZE_SAMPLES,
+    Counters,
+    ModelRecord,
+    OnDemandSettings,
+    OnDemandStats,
+    first_estimate,
+    transient_estimate,
+)
 
 _log = logging.getLogger("inferd.repository")
 
 __all__ = ["LOAD_SECONDS_BUCKETS", "OnDemandLoader", "OnDemandSettings", "OnDemandStats"]
 
-LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _ROOM_RETRY_S = 0.02  # how often a load waiting for room looks again
-_SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growths
-_SIMILAR = math.log(1.25)  # files' sizes this close: a model never loaded is sized like the other
-
-
-@dataclass(frozen=True, slots=True)
-class OnDemandSettings:
-    budget_bytes: int | None = None  # None: load on demand, never evict
-    pins: frozenset[str] = frozenset()
-    min_residency_s: float = 10.0
-    wait_s: float = 30.0
-    load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
-    eviction: str = "cost"  # which idle models leave first: lru | cost (eviction.POLICIES)
-    load_threads: int = 4  # loads of different models at the same time
-    # how often the resident set is measured against the budget between loads (0: only at
-    # loads); over it, the allocator is trimmed, then idle models leave
-    watch_s: float = 0.25
-
-
-@dataclass(slots=True)
-class _Model:
-    size_bytes: int = 0
-    measured: list[int] = field(default_factory=list)  # its last loads' growths, newest last
-    transient_bytes: int | None = None  # how far a load of it rose above its end (None: unknown)
-    runtime: str = ""  # its runtime, once loaded
-    on_disk: int = 0  # its files' size, at its last load
-    loaded_at_s: float = 0.0
-    last_used_s: float = 0.0
-    heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
-    reload_s: float = 0.0  # its last load's duration
-    loads: int = 0
-    evicted_at: str = ""  # ISO 8601, UTC
-    evicted_reason: str = ""
-    too_big: str = ""  # the refusal, once the model is known to exceed the budget
-    failed: str = ""  # the error of its last load, when that load failed
-    failed_at_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class OnDemandStats:
-    """A snapshot for the metrics collector."""
-
-    budget_bytes: int | None
-    baseline_bytes: int
-    resident_bytes: dict[str, int]
-    loads: dict[str, int]  # by reason: startup, first_request, after_eviction
-    evictions: int
-    thrash_refusals: int
-    load_seconds: dict[str, Histogram]  # by runtime
-    loading_bytes: int = 0  # reserved by loads under way
-    peak_parallel_loads: int = 0  # the most loads that ran at the same time
-
-
-@dataclass(slots=True)
-class _Counters:
-    loads: dict[str, int] = field(default_factory=dict)
-    evictions: int = 0
-    thrash_refusals: int = 0
-    load_seconds: dict[str, Histogram] = field(default_factory=dict)
-    peak_parallel_loads: int = 0
 
 
 class OnDemandLoader:
@@ -158,7 +112,7 @@ class OnDemandLoader:
         # own transient is unknown (its loads overlapped others)
         self._transient_ratio: dict[str, float] = {}
         self._clock = clock if clock is not None else SystemClock()
-        self._models: dict[str, _Model] = {}
+        self._models: dict[str, ModelRecord] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._gate = asyncio.Semaphore(max(1, settings.load_threads))
@@ -172,7 +126,7 @@ class OnDemandLoader:
         self._measuring = asyncio.Lock()  # one measurement at a time, applied in order
         self._no_room: dict[str, str] = {}  # loads waiting for room: why
         self._room_until: dict[str, float] = {}  # a load waiting for room: until when (loop time)
-        self._counters = _Counters()
+        self._counters = Counters()
         self.baseline_bytes = 0
         self._cfg = EvictionConfig(settings.min_residency_s, settings.eviction)
 
@@ -191,13 +145,19 @@ class OnDemandLoader:
     async def _watch(self) -> None:
         """Between loads the resident set moves too (inference buffers, memory an unload gave
         back after its trim, the server's own growth): every ``watch_s``, when the process is
-        over the budget, hand back what the allocator keeps, then unload idle models until it
-        fits (the minimum residency, pins and requests in flight hold as for a load)."""
+        over the budget at two looks in a row, hand back what the allocator keeps, then unload
+        idle models until it fits (the minimum residency, pins and requests in flight hold as
+        for a load)."""
         room = self._room()
         assert room is not None
+        was_over = False
         while True:
             await asyncio.sleep(self.settings.watch_s)
-            if self._over(room, await self._unaccounted()) <= 0:
+            over_now = self._over(room, await self._unaccounted()) > 0
+            # over at two looks in a row: a load's transient peak (reserved at its admission)
+            # is gone by the time an unload would end, and is not worth a model
+            was_over, persists = over_now, over_now and was_over
+            if not persists:
                 continue
             async with self._measuring:  # what the trim gives back is no load's
                 self._shares.observe(await asyncio.to_thread(self._measure))
@@ -358,7 +318,7 @@ class OnDemandLoader:
         )
 
     async def _load_one(self, name: str, reason: str) -> None:
-        model = self._models.setdefault(name, _Model())
+        model = self._models.setdefault(name, ModelRecord())
         if model.too_big:
             raise UnavailableError(model.too_big)
         on_disk = await self._estimate(name)
@@ -418,7 +378,7 @@ class OnDemandLoader:
         # the median of its last few loads: one load's growth is noisy (other loads, requests
         # and the allocator move the resident set meanwhile), and the largest of all of them
         # only ever grows; what a size misses, the measured admission (_unaccounted) counts
-        model.measured = [*model.measured, grown][-_SIZE_SAMPLES:]
+        model.measured = [*model.measured, grown][-SIZE_SAMPLES:]
         model.size_bytes = max(int(statistics.median(model.measured)), on_disk)
         model.runtime = runtime
         if above is not None:
@@ -529,27 +489,10 @@ class OnDemandLoader:
             self._no_room.pop(name, None)
 
     def _first_estimate(self, on_disk: int) -> int:
-        """The size of a model never loaded: its files' size times the ratio of size to files
-        of the measured model whose files' size is closest to its own, within a quarter (a
-        copy of a model, another fine-tune of one architecture); else its files' size."""
-        best: tuple[float, float] | None = None
-        for other in self._models.values():
-            if other.loads < 2 or other.on_disk <= 0 or on_disk <= 0:
-                continue  # measured once: its size may still hold its runtime's libraries
-            distance = abs(math.log(other.on_disk / on_disk))
-            if distance <= _SIMILAR and (best is None or distance < best[0]):
-                best = (distance, other.size_bytes / other.on_disk)
-        return on_disk if best is None else max(on_disk, round(on_disk * best[1]))
+        return first_estimate(self._models.values(), on_disk)
 
-    def _transient(self, model: _Model, size: int) -> int:
-        """How far a load of ``model`` may rise above its size: as measured at its last load
-        that ran alone, else as the largest ratio its runtime's models showed (any runtime's
-        before its first load), else 0 (nothing measured yet)."""
-        if model.transient_bytes is not None:
-            return model.transient_bytes
-        ratios = self._transient_ratio
-        ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
-        return round((ratio or 0.0) * size)
+    def _transient(self, model: ModelRecord, size: int) -> int:
+        return transient_estimate(model, size, self._transient_ratio)
 
     def _reserved_by_others(self, name: str) -> int:
         """What the other loads under way hold or will: each its reservation, or what it has
@@ -616,7 +559,7 @@ class OnDemandLoader:
             else "as the server's resident set exceeded the memory budget"
         )
         reason = f"evicted at {when} {why} ({rule}, idle); loads again on its next request"
-        model = self._models.setdefault(victim, _Model())
+        model = self._models.setdefault(victim, ModelRecord())
         _log.info("model '%s' %s", victim, reason)
         self._evicting.add(victim)
         try:

@@ -1,0 +1,106 @@
+"""The on-demand loader's settings, what it keeps per model, its statistics, and the size
+estimates of a load (pure functions of what it measured)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from inferd.core.statistics import Histogram
+
+__all__ = [
+    "LOAD_SECONDS_BUCKETS",
+    "SIZE_SAMPLES",
+    "Counters",
+    "ModelRecord",
+    "OnDemandSettings",
+    "OnDemandStats",
+    "first_estimate",
+    "transient_estimate",
+]
+
+LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growths
+_SIMILAR = math.log(1.25)  # files' sizes this close: a model never loaded is sized like the other
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemandSettings:
+    budget_bytes: int | None = None  # None: load on demand, never evict
+    pins: frozenset[str] = frozenset()
+    min_residency_s: float = 10.0
+    wait_s: float = 30.0
+    load_retry_s: float = 10.0  # after a failed load, its error answers requests this long
+    eviction: str = "cost"  # which idle models leave first: lru | cost (eviction.POLICIES)
+    load_threads: int = 4  # loads of different models at the same time
+    # how often the resident set is measured against the budget between loads (0: only at
+    # loads); over it, the allocator is trimmed, then idle models leave
+    watch_s: float = 0.25
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    size_bytes: int = 0
+    measured: list[int] = field(default_factory=list)  # its last loads' growths, newest last
+    transient_bytes: int | None = None  # how far a load of it rose above its end (None: unknown)
+    runtime: str = ""  # its runtime, once loaded
+    on_disk: int = 0  # its files' size, at its last load
+    loaded_at_s: float = 0.0
+    last_used_s: float = 0.0
+    heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
+    reload_s: float = 0.0  # its last load's duration
+    loads: int = 0
+    evicted_at: str = ""  # ISO 8601, UTC
+    evicted_reason: str = ""
+    too_big: str = ""  # the refusal, once the model is known to exceed the budget
+    failed: str = ""  # the error of its last load, when that load failed
+    failed_at_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OnDemandStats:
+    """A snapshot for the metrics collector."""
+
+    budget_bytes: int | None
+    baseline_bytes: int
+    resident_bytes: dict[str, int]
+    loads: dict[str, int]  # by reason: startup, first_request, after_eviction
+    evictions: int
+    thrash_refusals: int
+    load_seconds: dict[str, Histogram]  # by runtime
+    loading_bytes: int = 0  # reserved by loads under way
+    peak_parallel_loads: int = 0  # the most loads that ran at the same time
+
+
+@dataclass(slots=True)
+class Counters:
+    loads: dict[str, int] = field(default_factory=dict)
+    evictions: int = 0
+    thrash_refusals: int = 0
+    load_seconds: dict[str, Histogram] = field(default_factory=dict)
+    peak_parallel_loads: int = 0
+
+
+def first_estimate(records: Iterable[ModelRecord], on_disk: int) -> int:
+    """The size of a model never loaded: its files' size times the ratio of size to files
+    of the measured model whose files' size is closest to its own, within a quarter (a
+    copy of a model, another fine-tune of one architecture); else its files' size."""
+    best: tuple[float, float] | None = None
+    for other in records:
+        if other.loads < 2 or other.on_disk <= 0 or on_disk <= 0:
+            continue  # measured once: its size may still hold its runtime's libraries
+        distance = abs(math.log(other.on_disk / on_disk))
+        if distance <= _SIMILAR and (best is None or distance < best[0]):
+            best = (distance, other.size_bytes / other.on_disk)
+    return on_disk if best is None else max(on_disk, round(on_disk * best[1]))
+
+
+def transient_estimate(model: ModelRecord, size: int, ratios: Mapping[str, float]) -> int:
+    """How far a load of ``model`` may rise above its size: as measured at its last load
+    that ran alone, else as the largest ratio its runtime's models showed (any runtime's
+    before its first load), else 0 (nothing measured yet)."""
+    if model.transient_bytes is not None:
+        return model.transient_bytes
+    ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
+    return round((ratio or 0.0) * size)
