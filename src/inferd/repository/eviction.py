@@ -7,10 +7,12 @@ The rules:
 - a model with requests in flight is never chosen, nor one the operator pinned;
 - a model loaded less than ``min_residency_s`` ago is never chosen, so two hot models that do
   not fit together cannot unload each other on every request (the loader counts those refusals
-  as thrash);
+  as thrash); with ``cost``, only one asked for again since (a model of a long tail asked for
+  once would hold its bytes for the residency and push out the models taking the traffic);
 - among the others, the policy orders who goes first (``lru``: the least recently used;
   ``cost``: the least worth keeping per byte, see :func:`keep_value`), and only as many leave
-  as the load needs;
+  as the load needs: taken in that order, then those a later, larger victim made unneeded
+  are spared;
 - if even every allowed victim would not make room, none is chosen (nothing is unloaded for a
   load that cannot happen now).
 """
