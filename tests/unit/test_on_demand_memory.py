@@ -219,6 +219,42 @@ async def test_between_loads_the_process_over_budget_trims_then_unloads_idle_mod
     await loader.close()
 
 
+async def test_the_watch_unloads_what_may_leave_when_that_cannot_bring_it_within_budget() -> None:
+    """Over the budget by more than the one idle model holds (the other is pinned): the watch
+    unloads the idle one all the same, which brings the process closer to the budget, and
+    leaves the pinned one."""
+    host = _Host({"a": 100, "b": 100})
+    loader = OnDemandLoader(
+        OnDemandSettings(
+            budget_bytes=1000 + 250,
+            pins=frozenset({"a"}),
+            min_residency_s=0.0,
+            eviction="cost",
+            watch_s=0.01,
+        ),
+        load=host.load,
+        unload=host.unload,
+        loaded=lambda: dict(host.loaded),
+        estimate=host.estimate,
+        measure=lambda: host.rss,
+        release=lambda: None,
+        clock=host.clock,
+    )
+    await loader.start()
+    await loader.ensure("a")
+    await loader.ensure("b")
+    host.clock.advance(10**9)
+    host.rss += 200  # 400 beyond the baseline: b's 100 alone cannot bring it within 250
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if host.unloaded:
+            break
+    assert host.unloaded == ["b"]
+    assert sorted(host.loaded) == ["a"]
+    assert host.rss == 1000 + 100 + 200
+    await loader.close()
+
+
 async def test_a_first_load_that_measured_its_runtimes_libraries_is_resized_at_its_unload() -> None:
     """``a``, the first model of its runtime, grew the process by 300 (200 of them the
     runtime's libraries): its unload gives back 100 only; from then on it counts 100 and the

@@ -14,7 +14,8 @@ The rules:
   as the load needs: taken in that order, then those a later, larger victim made unneeded
   are spared;
 - if even every allowed victim would not make room, none is chosen (nothing is unloaded for a
-  load that cannot happen now).
+  load that cannot happen now); the memory watch asks for them all the same (``partial``):
+  over the budget with no load waiting, each unload brings the process closer to it.
 """
 
 from __future__ import annotations
@@ -103,15 +104,19 @@ def choose_victims(
     budget: int,
     now: float,
     cfg: EvictionConfig,
+    *,
+    partial: bool = False,
 ) -> Choice:
     """The idle models to unload so that ``need_bytes`` more fit in ``budget`` (the bytes the
     budget leaves for models: the server's own baseline is already taken out): the least
-    recently used first (``lru``) or the least worth keeping per byte first (``cost``)."""
+    recently used first (``lru``) or the least worth keeping per byte first (``cost``).
+    ``partial``: when no choice makes it fit, name every model that may leave (``fits`` stays
+    False): the memory watch unloads them to come closer to the budget."""
     used = sum(r.size_bytes for r in resident)
     excess = used + need_bytes - budget
     if excess <= 0:
         return Choice()
-    if need_bytes > budget:
+    if need_bytes > budget and not partial:
         return Choice(fits=False)
     idle = [r for r in resident if r.in_flight == 0 and not r.pinned]
     allowed = [r for r in idle if not _protected(r, now, cfg)]
@@ -132,7 +137,7 @@ def choose_victims(
     held = []
     if freed + sum(r.size_bytes for r in young) >= excess:
         held = sorted(r.name for r in young)
-    return Choice(fits=False, held_by_residency=held)
+    return Choice(victims if partial else [], fits=False, held_by_residency=held)
 
 
 def _protected(r: Resident, now: float, cfg: EvictionConfig) -> bool:

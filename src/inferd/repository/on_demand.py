@@ -28,7 +28,8 @@ The repository manager owns the models; this loader decides when one loads and w
   holds (libraries, memory not given back yet): admission and the watch compare the budget
   with the measured resident set, not only with the sizes. A model whose size alone exceeds
   what the budget leaves for models is refused with a message saying so (and unloaded if it
-  was loaded to find out).
+  was loaded to find out). The watch between loads is
+  :func:`~inferd.repository.on_demand_watch.watch_memory`.
 
 A failed load fails only its own waiters; the warm-up the model's config asks for runs inside
 the load, before any waiter is served.
@@ -66,8 +67,10 @@ from inferd.repository.on_demand_state import (
     OnDemandSettings,
     OnDemandStats,
     first_estimate,
+    index_details,
     transient_estimate,
 )
+from inferd.repository.on_demand_watch import watch_memory
 
 _log = logging.getLogger("inferd.repository")
 
@@ -138,51 +141,38 @@ class OnDemandLoader:
         watching the resident set between loads."""
         self.baseline_bytes = await asyncio.to_thread(self._measure)
         if self.settings.budget_bytes is not None and self.settings.watch_s > 0:
-            task = asyncio.create_task(self._watch(), name="inferd-memory-watch")
+            watch = watch_memory(self, self.settings.watch_s)
+            task = asyncio.create_task(watch, name="inferd-memory-watch")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _watch(self) -> None:
-        """Between loads the resident set moves too (inference buffers, memory an unload gave
-        back after its trim, the server's own growth): every ``watch_s``, when the process is
-        over the budget at two looks in a row, hand back what the allocator keeps, then unload
-        idle models until it fits (the minimum residency, pins and requests in flight hold as
-        for a load)."""
+    async def over_budget(self) -> tuple[int, int]:
+        """Measured now: the bytes the process exceeds the budget by, and beyond its models."""
         room = self._room()
         assert room is not None
-        was_over = False
-        while True:
-            await asyncio.sleep(self.settings.watch_s)
-            over_now = self._over(room, await self._unaccounted()) > 0
-            # over at two looks in a row: a load's transient peak (reserved at its admission)
-            # is gone by the time an unload would end, and is not worth a model
-            was_over, persists = over_now, over_now and was_over
-            if not persists:
-                continue
-            async with self._measuring:  # what the trim gives back is no load's
-                self._shares.observe(await asyncio.to_thread(self._measure))
-                await asyncio.to_thread(self._release)
-                self._shares.rebase(await asyncio.to_thread(self._measure))
-            over = await self._unaccounted()
-            if (excess := self._over(room, over)) <= 0:
-                continue
-            choice = self._choose("", 0, room - self._grown() - over)
-            _log.info(
-                "resident set over the memory budget by %d bytes (%d beyond the models): %s",
-                excess,
-                over,
-                f"unloading {len(choice.victims)} idle models"
-                if choice.victims
-                else "no idle model may leave now",
-            )
-            if not choice.victims:
-                continue
-            self._evicting.update(choice.victims)
-            try:
-                for victim in choice.victims:
-                    await self._evict(victim, "")
-            finally:
-                self._evicting.difference_update(choice.victims)
+        unaccounted = await self._unaccounted()
+        return self._over(room, unaccounted), unaccounted
+
+    async def give_back(self) -> None:
+        async with self._measuring:  # what the trim gives back is no load's
+            self._shares.observe(await asyncio.to_thread(self._measure))
+            await asyncio.to_thread(self._release)
+            self._shares.rebase(await asyncio.to_thread(self._measure))
+
+    def choose_for_watch(self, unaccounted: int) -> Choice:
+        room = self._room()
+        assert room is not None
+        free = room - self._grown() - unaccounted
+        return choose_victims(self.residents(), 0, free, self._now(), self._cfg, partial=True)
+
+    async def evict_all(self, victims: list[str], for_name: str) -> None:
+        # marked before any await: no other load picks the same victims
+        self._evicting.update(victims)
+        try:
+            for victim in victims:
+                await self._evict(victim, for_name)
+        finally:
+            self._evicting.difference_update(victims)
 
     def _grown(self) -> int:
         """What the loads under way have grown the resident set by so far."""
@@ -424,13 +414,7 @@ class OnDemandLoader:
                 name,
             )
             return
-        # marked before any await, as _make_room does: no other load picks the same victims
-        self._evicting.update(choice.victims)
-        try:
-            for victim in choice.victims:
-                await self._evict(victim, name)
-        finally:
-            self._evicting.difference_update(choice.victims)
+        await self.evict_all(choice.victims, name)
 
     async def _make_room(self, name: str, need: int, size: int, room: int) -> None:
         """Unload idle models until the load fits (its size and transient peak, ``need``; its
@@ -453,12 +437,7 @@ class OnDemandLoader:
                     self._reserved[name] = reserve
                     if not choice.victims:
                         return
-                    self._evicting.update(choice.victims)
-                    try:
-                        for victim in choice.victims:
-                            await self._evict(victim, name)
-                    finally:
-                        self._evicting.difference_update(choice.victims)
+                    await self.evict_all(choice.victims, name)
                     continue
                 self._reserved.pop(name, None)  # waits without holding bytes others could use
                 held = (
@@ -586,23 +565,8 @@ class OnDemandLoader:
 
     def details(self, name: str, loaded: bool) -> tuple[tuple[str, str], ...]:
         """Extra fields of the model's repository-index rows."""
-        model = self._models.get(name)
-        if name in self._loading:
-            state = "loading"
-        elif loaded:
-            state = "resident"
-        elif model is not None and model.too_big:
-            state = "too_big"
-        else:
-            state = "available"
-        rows: list[tuple[str, str]] = [("on_demand", state)]
-        if name in self.settings.pins:
-            rows.append(("pinned", "true"))
-        if model is not None and model.size_bytes:
-            rows.append(("memory_bytes", str(model.size_bytes)))
-        if model is not None and model.evicted_at and not loaded:
-            rows.append(("evicted_at", model.evicted_at))
-        return tuple(rows)
+        pinned = name in self.settings.pins
+        return index_details(self._models.get(name), name in self._loading, loaded, pinned)
 
     def statistics(self) -> OnDemandStats:
         c = self._counters

@@ -17,6 +17,7 @@ __all__ = [
     "OnDemandSettings",
     "OnDemandStats",
     "first_estimate",
+    "index_details",
     "transient_estimate",
 ]
 
@@ -104,3 +105,25 @@ def transient_estimate(model: ModelRecord, size: int, ratios: Mapping[str, float
         return model.transient_bytes
     ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
     return round((ratio or 0.0) * size)
+
+
+def index_details(
+    model: ModelRecord | None, loading: bool, loaded: bool, pinned: bool
+) -> tuple[tuple[str, str], ...]:
+    """Extra fields of an on-demand model's repository-index rows."""
+    if loading:
+        state = "loading"
+    elif loaded:
+        state = "resident"
+    elif model is not None and model.too_big:
+        state = "too_big"
+    else:
+        state = "available"
+    rows: list[tuple[str, str]] = [("on_demand", state)]
+    if pinned:
+        rows.append(("pinned", "true"))
+    if model is not None and model.size_bytes:
+        rows.append(("memory_bytes", str(model.size_bytes)))
+    if model is not None and model.evicted_at and not loaded:
+        rows.append(("evicted_at", model.evicted_at))
+    return tuple(rows)
