@@ -429,11 +429,9 @@ async def test_busy_models_make_a_load_wait_then_fail_with_a_clear_503() -> None
 
 async def test_residency_refusals_are_counted_as_thrash() -> None:
     host = _Host({"a": 100, "b": 100})
-    loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.05)
+    loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.05, eviction="lru")
     await loader.start()
-    await loader.ensure("a")
-    loader.touch("a")
-    loader.touch("a")  # asked for again: the residency holds it (``cost``)
+    await loader.ensure("a")  # ``lru``: the residency holds every young model
     with pytest.raises(UnavailableError):
         await loader.ensure("b")
     assert loader.statistics().thrash_refusals == 1
@@ -446,11 +444,9 @@ async def test_a_request_that_joins_a_load_waiting_for_room_waits_its_own_time()
     """The load waits for room as long as its latest request may: a request that joins late is
     answered once room frees, even after the first request's wait ran out."""
     host = _Host({"a": 100, "b": 100})
-    loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.2)
+    loader = host.loader(1000 + 150, min_residency_s=60.0, wait_s=0.2, eviction="lru")
     await loader.start()
-    await loader.ensure("a")
-    loader.touch("a")
-    loader.touch("a")  # asked for again: the residency holds it (``cost``)
+    await loader.ensure("a")  # ``lru``: the residency holds every young model
     first = asyncio.create_task(loader.ensure("b"))
     await asyncio.sleep(0.15)
     second = asyncio.create_task(loader.ensure("b"))  # joins the same load

@@ -297,17 +297,53 @@ def test_cost_spares_the_small_victims_a_large_one_makes_unneeded() -> None:
     assert choice.victims == ["small", "large"]
 
 
-def test_cost_lets_a_young_model_asked_for_once_leave_but_holds_one_asked_for_again() -> None:
+def test_cost_holds_only_a_young_model_that_thrashes_lru_every_young_one() -> None:
+    """With ``cost`` the minimum residency holds a young model only if it loaded again less
+    than the residency after its eviction (it thrashes), however often it was asked for; a
+    young model loaded for the first time, or long after its eviction, may leave."""
     cfg = EvictionConfig(10.0, "cost")
-    once = Resident("tail", 50, last_used_s=5, loaded_at_s=5, heat=1.0, reload_s=0.1)
-    again = Resident("hot", 50, last_used_s=5, loaded_at_s=5, heat=2.0, reload_s=0.1)
-    assert choose_victims([once, again], 50, 100, 6.0, cfg).victims == ["tail"]
-    refused = choose_victims([again], 100, 100, 6.0, cfg)
+    first = Resident("tail", 50, last_used_s=5, loaded_at_s=5, heat=3.0, reload_s=0.1)
+    late = Resident(
+        "late", 50, last_used_s=5, loaded_at_s=5, heat=3.0, reload_s=0.1, reloaded_after_s=10.0
+    )
+    thrash = Resident(
+        "hot", 50, last_used_s=5, loaded_at_s=5, heat=1.0, reload_s=0.1, reloaded_after_s=0.5
+    )
+    assert choose_victims([first, thrash], 50, 100, 6.0, cfg).victims == ["tail"]
+    assert choose_victims([late, thrash], 50, 100, 6.0, cfg).victims == ["late"]
+    refused = choose_victims([thrash], 100, 100, 6.0, cfg)
     assert not refused.fits
     assert refused.held_by_residency == ["hot"]
-    # lru keeps the residency for every model
+    assert choose_victims([thrash], 100, 100, 15.0, cfg).victims == ["hot"]  # residency over
+    # lru keeps the residency for every young model
     lru = EvictionConfig(10.0, "lru")
-    assert choose_victims([once, again], 50, 100, 6.0, lru).held_by_residency == ["hot", "tail"]
+    assert choose_victims([first, thrash], 50, 100, 6.0, lru).held_by_residency == [
+        "hot",
+        "tail",
+    ]
+
+
+async def test_cost_holds_a_model_evicted_and_loaded_again_within_the_residency() -> None:
+    """Two models that do not fit together, asked for in turn: the first swap happens (neither
+    thrashed yet), then 'a', evicted and loaded again at once, is held for the residency, so
+    'b' waits instead of evicting it; once the residency ran out 'b' loads."""
+    host = _Host({"a": 100, "b": 100})
+    loader = host.loader(1000 + 150, min_residency_s=10.0, eviction="cost", wait_s=0.05)
+    await loader.start()
+    await loader.ensure("a")
+    loader.touch("a")
+    loader.touch("a")  # asked for often: no longer what keeps it
+    await loader.ensure("b")  # 'a' loaded for the first time: it may leave
+    host.clock.advance(10**8)
+    await loader.ensure("a")  # 'b' too; 'a' is back 0.1 s after its eviction
+    with pytest.raises(UnavailableError, match="cannot load now"):
+        await loader.ensure("b")
+    assert host.unloaded == ["a", "b"]
+    assert loader.statistics().thrash_refusals == 1
+    host.clock.advance(11 * 10**9)
+    await loader.ensure("b")
+    assert host.unloaded == ["a", "b", "a"]
+    await loader.close()
 
 
 @settings(max_examples=200, deadline=None)

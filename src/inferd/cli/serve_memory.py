@@ -51,7 +51,9 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a model stays loaded at least this long before it may be unloaded to make room, "
         "so two busy models that do not fit together cannot unload each other on every "
-        "request (needs --model-memory-budget; default: 10)",
+        "request; with --model-eviction cost, only a model loaded again less than this long "
+        "after its eviction (one that thrashes), with lru every model "
+        "(needs --model-memory-budget; default: 10)",
     )
     group.add_argument(
         "--model-load-wait-secs",

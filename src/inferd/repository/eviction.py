@@ -7,8 +7,9 @@ The rules:
 - a model with requests in flight is never chosen, nor one the operator pinned;
 - a model loaded less than ``min_residency_s`` ago is never chosen, so two hot models that do
   not fit together cannot unload each other on every request (the loader counts those refusals
-  as thrash); with ``cost``, only one asked for again since (a model of a long tail asked for
-  once would hold its bytes for the residency and push out the models taking the traffic);
+  as thrash); with ``cost``, only one that thrashes: loaded again less than the minimum
+  residency after its eviction (holding every young model, the long tail of a catalogue, each
+  asked for once, would fill the budget and push out the models taking the traffic);
 - among the others, the policy orders who goes first (``lru``: the least recently used;
   ``cost``: the least worth keeping per byte, see :func:`keep_value`), and only as many leave
   as the load needs: taken in that order, then those a later, larger victim made unneeded
@@ -38,9 +39,6 @@ __all__ = [
 POLICIES = ("lru", "cost")
 #: a reload never counts as cheaper than this (a load's measured time can round to 0)
 _MIN_RELOAD_S = 0.001
-#: with ``cost``, a young model is protected by the minimum residency from this heat on:
-#: asked for twice within about a half-life (one request alone never decays above 1)
-_HOT_HEAT = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +53,8 @@ class Resident:
     pinned: bool = False
     heat: float = 0.0  # requests, each decayed by its age (half-life ``heat_half_life_s``)
     reload_s: float = 0.0  # what loading it again costs: its measured load time
+    # how long after its last eviction this load of it came (inf: never evicted before)
+    reloaded_after_s: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,13 +141,15 @@ def choose_victims(
 
 
 def _protected(r: Resident, now: float, cfg: EvictionConfig) -> bool:
-    """Loaded less than the minimum residency ago; with ``cost``, only a model asked for
-    again since it loaded (a model asked for once, as the tail of a catalogue is, would hold
-    its bytes for the residency and push out the models that take the traffic)."""
+    """Loaded less than the minimum residency ago; with ``cost``, only a model that thrashes:
+    loaded again less than the minimum residency after its eviction. Holding every young
+    model lets the tail of a catalogue (each asked for once in a while, each a miss that
+    loads it) fill the budget for the residency and push out the models taking the traffic;
+    a model evicted and asked for again at once is the thrash the residency is for."""
     if now - r.loaded_at_s >= cfg.min_residency_s:
         return False
     if cfg.policy == "cost":
-        return decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s) >= _HOT_HEAT
+        return r.reloaded_after_s < cfg.min_residency_s
     return True
 
 

@@ -385,6 +385,7 @@ class OnDemandLoader:
         model.heat = decayed_heat(model.heat, now - model.last_used_s, self._cfg.heat_half_life_s)
         model.reload_s = elapsed
         model.loaded_at_s = model.last_used_s = now
+        model.reloaded_after_s = started - model.evicted_s  # the policy's thrash: small
         model.evicted_at = model.evicted_reason = ""
         self._reserved.pop(name, None)  # from now on counted at its measured size
         _log.info(
@@ -522,6 +523,7 @@ class OnDemandLoader:
                     other in self.settings.pins or other in self._evicting,
                     m.heat,
                     m.reload_s,
+                    m.reloaded_after_s,
                 )
             )
         return out
@@ -559,6 +561,7 @@ class OnDemandLoader:
             model.measured = [max(0, before - after)]
             model.size_bytes = max(model.measured[0], model.on_disk)
         model.evicted_at, model.evicted_reason = when, reason
+        model.evicted_s = self._now()
         self._counters.evictions += 1
 
     # -- views ---------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ class ModelRecord:
     last_used_s: float = 0.0
     heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
     reload_s: float = 0.0  # its last load's duration
+    evicted_s: float = -math.inf  # when it was last evicted (the loader's clock)
+    reloaded_after_s: float = math.inf  # how long after its last eviction its last load came
     loads: int = 0
     evicted_at: str = ""  # ISO 8601, UTC
     evicted_reason: str = ""
