@@ -313,7 +313,8 @@ class OnDemandLoader:
             raise UnavailableError(model.too_big)
         on_disk = await self._estimate(name)
         model.on_disk = on_disk
-        size = max(model.size_bytes, on_disk) if model.loads else self._first_estimate(on_disk)
+        first = first_estimate(self._models.values(), on_disk)
+        size = max(model.size_bytes, on_disk) if model.loads else first
         # what the load holds at its peak: its size and how far an earlier load of it that ran
         # alone rose above its end (reading the files, building the session, the warm-up's
         # buffers); unknown before such a load
@@ -467,9 +468,6 @@ class OnDemandLoader:
                 await asyncio.sleep(_ROOM_RETRY_S)
         finally:
             self._no_room.pop(name, None)
-
-    def _first_estimate(self, on_disk: int) -> int:
-        return first_estimate(self._models.values(), on_disk)
 
     def _transient(self, model: ModelRecord, size: int) -> int:
         return transient_estimate(model, size, self._transient_ratio)
