@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -111,12 +112,6 @@ def _run(tree: Path | None, args: argparse.Namespace) -> float:
     return float(out.split()[-1])
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=32000)
@@ -140,9 +135,10 @@ def main() -> None:
     for tree in trees:
         runs = results[tree]
         name = "this tree" if tree is None else f"tree {tree}"
-        print(f"  {name}: {_median(runs):.2f} µs CPU per request ({min(runs):.2f}-{max(runs):.2f})")
+        mid = statistics.median(runs)
+        print(f"  {name}: {mid:.2f} µs CPU per request ({min(runs):.2f}-{max(runs):.2f})")
     if args.against is not None:
-        ratio = _median(results[None]) / _median(results[args.against])
+        ratio = statistics.median(results[None]) / statistics.median(results[args.against])
         print(f"  this tree against the other: x{ratio:.2f}")
 
 

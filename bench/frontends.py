@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,12 +166,6 @@ def measure(
     }
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=32)
@@ -226,7 +221,7 @@ def main() -> None:
         "server_cores",
         "sleeps_per_request",
     )
-    med = {c: {key: _median([r[key] for r in results[c]]) for key in keys} for c in cells}
+    med = {c: {key: statistics.median([r[key] for r in results[c]]) for key in keys} for c in cells}
     for tree in trees:
         print("this tree" if tree is None else f"tree {tree}")
         base = med[(tree, counts[0])]

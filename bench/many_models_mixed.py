@@ -52,26 +52,22 @@ FEATURES = 20
 KINDS = ("onnx", "xgboost", "lightgbm", "minilm")
 ONNX_CONFIG = """
 name: "{name}"
-backend: "onnxruntime"
+backend: "{backend}"
 max_batch_size: 64
 input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
 output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
-TREE_CONFIG = """
-name: "{name}"
-backend: "fil"
-max_batch_size: 64
-input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
-output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ 2 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-parameters [
+TREE_CONFIG = (
+    ONNX_CONFIG
+    + """parameters [
   {{ key: "model_type" value: {{ string_value: "{model_type}" }} }},
   {{ key: "output_class" value: {{ string_value: "true" }} }},
   {{ key: "predict_proba" value: {{ string_value: "true" }} }},
   {{ key: "runtime" value: {{ string_value: "{runtime}" }} }}
 ]
 """
+)
 
 
 # -- the repository ------------------------------------------------------------------------------
@@ -159,11 +155,15 @@ def build(repo: Path, small: int, large: int, args: argparse.Namespace) -> dict[
         (repo / name / "1").mkdir(parents=True)
         (repo / name / path).write_bytes(blob)
         if kind == "onnx":
-            config = ONNX_CONFIG.format(name=name, features=FEATURES)
+            config = ONNX_CONFIG.format(name=name, backend="onnxruntime", features=FEATURES)
         else:
             model_type = "xgboost_json" if kind == "xgboost" else "lightgbm"
             config = TREE_CONFIG.format(
-                name=name, features=FEATURES, model_type=model_type, runtime=args.tree_runtime
+                name=name,
+                backend="fil",
+                features=FEATURES,
+                model_type=model_type,
+                runtime=args.tree_runtime,
             )
         (repo / name / "config.pbtxt").write_text(config)
         kinds[name] = kind

@@ -18,6 +18,7 @@ import numpy as np
 
 from inferd.tools.optimize.candidate import Candidate, CandidateSkipped
 from inferd.tools.optimize.openvino import check_candidate
+from inferd.tools.optimize.precision import fp16_converter, write_fp16
 from inferd.tools.optimize.verify import HALF, load_onnx, onnxruntime, run_onnx
 
 __all__ = ["build_fp16_cuda", "cuda_session"]
@@ -51,18 +52,11 @@ def build_fp16_cuda(
     parent: str | None = None,
 ) -> Candidate:
     """The model with FP16 weights and arithmetic for the CUDA provider, I/O types kept."""
-    try:
-        from onnxruntime.transformers import float16
-    except ImportError:
-        raise CandidateSkipped(
-            "ONNX Runtime's FP16 converter (onnxruntime.transformers.float16) is missing"
-        ) from None
+    float16 = fp16_converter()
     model = load_onnx(source)
     converted = float16.convert_float_to_float16(model, keep_io_types=True)
     name = "fp16"
-    path = out_dir / name / "model.onnx"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(converted.SerializeToString())
+    path = write_fp16(converted, out_dir)
 
     def run(feeds: dict[str, Array], outputs: list[str]) -> dict[str, Array]:
         return run_onnx(cuda_session(path, gpu), feeds, outputs)

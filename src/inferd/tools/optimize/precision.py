@@ -41,7 +41,9 @@ __all__ = [
     "bf16_variant",
     "build_bf16",
     "build_fp16",
+    "fp16_converter",
     "fp16_kernels",
+    "write_fp16",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -91,7 +93,8 @@ def fp16_kernels() -> frozenset[tuple[str, str]] | None:
     return frozenset(found)
 
 
-def _fp16_converter() -> Any:
+def fp16_converter() -> Any:
+    """ONNX Runtime's FP16 converter module; skips the candidate when it is missing."""
     try:
         from onnxruntime.transformers import float16
     except ImportError:
@@ -99,6 +102,14 @@ def _fp16_converter() -> Any:
             "ONNX Runtime's FP16 converter (onnxruntime.transformers.float16) is missing"
         ) from None
     return float16
+
+
+def write_fp16(model: Any, out_dir: Path) -> Path:
+    """Write a converted FP16 model where the ``fp16`` candidate lives (``fp16/model.onnx``)."""
+    path = out_dir / "fp16" / "model.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    return path
 
 
 def build_fp16(
@@ -119,7 +130,7 @@ def build_fp16(
     file half the size whatever the speed. ``block_ops`` are kept FP32 in both cases.
     """
     model = load_onnx(source)
-    float16 = _fp16_converter()
+    float16 = fp16_converter()
     used = {(_domain(n.domain), n.op_type) for n in model.graph.node}
     heavy = sorted(op for _, op in used & HEAVY_OPS)
     kernels = fp16_kernels()
@@ -155,9 +166,7 @@ def build_fp16(
         model, keep_io_types=True, op_block_list=sorted(blocked)
     )
     name = "fp16"
-    path = out_dir / name / "model.onnx"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(converted.SerializeToString())
+    path = write_fp16(converted, out_dir)
 
     def run(feeds: dict[str, Array], outputs: list[str]) -> dict[str, Array]:
         return run_onnx(onnx_session(path), feeds, outputs)
