@@ -44,6 +44,7 @@ class _Host:
         self.transient: dict[str, int] = {}
         self.loaded: dict[str, int] = {}
         self.held: dict[str, int] = {}  # what each loaded model added to the resident set
+        self.own: dict[str, int] = {}  # what a model holds when its load's growth was not all its
         self.unloaded: list[str] = []
         self.residue = 0
         self.rss = 1000
@@ -59,7 +60,7 @@ class _Host:
         grown = growth.pop(0) if growth else self.sizes[name]
         self.max_rss = max(self.max_rss, self.rss + grown + self.transient.get(name, 0))
         self.rss += grown
-        self.held[name] = grown
+        self.held[name] = self.own.get(name, grown)
         self.loaded[name] = 0
         self.last_loaded = name
         return "onnxruntime"
@@ -154,6 +155,27 @@ async def test_a_model_size_is_the_median_of_its_last_loads_not_the_largest_ever
         seen.append(loader.statistics().resident_bytes["a"])
         await host.unload("a", "test")
     assert seen == [300, 200, 100]
+
+
+async def test_a_model_size_is_what_its_unloads_give_back_once_it_was_evicted() -> None:
+    """``a`` holds 100, but each of its loads overlapped other threads' allocations (freed
+    again after it): they measured 300 and 250. Once evicted, its size is what its unload gave
+    back (100), and a later load's noisy growth no longer moves it (the loads' median would
+    say 175 or more: room held for nothing)."""
+    host = _Host({"a": 10, "b": 300})
+    host.own["a"] = 100
+    host.growths["a"] = [300, 250]
+    loader = host.loader(1000 + 350)
+    await loader.start()
+    sizes = []
+    for name, others_freed in (("a", 200), ("b", 0), ("a", 150), ("b", 0)):
+        host.clock.advance(10**9)
+        await loader.ensure(name)
+        host.rss -= others_freed
+        sizes.append(int(dict(loader.details("a", "a" in host.loaded))["memory_bytes"]))
+    assert host.unloaded == ["a", "b", "a"]
+    assert sizes == [300, 100, 100, 100]
+    assert host.rss == 1000 + 300  # b alone: nothing held beyond the models
 
 
 async def test_a_model_never_loaded_is_sized_like_the_measured_model_closest_on_disk() -> None:

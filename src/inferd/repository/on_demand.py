@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import statistics
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from inferd.core.clock import Clock, SystemClock
@@ -68,6 +67,7 @@ from inferd.repository.on_demand_state import (
     OnDemandStats,
     first_estimate,
     index_details,
+    model_size,
     transient_estimate,
 )
 from inferd.repository.on_demand_watch import watch_memory
@@ -370,7 +370,7 @@ class OnDemandLoader:
         # and the allocator move the resident set meanwhile), and the largest of all of them
         # only ever grows; what a size misses, the measured admission (_unaccounted) counts
         model.measured = [*model.measured, grown][-SIZE_SAMPLES:]
-        model.size_bytes = max(int(statistics.median(model.measured)), on_disk)
+        model.size_bytes = model_size(model)
         model.runtime = runtime
         if above is not None:
             model.transient_bytes = above
@@ -539,10 +539,13 @@ class OnDemandLoader:
         )
         reason = f"evicted at {when} {why} ({rule}, idle); loads again on its next request"
         model = self._models.setdefault(victim, ModelRecord())
-        _log.info("model '%s' %s", victim, reason)
         self._evicting.add(victim)
         try:
             async with self._measuring:  # the growth of loads under way until now is theirs
+                self._shares.observe(await asyncio.to_thread(self._measure))
+                # what the allocator kept before the unload (mostly the loads' transients) is
+                # handed back first, so that the drop measured below is the victim's alone
+                await asyncio.to_thread(self._release)
                 before = await asyncio.to_thread(self._measure)
                 self._shares.observe(before)
             await self._unload(victim, reason)
@@ -552,12 +555,12 @@ class OnDemandLoader:
                 self._shares.rebase(after)
         finally:
             self._evicting.discard(victim)
-        if len(model.measured) == 1 and before - after < model.size_bytes:
-            # measured at one load only, and its unload gave back less: the first model of a
-            # runtime measured the runtime's libraries with it, which stay loaded (counted
-            # from now on as what the process holds beyond its models, not twice)
-            model.measured = [max(0, before - after)]
-            model.size_bytes = max(model.measured[0], model.on_disk)
+        _log.info("model '%s' %s (%d bytes freed)", victim, reason, before - after)
+        # its size from now on: what its unloads give back (the first model of a runtime
+        # measured the runtime's libraries at its load, which stay loaded: counted as what the
+        # process holds beyond its models, not twice)
+        model.freed = [*model.freed, max(0, before - after)][-SIZE_SAMPLES:]
+        model.size_bytes = model_size(model)
         model.evicted_at, model.evicted_reason = when, reason
         model.evicted_s = self._now()
         self._counters.evictions += 1

@@ -4,6 +4,7 @@ estimates of a load (pure functions of what it measured)."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ class OnDemandSettings:
 class ModelRecord:
     size_bytes: int = 0
     measured: list[int] = field(default_factory=list)  # its last loads' growths, newest last
+    freed: list[int] = field(default_factory=list)  # what its last unloads gave back, newest last
     transient_bytes: int | None = None  # how far a load of it rose above its end (None: unknown)
     runtime: str = ""  # its runtime, once loaded
     on_disk: int = 0  # its files' size, at its last load
@@ -129,3 +131,13 @@ def index_details(
     if model is not None and model.evicted_at and not loaded:
         rows.append(("evicted_at", model.evicted_at))
     return tuple(rows)
+
+
+def model_size(model: ModelRecord) -> int:
+    """A model's size: the median of what its last unloads gave back, measured around the
+    unload alone (milliseconds, few other changes meanwhile; and exactly the room an eviction
+    makes); before its first unload, the median of its loads' growths (a load takes long
+    enough for requests, other loads and frees to move the resident set by as much as the
+    model itself); at least its files' size."""
+    samples = model.freed or model.measured
+    return max(int(statistics.median(samples)) if samples else 0, model.on_disk)
