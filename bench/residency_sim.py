@@ -3,31 +3,46 @@
 The catalogue of ``bench/many_models_mixed.py`` (300 tabular models, 10 MiniLM copies), each
 model's size and cold-load time taken from a server log of that benchmark (the median of its
 loads there; a model the log never loaded: the median of its kind), its popularity ranks
-(Zipf 1.1, seed 1), a budget of a fifth of the bytes, requests at 25 a second drawn
-independently. :func:`inferd.repository.eviction.choose_victims` decides as the loader calls
-it; a miss that finds no room counts as a miss and loads nothing. The first quarter warms up.
+(Zipf 1.1, seed 1), a budget of a fifth of the bytes, 60,000 requests drawn independently at
+25 a second (the server's rate in the benchmark's earlier runs), 86 (its latest run's: 2,592
+counted in 30 s) and 250 (a faster machine's: more models then count as hot).
+:func:`inferd.repository.eviction.choose_victims` decides as the loader calls it; a miss
+that finds no room counts as a miss (a residency refusal) and loads nothing. The first quarter
+warms up. Deterministic: the catalogue is read from
+``bench/residency_sim_catalogue.json`` (taken from a log of a quiet machine: tabular models of
+0.5-16 MiB loading in 18-480 ms, MiniLM copies of 200-400 MiB in 0.4-1.3 s), unless a server
+log is given (with ``--save``, written there).
 
-    .venv/bin/python bench/residency_sim.py [bench/.work/many_models/server-cost-4.log]
+Each rule is run with 5 seeds: the hit ratio's median and range, the residency's refusals and
+the seconds of loads per second (medians). How fast the machine loads changes no decision:
+``cost`` ranks by requests times load time per byte, so three times every load time (a busy
+machine's) ranks the same, and the residency's rules read no load time.
+
+    .venv/bin/python bench/residency_sim.py [bench/.work/many_models/server-cost-4.log [--save]]
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from inferd.repository import eviction
 from inferd.repository.eviction import EvictionConfig, Resident, choose_victims, decayed_heat
 
-LOG = Path(__file__).parent / ".work" / "many_models" / "server-cost-4.log"
-# the policy's residency rule may read how soon a model was loaded again after its eviction
-_NEW = "reloaded_after_s" in Resident.__dataclass_fields__
+CATALOGUE = Path(__file__).parent / "residency_sim_catalogue.json"
 _LOADED = re.compile(r"model '(\w+)' loaded on demand in ([\d.]+) s \(\w+, (\d+) bytes")
+SEEDS = range(3, 8)
+RATES = (25.0, 86.0, 250.0)
 
 
-def catalogue(log: Path) -> tuple[list[str], dict[str, int], dict[str, float]]:
+def from_log(log: Path) -> tuple[list[str], dict[str, int], dict[str, float]]:
     sizes: dict[str, list[int]] = {}
     times: dict[str, list[float]] = {}
     for m in _LOADED.finditer(log.read_text()):
@@ -50,6 +65,19 @@ def catalogue(log: Path) -> tuple[list[str], dict[str, int], dict[str, float]]:
     return names, size, reload_s
 
 
+def catalogue(path: Path = CATALOGUE) -> tuple[list[str], dict[str, int], dict[str, float]]:
+    rows = json.loads(path.read_text())  # name: [size in bytes, load seconds]
+    names = sorted(rows)
+    return names, {n: int(rows[n][0]) for n in names}, {n: float(rows[n][1]) for n in names}
+
+
+@dataclass
+class Outcome:
+    hit_ratio: float
+    refusals: int  # misses the residency refused (counted after the warm-up)
+    loading: float  # seconds of loads per second (after the warm-up)
+
+
 def simulate(
     names: list[str],
     size: dict[str, int],
@@ -57,14 +85,14 @@ def simulate(
     cfg: EvictionConfig,
     *,
     rate: float = 25.0,
-    seconds: float = 2400.0,
+    requests: int = 60_000,
     seed: int = 3,
-) -> float:
+) -> Outcome:
     order = [names[i] for i in np.random.default_rng(1).permutation(len(names))]
     weights = 1.0 / np.arange(1, len(names) + 1) ** 1.1
     p = weights / weights.sum()
     room = max(int(sum(size.values()) * 0.2), int(max(size.values()) * 1.25))
-    n = int(rate * seconds)
+    n = requests
     draws = np.random.default_rng(seed).choice(len(order), size=n, p=p).tolist()
     heat: dict[str, float] = {}
     last: dict[str, float] = {}
@@ -72,10 +100,12 @@ def simulate(
     evicted_at: dict[str, float] = {}
     reloaded_after: dict[str, float] = {}
     resident: set[str] = set()
-    hits = 0
+    hits = refusals = 0
+    loading = 0.0
     for k, i in enumerate(draws):
         m, now = order[i], k / rate
         hit = m in resident
+        counted = k >= n // 4
         if not hit:
             view = [
                 Resident(
@@ -85,7 +115,7 @@ def simulate(
                     loaded_at[r],
                     heat=heat[r],
                     reload_s=reload_s[r],
-                    **({"reloaded_after_s": reloaded_after.get(r, float("inf"))} if _NEW else {}),
+                    reloaded_after_s=reloaded_after.get(r, math.inf),
                 )
                 for r in resident
             ]
@@ -96,24 +126,81 @@ def simulate(
                     evicted_at[v] = now
                 resident.add(m)
                 loaded_at[m] = now
-                reloaded_after[m] = now - evicted_at.get(m, float("-inf"))
+                reloaded_after[m] = now - evicted_at.get(m, -math.inf)
+                loading += reload_s[m] if counted else 0.0
+            elif choice.held_by_residency and counted:
+                refusals += 1
         heat[m] = decayed_heat(heat.get(m, 0.0), now - last.get(m, now), cfg.heat_half_life_s) + 1
         last[m] = now
-        hits += hit and k >= n // 4
-    return hits / (n - n // 4)
+        hits += hit and counted
+    return Outcome(hits / (n - n // 4), refusals, loading / ((n - n // 4) / rate))
+
+
+#: the rules compared: (label, policy, min residency, HOLD_MIN_REQUESTS, HOLD_ONLY_WHEN_NEEDED);
+#: with a hot-model threshold of 0 and holds against every load, the rule before
+RULES = (
+    ("`cost`, no residency", "cost", 0.0, 2.0, True),
+    (
+        "`cost`, 10 s: young model that thrashes, held against every load (before)",
+        "cost",
+        10.0,
+        0.0,
+        False,
+    ),
+    (
+        "`cost`, 10 s: ... asked for >= 2 times per residency, against every load",
+        "cost",
+        10.0,
+        2.0,
+        False,
+    ),
+    (
+        "`cost`, 10 s: young model that thrashes, only against a load needing it",
+        "cost",
+        10.0,
+        0.0,
+        True,
+    ),
+    (
+        "`cost`, 10 s: ... asked for >= 2 times, only against a load needing it (now)",
+        "cost",
+        10.0,
+        2.0,
+        True,
+    ),
+    ("`lru`, no residency", "lru", 0.0, 2.0, True),
+    ("`lru`, 10 s: every young model held (unchanged)", "lru", 10.0, 2.0, True),
+)
+
+
+def _row(got: list[Outcome]) -> str:
+    ratios = [o.hit_ratio for o in got]
+    refusals = statistics.median(o.refusals for o in got)
+    loading = statistics.median(o.loading for o in got)
+    hit = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+    return f"{hit} | {refusals:g} | {loading:.2f}"
 
 
 def main() -> None:
-    names, size, reload_s = catalogue(Path(sys.argv[1]) if len(sys.argv) > 1 else LOG)
-    print("| policy | no residency | 10 s residency |  (medians of 5 seeds, their range)")
-    print("|---|---|---|")
-    for policy in ("cost", "lru"):
-        row = []
-        for residency in (0.0, 10.0):
-            cfg = EvictionConfig(residency, policy)
-            got = [simulate(names, size, reload_s, cfg, seed=seed) for seed in range(3, 8)]
-            row.append(f"{statistics.median(got):.3f} ({min(got):.3f}-{max(got):.3f})")
-        print(f"| `{policy}` | {row[0]} | {row[1]} |")
+    if len(sys.argv) > 1 and sys.argv[1] != "--save":
+        names, size, reload_s = from_log(Path(sys.argv[1]))
+        if "--save" in sys.argv:
+            rows = [f'"{n}": [{size[n]}, {round(reload_s[n], 6)}]' for n in names]
+            CATALOGUE.write_text("{\n" + ",\n".join(rows) + "\n}\n")  # one model a line
+    else:
+        names, size, reload_s = catalogue()
+    print("| requests a second | rule | hit ratio | residency refusals | load seconds a second |")
+    print("|---|---|---|---|---|")
+    defaults = eviction.HOLD_MIN_REQUESTS, eviction.HOLD_ONLY_WHEN_NEEDED
+    try:
+        for rate in RATES:
+            for label, policy, residency, hot, when_needed in RULES:
+                eviction.HOLD_MIN_REQUESTS, eviction.HOLD_ONLY_WHEN_NEEDED = hot, when_needed
+                cfg = EvictionConfig(residency, policy)
+                got = [simulate(names, size, reload_s, cfg, rate=rate, seed=s) for s in SEEDS]
+                print(f"| {rate:g} | {label} | {_row(got)} |", flush=True)
+    finally:
+        eviction.HOLD_MIN_REQUESTS, eviction.HOLD_ONLY_WHEN_NEEDED = defaults
 
 
 if __name__ == "__main__":

@@ -321,15 +321,16 @@ def test_cost_spares_the_small_victims_a_large_one_makes_unneeded() -> None:
 
 def test_cost_holds_only_a_young_model_that_thrashes_lru_every_young_one() -> None:
     """With ``cost`` the minimum residency holds a young model only if it loaded again less
-    than the residency after its eviction (it thrashes), however often it was asked for; a
-    young model loaded for the first time, or long after its eviction, may leave."""
+    than the residency after its eviction (it thrashes) and is asked for at least twice per
+    residency (``eviction.HOLD_MIN_REQUESTS``), and only against a load that cannot fit without
+    it; a young model loaded for the first time, or long after its eviction, may leave."""
     cfg = EvictionConfig(10.0, "cost")
     first = Resident("tail", 50, last_used_s=5, loaded_at_s=5, heat=3.0, reload_s=0.1)
     late = Resident(
         "late", 50, last_used_s=5, loaded_at_s=5, heat=3.0, reload_s=0.1, reloaded_after_s=10.0
     )
     thrash = Resident(
-        "hot", 50, last_used_s=5, loaded_at_s=5, heat=1.0, reload_s=0.1, reloaded_after_s=0.5
+        "hot", 50, last_used_s=5, loaded_at_s=5, heat=20.0, reload_s=0.1, reloaded_after_s=0.5
     )
     assert choose_victims([first, thrash], 50, 100, 6.0, cfg).victims == ["tail"]
     assert choose_victims([late, thrash], 50, 100, 6.0, cfg).victims == ["late"]
@@ -347,14 +348,14 @@ def test_cost_holds_only_a_young_model_that_thrashes_lru_every_young_one() -> No
 
 async def test_cost_holds_a_model_evicted_and_loaded_again_within_the_residency() -> None:
     """Two models that do not fit together, asked for in turn: the first swap happens (neither
-    thrashed yet), then 'a', evicted and loaded again at once, is held for the residency, so
-    'b' waits instead of evicting it; once the residency ran out 'b' loads."""
+    thrashed yet), then 'a', asked for often, evicted and loaded again at once, is held for the
+    residency, so 'b' waits instead of evicting it; once the residency ran out 'b' loads."""
     host = _Host({"a": 100, "b": 100})
     loader = host.loader(1000 + 150, min_residency_s=10.0, eviction="cost", wait_s=0.05)
     await loader.start()
     await loader.ensure("a")
-    loader.touch("a")
-    loader.touch("a")  # asked for often: no longer what keeps it
+    for _ in range(10):  # asked for often (twice per residency: hot), but not a thrash yet
+        loader.touch("a")
     await loader.ensure("b")  # 'a' loaded for the first time: it may leave
     host.clock.advance(10**8)
     await loader.ensure("a")  # 'b' too; 'a' is back 0.1 s after its eviction

@@ -52,7 +52,9 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         help="a model stays loaded at least this long before it may be unloaded to make room, "
         "so two busy models that do not fit together cannot unload each other on every "
         "request; with --model-eviction cost, only a model loaded again less than this long "
-        "after its eviction (one that thrashes), with lru every model "
+        "after its eviction (one that thrashes) and asked for at least twice per this long "
+        "at its recent rate, and only against a load that cannot fit without it (one that "
+        "other idle models can make room for ranks it with them); with lru every model "
         "(needs --model-memory-budget; default: 10)",
     )
     group.add_argument(

@@ -7,9 +7,10 @@ The rules:
 - a model with requests in flight is never chosen, nor one the operator pinned;
 - a model loaded less than ``min_residency_s`` ago is never chosen, so two hot models that do
   not fit together cannot unload each other on every request (the loader counts those refusals
-  as thrash); with ``cost``, only one that thrashes: loaded again less than the minimum
-  residency after its eviction (holding every young model, the long tail of a catalogue, each
-  asked for once, would fill the budget and push out the models taking the traffic);
+  as thrash); with ``cost``, only a hot one that thrashes (loaded again less than the minimum
+  residency after its eviction, and asked for at least twice per minimum residency at its
+  recent rate), and only against a load that cannot fit without it: when the other idle
+  models can make room, it is ranked with them (see :func:`_protected` for why);
 - among the others, the policy orders who goes first (``lru``: the least recently used;
   ``cost``: the least worth keeping per byte, see :func:`keep_value`), and only as many leave
   as the load needs: taken in that order, then those a later, larger victim made unneeded
@@ -26,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
+    "HOLD_MIN_REQUESTS",
+    "HOLD_ONLY_WHEN_NEEDED",
     "POLICIES",
     "Choice",
     "EvictionConfig",
@@ -33,12 +36,20 @@ __all__ = [
     "choose_victims",
     "decayed_heat",
     "keep_value",
+    "request_rate",
 ]
 
 #: the eviction orders ``--model-eviction`` accepts
 POLICIES = ("lru", "cost")
 #: a reload never counts as cheaper than this (a load's measured time can round to 0)
 _MIN_RELOAD_S = 0.001
+#: ``cost`` holds a model that thrashes only if it is asked for at least this often per minimum
+#: residency (at its recent rate): a hold saves no reload of a model not asked for during it,
+#: and makes the load that waits for it wait for nothing
+HOLD_MIN_REQUESTS = 2.0
+#: ``cost`` holds such a model only against a load that cannot fit without it (False: against
+#: every load, the other idle models leaving in its place; ``bench/residency_sim.py`` compares)
+HOLD_ONLY_WHEN_NEEDED = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,14 @@ class EvictionConfig:
 def decayed_heat(heat: float, since_s: float, half_life_s: float) -> float:
     """``heat`` (requests, as of ``since_s`` seconds ago) decayed to now."""
     return heat * math.pow(0.5, max(0.0, since_s) / half_life_s)
+
+
+def request_rate(r: Resident, now: float, cfg: EvictionConfig) -> float:
+    """``r``'s recent requests a second: its heat decayed to now over the heat's mean life
+    (a model asked for ``x`` times a second for long has a heat of ``x`` times the mean life,
+    ``heat_half_life_s / ln 2``)."""
+    heat = decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s)
+    return heat * math.log(2) / cfg.heat_half_life_s
 
 
 def keep_value(r: Resident, now: float, cfg: EvictionConfig) -> float:
@@ -121,6 +140,8 @@ def choose_victims(
     idle = [r for r in resident if r.in_flight == 0 and not r.pinned]
     allowed = [r for r in idle if not _protected(r, now, cfg)]
     if cfg.policy == "cost":
+        if HOLD_ONLY_WHEN_NEEDED and sum(r.size_bytes for r in allowed) >= excess:
+            allowed = idle  # it fits without the held models: they rank with the others
         allowed.sort(key=lambda r: (keep_value(r, now, cfg), r.last_used_s, r.name))
     else:
         allowed.sort(key=lambda r: (r.last_used_s, r.name))
@@ -141,15 +162,26 @@ def choose_victims(
 
 
 def _protected(r: Resident, now: float, cfg: EvictionConfig) -> bool:
-    """Loaded less than the minimum residency ago; with ``cost``, only a model that thrashes:
-    loaded again less than the minimum residency after its eviction. Holding every young
-    model lets the tail of a catalogue (each asked for once in a while, each a miss that
-    loads it) fill the budget for the residency and push out the models taking the traffic;
-    a model evicted and asked for again at once is the thrash the residency is for."""
+    """Loaded less than the minimum residency ago; with ``cost``, only a hot model that
+    thrashes: loaded again less than the minimum residency after its eviction, and asked for
+    at least :data:`HOLD_MIN_REQUESTS` times per minimum residency at its recent rate; and
+    :func:`choose_victims` holds it only against a load that cannot fit without it.
+
+    Two hot models that do not fit together are what the residency is for: without it each
+    request of one unloads the other. Holding more costs the traffic (``bench/residency_sim.py``,
+    the mixed benchmark's catalogue): every young model held lets the tail of a catalogue
+    (each asked for once in a while, each a miss that loads it) fill the budget; a large model
+    that ``cost`` ranks lowest per byte, evicted for small ones and back a few seconds later,
+    held for the residency, takes a third of the budget from the small busy models, which
+    then miss, and is out again before its next request. Ranking it with the others when they
+    can make room leaves the choice to the cost order, which weighs its reload time already."""
     if now - r.loaded_at_s >= cfg.min_residency_s:
         return False
     if cfg.policy == "cost":
-        return r.reloaded_after_s < cfg.min_residency_s
+        return (
+            r.reloaded_after_s < cfg.min_residency_s
+            and request_rate(r, now, cfg) * cfg.min_residency_s >= HOLD_MIN_REQUESTS
+        )
     return True
 
 
