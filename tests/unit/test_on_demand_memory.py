@@ -107,7 +107,9 @@ async def test_memory_unloads_leave_behind_counts_against_the_budget() -> None:
 
 async def test_a_load_waits_and_then_says_what_the_process_holds_beyond_its_models() -> None:
     host = _Host({"a": 100, "b": 100})
-    loader = host.loader(1000 + 150, wait_s=0.05)
+    # long enough for a load's measurements in threads on a busy machine; b's refusal waits
+    # it out
+    loader = host.loader(1000 + 150, wait_s=0.5)
     await loader.start()
     await loader.ensure("a")
     host.rss += 100  # the server's own memory grew by 100 (not a model's)
@@ -351,7 +353,7 @@ async def test_cost_holds_a_model_evicted_and_loaded_again_within_the_residency(
     thrashed yet), then 'a', asked for often, evicted and loaded again at once, is held for the
     residency, so 'b' waits instead of evicting it; once the residency ran out 'b' loads."""
     host = _Host({"a": 100, "b": 100})
-    loader = host.loader(1000 + 150, min_residency_s=10.0, eviction="cost", wait_s=0.05)
+    loader = host.loader(1000 + 150, min_residency_s=10.0, eviction="cost", wait_s=0.5)
     await loader.start()
     await loader.ensure("a")
     for _ in range(10):  # asked for often (twice per residency: hot), but not a thrash yet
