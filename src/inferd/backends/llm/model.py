@@ -233,6 +233,7 @@ class LlamaModel:
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        paged_attention: bool = True,
     ) -> None:
         self.config = config
         self.dtype = dtype
@@ -274,6 +275,14 @@ class LlamaModel:
         exponent = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float() / config.head_dim
         self._inv_freq = (1.0 / (config.rope_theta**exponent)).to(self.device)
         assert self._inv_freq.shape[0] == half
+        # the compiled decode-attention kernel (CPU, float32), built or loaded here, once per
+        # process: None keeps the gather + SDPA path (other devices and dtypes, no compiler,
+        # a failed build, INFERD_LLM_PAGED_ATTENTION=0, paged_attention=False)
+        self.paged_kernel: Any | None = None
+        if paged_attention and self.device.type == "cpu" and dtype == torch.float32:
+            from inferd.backends.llm import paged_attention as paged
+
+            self.paged_kernel = paged.load()
 
     @classmethod
     def load(
@@ -282,6 +291,7 @@ class LlamaModel:
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        paged_attention: bool = True,
     ) -> LlamaModel:
         """Read ``folder`` (Hugging Face layout: config.json, model.safetensors[.index.json]);
         every file must lie inside the folder once symlinks are resolved."""
@@ -299,7 +309,7 @@ class LlamaModel:
                         weights[key] = handle.get_tensor(key)
             except Exception as exc:  # safetensors raises its own error types
                 raise _refuse(folder, f"{path.name} cannot be read: {exc}") from exc
-        return cls(config, weights, dtype=dtype, device=device)
+        return cls(config, weights, dtype=dtype, device=device, paged_attention=paged_attention)
 
     # -- the forward pass ------------------------------------------------------------------------
 
@@ -369,6 +379,7 @@ class LlamaModel:
                 cfg,
                 self.dtype,
                 dev,
+                self.paged_kernel,
             )
             for members in _attention_batches(lengths, starts)
         ]
@@ -406,6 +417,8 @@ class LlamaModel:
         final = self._rms(x, self.norm)
         return (final @ self.lm_head.T).float()
 
+
+_EMPTY = torch.empty(0)
 
 #: a prefill batch is split when padding would make its attention this many times its need
 _PADDING_LIMIT = 2.0
@@ -457,12 +470,25 @@ class _AttentionGroup:
     valid: torch.Tensor | None
     rows: torch.Tensor | None
     kv_heads: int
+    #: the compiled kernel (decode groups only) and its block tables ``[B, nb]`` (int32) and
+    #: context lengths ``[B]``: the cache read in place (``blocks`` and ``mask`` left empty)
+    kernel: Any | None = None
+    tables: torch.Tensor | None = None
+    context: torch.Tensor | None = None
 
     def attend(self, q: torch.Tensor, layer_kv: torch.Tensor) -> torch.Tensor:
         """The group's attention output, ``[B * N, heads * d]`` (padding rows included), for the
         step's queries ``[T, heads, d]`` over one layer's cache."""
         d = q.shape[-1]
         b, kvh, heads = self.members, self.kv_heads, q.shape[1]
+        if self.kernel is not None:
+            assert self.tables is not None
+            assert self.context is not None
+            qs = q if self.queries is None else q.index_select(0, self.queries)
+            out: torch.Tensor = self.kernel.decode_attention(
+                qs, layer_kv, self.tables, self.context, d**-0.5
+            )
+            return out
         # one copy of whole blocks (contiguous rows) for K and V together:
         # [2, kv_heads, B, L, d], every (head, member) a contiguous [L, d] matrix
         picked = layer_kv.view(-1, *layer_kv.shape[2:]).index_select(0, self.blocks)
@@ -498,10 +524,27 @@ class _AttentionGroup:
         cfg: LlamaConfig,
         dtype: torch.dtype,
         dev: torch.device,
+        kernel: Any | None = None,
     ) -> _AttentionGroup:
         firsts = list(itertools.accumulate(lengths, initial=0))  # each one's first step row
         longest = max(lengths[m] for m in members)
         nb = -(-max(seqs[m].start + lengths[m] for m in members) // bt)
+        if kernel is not None and longest == 1:  # decode, the cache read in place
+            queries = [firsts[m] for m in members]
+            padded = [list(seqs[m].block_table[:nb]) for m in members]
+            in_order = queries == list(range(total))
+            return _AttentionGroup(
+                queries=None if in_order else torch.tensor(queries, dtype=torch.int64),
+                blocks=_EMPTY,
+                members=len(members),
+                mask=_EMPTY,
+                valid=None,
+                rows=None if in_order else torch.tensor(queries, dtype=torch.int64),
+                kv_heads=cfg.kv_heads,
+                kernel=kernel,
+                tables=torch.tensor([t + [0] * (nb - len(t)) for t in padded], dtype=torch.int32),
+                context=torch.tensor([seqs[m].start + 1 for m in members], dtype=torch.int64),
+            )
         keys = nb * bt  # whole blocks: the padding keys are masked
         blocks: list[int] = []
         for m in members:
