@@ -103,6 +103,15 @@ def test_kernel_refuses_what_it_cannot_read() -> None:
     tables = torch.zeros(2, 2, dtype=torch.int32)
     with pytest.raises(RuntimeError, match="context beyond the block table"):
         paged.decode_attention(module, q, layer_kv, tables, torch.tensor([3, 33]), 0.125)
+    past = torch.tensor([[0, 1], [2, 8]], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="block 8 is not in the cache"):
+        paged.decode_attention(module, q, layer_kv, past, torch.tensor([3, 17]), 0.125)
+    negative = torch.tensor([[-1, 1], [2, 3]])
+    with pytest.raises(RuntimeError, match="block -1 is not in the cache"):
+        paged.decode_attention(module, q, layer_kv, negative, torch.tensor([3, 17]), 0.125)
+    # blocks past a sequence's context are not read, so not checked: padding may be anything
+    padded = torch.tensor([[0, 99], [2, 3]])
+    paged.decode_attention(module, q, layer_kv, padded, torch.tensor([3, 17]), 0.125)
     with pytest.raises(RuntimeError, match="float32"):
         paged.decode_attention(module, q.double(), layer_kv, tables, torch.tensor([3, 3]), 0.125)
 

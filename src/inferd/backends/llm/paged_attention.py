@@ -127,6 +127,17 @@ static void run(const at::Tensor& q, const at::Tensor& kv, const index_t* tables
   });
 }
 
+// every block a sequence reads must lie in the cache (never a read outside it)
+template <typename index_t>
+static void check_blocks(const index_t* tables, int64_t table_stride, const int64_t* context,
+                         int64_t B, int64_t BT, int64_t blocks) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j * BT < context[b]; ++j) {
+      const int64_t block = static_cast<int64_t>(tables[b * table_stride + j]);
+      TORCH_CHECK(block >= 0 && block < blocks, "block ", block, " is not in the cache");
+    }
+}
+
 at::Tensor decode_attention(at::Tensor q, at::Tensor kv, at::Tensor tables, at::Tensor context,
                             double scale) {
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.device().is_cpu(),
@@ -135,7 +146,8 @@ at::Tensor decode_attention(at::Tensor q, at::Tensor kv, at::Tensor tables, at::
               "kv must be a contiguous float32 [2 * kv_heads, blocks, block_tokens, d]");
   TORCH_CHECK(q.stride(2) == 1, "q's last dimension must be contiguous");
   const int64_t B = q.size(0), H = q.size(1), D = q.size(2);
-  TORCH_CHECK(kv.size(3) == D && kv.size(0) % 2 == 0 && H % (kv.size(0) / 2) == 0,
+  TORCH_CHECK(kv.size(3) == D && kv.size(0) >= 2 && kv.size(0) % 2 == 0 &&
+                  H % (kv.size(0) / 2) == 0,
               "q and kv disagree on head_dim or heads");
   TORCH_CHECK(tables.dim() == 2 && tables.size(0) == B && tables.stride(1) == 1,
               "tables must be [B, max_blocks], rows contiguous");
@@ -146,13 +158,17 @@ at::Tensor decode_attention(at::Tensor q, at::Tensor kv, at::Tensor tables, at::
   const int64_t BT = kv.size(2);
   for (int64_t b = 0; b < B; ++b)
     TORCH_CHECK(cp[b] >= 0 && cp[b] <= tables.size(1) * BT, "context beyond the block table");
+  TORCH_CHECK(tables.scalar_type() == at::kInt || tables.scalar_type() == at::kLong,
+              "tables must be int32 or int64");
   at::Tensor out = at::empty({B, H * D}, q.options());
   if (tables.scalar_type() == at::kInt) {
     const int32_t* tp = tables.data_ptr<int32_t>();
+    check_blocks<int32_t>(tp, tables.stride(0), cp, B, BT, kv.size(1));
     run<int32_t>(q, kv, tp, tables.stride(0), cp, scale, out);
   } else {
-    TORCH_CHECK(tables.scalar_type() == at::kLong, "tables must be int32 or int64");
-    run<int64_t>(q, kv, tables.data_ptr<int64_t>(), tables.stride(0), cp, scale, out);
+    const int64_t* tp = tables.data_ptr<int64_t>();
+    check_blocks<int64_t>(tp, tables.stride(0), cp, B, BT, kv.size(1));
+    run<int64_t>(q, kv, tp, tables.stride(0), cp, scale, out);
   }
   return out;
 }
