@@ -71,7 +71,17 @@ def write_tiny_llama(
             if param.dim() == 2:
                 param.normal_(0.0, 0.15)
     model.save_pretrained(folder)
+    warm_paged_attention()
     return folder
+
+
+def warm_paged_attention() -> None:
+    """Build (or load) the llm backend's CPU decode-attention kernel once in this process, so
+    that the servers a test starts next find it in torch's extension cache instead of compiling
+    it within their start-up timeout (a no-op after the first call, or without a compiler)."""
+    from inferd.backends.llm import paged_attention
+
+    paged_attention.load()
 
 
 def load_hf(folder: Path, dtype: str = "float64"):  # type: ignore[no-untyped-def]

@@ -25,6 +25,9 @@ def build_tiny_llm_repo(config: pytest.Config, tmp_path_factory: pytest.TempPath
     cache = store.mkdir("tiny_llm") if store is not None else tmp_path_factory.mktemp("tiny_llm")
     root = cache / "models"
     target = root / MODEL
+    from tests.helpers.tiny_llama import warm_paged_attention
+
+    warm_paged_attention()  # servers started on this repository load the kernel built here
     if tiny_llm_is_built(target):
         return root
     root.mkdir(parents=True, exist_ok=True)
