@@ -10,7 +10,9 @@ token in one; the prefill chunks in batches of similar size, each row masked to 
 sequence's keys), not one call per sequence. The K/V of the new tokens are written into the
 cache first, at the slots the sequence's block table gives
 (``block_table[pos // block_tokens] * block_tokens + pos % block_tokens``); each sequence then
-reads back all of its positions through the same table.
+reads back all of its positions through the same table. On CPU in float32 the decode tokens'
+attention instead runs in a compiled kernel that reads each sequence's blocks where they lie
+(:mod:`inferd.backends.llm.paged_attention`; without it, the gather + SDPA path).
 
 The cache (:class:`KVCache`) is one preallocated tensor per layer holding K and V,
 ``[2 * kv_heads, total_blocks, block_tokens, head_dim]``: one ``index_select`` of whole blocks
