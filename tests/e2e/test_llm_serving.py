@@ -176,14 +176,16 @@ def test_openai_chat_whole_and_streamed(client: Any, http: httpx.Client) -> None
 def test_tritonclient_grpc_stream_with_text_input(
     server: ServerProcess, http: httpx.Client
 ) -> None:
-    expected = _generate(http, PROMPT, 10)
+    # enough tokens that a slow first send (its text then joined with the next tokens') still
+    # leaves more than one response
+    expected = _generate(http, PROMPT, 64)
     inputs = []
     for name, value, dtype in (
         ("text_input", np.array([PROMPT.encode()], dtype=object), "BYTES"),
         ("stream", np.array([True]), "BOOL"),
         (
             "sampling_parameters",
-            np.array([json.dumps({"temperature": 0, "max_tokens": 10}).encode()], dtype=object),
+            np.array([json.dumps({"temperature": 0, "max_tokens": 64}).encode()], dtype=object),
             "BYTES",
         ),
         ("exclude_input_in_output", np.array([True]), "BOOL"),
