@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,7 @@ def test_model_steps_equal_with_and_without_kernel(tmp_path: Path, kv_heads: int
     folder = write_tiny_llama(tmp_path / "m", kv_heads=kv_heads)
     fast = LlamaModel.load(folder)
     slow = LlamaModel.load(folder, paged_attention=False)
-    assert fast.paged_kernel is not None
+    assert fast.paged_kernel is not None  # built in this process already: at once
     assert slow.paged_kernel is None
     caches = [KVCache(m.config, 64, 4, torch.float32, m.device) for m in (fast, slow)]
     rng = random.Random(kv_heads)
@@ -174,6 +175,8 @@ def test_no_compiler_falls_back_to_sdpa(
     with caplog.at_level(logging.WARNING, logger=paged.__name__):
         model = LlamaModel.load(folder)
         again = LlamaModel.load(folder)  # once per process: no second build, no second warning
+        for m in (model, again):  # built in a thread: the loads did not wait for it
+            assert m.wait_for_kernel(120) is None
     assert model.paged_kernel is None
     assert again.paged_kernel is None
     warnings = [r for r in caplog.records if r.name == paged.__name__]
@@ -199,7 +202,7 @@ def test_environment_turns_the_kernel_off(
     monkeypatch.setenv(paged.ENV, "0")
     with caplog.at_level(logging.WARNING, logger=paged.__name__):
         model = LlamaModel.load(write_tiny_llama(tmp_path / "m"))
-    assert model.paged_kernel is None
+        assert model.wait_for_kernel(120) is None
     assert paged.load_error() == f"{paged.ENV} turns it off"
     assert not [r for r in caplog.records if r.name == paged.__name__]
 
@@ -208,3 +211,30 @@ def test_other_dtypes_keep_the_sdpa_path(tmp_path: Path) -> None:
     folder = write_tiny_llama(tmp_path / "m")
     for dtype in (torch.float64, torch.bfloat16):
         assert LlamaModel.load(folder, dtype=dtype).paged_kernel is None
+
+
+def test_a_model_load_does_not_wait_for_the_kernels_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that has not built the kernel yet: the load returns with the gather + SDPA
+    path while a thread builds it (here held until the test lets it go), then the model
+    switches to it; steps before and after agree."""
+    module = _kernel()
+    gate = threading.Event()
+
+    def slow_load() -> object:
+        gate.wait(60)
+        return module
+
+    folder = write_tiny_llama(tmp_path / "m")  # (before the patch: it warms the kernel)
+    monkeypatch.setattr(paged, "_state", {})
+    monkeypatch.setattr(paged, "load", slow_load)
+    model = LlamaModel.load(folder)
+    assert model.paged_kernel is None  # loaded without waiting for the build
+    cache = KVCache(model.config, 16, 4, torch.float32, model.device)
+    model.step([StepSequence([4, 8, 15, 16, 23], 0, [3, 9])], cache)
+    before = model.step([StepSequence([42], 5, [3, 9])], cache)
+    gate.set()
+    assert model.wait_for_kernel(60) is module
+    after = model.step([StepSequence([42], 5, [3, 9])], cache)  # the same position again
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)

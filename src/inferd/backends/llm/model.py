@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,14 +278,27 @@ class LlamaModel:
         exponent = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float() / config.head_dim
         self._inv_freq = (1.0 / (config.rope_theta**exponent)).to(self.device)
         assert self._inv_freq.shape[0] == half
-        # the compiled decode-attention kernel (CPU, float32), built or loaded here, once per
-        # process: None keeps the gather + SDPA path (other devices and dtypes, no compiler,
-        # a failed build, INFERD_LLM_PAGED_ATTENTION=0, paged_attention=False)
+        # the compiled decode-attention kernel (CPU, float32), built or loaded once per process
+        # in a thread of its own (the load does not wait for a build): None keeps the gather +
+        # SDPA path until it is there, or for good (other devices and dtypes, no compiler, a
+        # failed build, INFERD_LLM_PAGED_ATTENTION=0, paged_attention=False); a step reads it
+        # once per attention group, so the switch needs no lock
         self.paged_kernel: Any | None = None
+        self._kernel_build: threading.Thread | None = None
         if paged_attention and self.device.type == "cpu" and dtype == torch.float32:
             from inferd.backends.llm import paged_attention as paged
 
-            self.paged_kernel = paged.load()
+            self._kernel_build = paged.load_soon(self._use_kernel)
+
+    def _use_kernel(self, module: Any) -> None:
+        self.paged_kernel = module
+
+    def wait_for_kernel(self, timeout_s: float | None = None) -> Any | None:
+        """The compiled decode-attention kernel once its build (started at load) has ended, or
+        ``timeout_s`` ran out; None: the gather + SDPA path."""
+        if self._kernel_build is not None:
+            self._kernel_build.join(timeout_s)
+        return self.paged_kernel
 
     @classmethod
     def load(

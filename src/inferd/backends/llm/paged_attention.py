@@ -26,11 +26,12 @@ import platform
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["ENV", "decode_attention", "enabled_by_env", "load", "load_error"]
+__all__ = ["ENV", "decode_attention", "enabled_by_env", "load", "load_error", "load_soon"]
 
 _log = logging.getLogger(__name__)
 
@@ -238,6 +239,27 @@ def load() -> Any | None:
             return None
         _state.update(module=module, error=None, seconds=time.perf_counter() - began)
         return module
+
+
+def load_soon(ready: Callable[[Any], None]) -> threading.Thread | None:
+    """Hand ``ready`` the extension without making a model's load wait for its build: when this
+    process has it already (or knows it cannot have it), ``ready`` is called now (with the
+    extension; not at all without one) and None is returned; else a thread builds it (tens of
+    seconds the first time on a machine) or loads it from torch's cache, calls ``ready`` once
+    it is there, and is returned. The model serves on the gather + SDPA path meanwhile."""
+    if "module" in _state:
+        if _state["module"] is not None:
+            ready(_state["module"])
+        return None
+
+    def build() -> None:
+        module = load()
+        if module is not None:
+            ready(module)
+
+    thread = threading.Thread(target=build, name="inferd-paged-attention-build", daemon=True)
+    thread.start()
+    return thread
 
 
 def _give_up(reason: str, began: float) -> None:
