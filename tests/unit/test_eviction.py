@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -751,16 +752,22 @@ def _simulate(
     return hits / (requests - requests // 4)
 
 
-def test_cost_holds_more_of_the_traffic_than_lru_when_sizes_differ() -> None:
+def _mixed_catalogue() -> tuple[Any, list[int], list[float], int]:
     """150 small models and 5 a hundred times larger, popularity ranks shuffled, Zipf(1.1), a
-    budget of a fifth of their bytes: LRU lands on Che's approximation, ``cost`` well above it
-    and within the size-aware ceiling (``inferd plan --models --eviction``)."""
+    budget of a fifth of their bytes: popularity, sizes, load times and the budget."""
     rng = np.random.default_rng(5)
     mib = 1 << 20
     sizes = [int(x) for x in rng.integers(1 * mib, 4 * mib, 150)] + [300 * mib] * 5
     reload_s = [0.05] * 150 + [2.0] * 5
     p = zipf_popularity(len(sizes), 1.1)[np.argsort(rng.permutation(len(sizes)))]
-    capacity = sum(sizes) // 5
+    return p, sizes, reload_s, sum(sizes) // 5
+
+
+def test_cost_holds_more_of_the_traffic_than_lru_when_sizes_differ() -> None:
+    """150 small models and 5 a hundred times larger, popularity ranks shuffled, Zipf(1.1), a
+    budget of a fifth of their bytes: LRU lands on Che's approximation, ``cost`` well above it
+    and within the size-aware ceiling (``inferd plan --models --eviction``)."""
+    p, sizes, reload_s, capacity = _mixed_catalogue()
     che = che_hit_ratio(p, np.array(sizes, float), capacity).hit_ratio
     ceiling = size_aware_hit_ratio(p, np.array(sizes, float), capacity).hit_ratio
     lru = _simulate("lru", p, sizes, reload_s, capacity)
@@ -778,12 +785,7 @@ def test_the_cost_residency_costs_little_hit_ratio_on_a_mixed_catalogue() -> Non
     300 MiB of a 374 MiB budget from the small models: 0.675 against 0.791 with no residency;
     with the first condition alone 0.779 (one asked for every 4.6 s was still held); now
     0.791."""
-    rng = np.random.default_rng(5)
-    mib = 1 << 20
-    sizes = [int(x) for x in rng.integers(1 * mib, 4 * mib, 150)] + [300 * mib] * 5
-    reload_s = [0.05] * 150 + [2.0] * 5
-    p = zipf_popularity(len(sizes), 1.1)[np.argsort(rng.permutation(len(sizes)))]
-    capacity = sum(sizes) // 5
+    p, sizes, reload_s, capacity = _mixed_catalogue()
     free = _simulate("cost", p, sizes, reload_s, capacity, rate=25.0)
     held = _simulate("cost", p, sizes, reload_s, capacity, residency=10.0, rate=25.0)
     assert held >= free - 0.005
