@@ -543,8 +543,8 @@ class OnDemandLoader:
         try:
             async with self._measuring:  # the growth of loads under way until now is theirs
                 self._shares.observe(await asyncio.to_thread(self._measure))
-                # what the allocator kept before the unload (mostly the loads' transients) is
-                # handed back first, so that the drop measured below is the victim's alone
+                # what the allocator kept (mostly loads' transients) goes back first: the drop
+                # measured below is then the victim's alone
                 await asyncio.to_thread(self._release)
                 before = await asyncio.to_thread(self._measure)
                 self._shares.observe(before)
@@ -556,9 +556,7 @@ class OnDemandLoader:
         finally:
             self._evicting.discard(victim)
         _log.info("model '%s' %s (%d bytes freed)", victim, reason, before - after)
-        # its size from now on: what its unloads give back (the first model of a runtime
-        # measured the runtime's libraries at its load, which stay loaded: counted as what the
-        # process holds beyond its models, not twice)
+        # its size from now on: what its unloads give back (a runtime's libraries stay loaded)
         model.freed = [*model.freed, max(0, before - after)][-SIZE_SAMPLES:]
         model.size_bytes = model_size(model)
         model.evicted_at, model.evicted_reason = when, reason

@@ -278,11 +278,9 @@ class LlamaModel:
         exponent = torch.arange(0, config.head_dim, 2, dtype=torch.int64).float() / config.head_dim
         self._inv_freq = (1.0 / (config.rope_theta**exponent)).to(self.device)
         assert self._inv_freq.shape[0] == half
-        # the compiled decode-attention kernel (CPU, float32), built or loaded once per process
-        # in a thread of its own (the load does not wait for a build): None keeps the gather +
-        # SDPA path until it is there, or for good (other devices and dtypes, no compiler, a
-        # failed build, INFERD_LLM_PAGED_ATTENTION=0, paged_attention=False); a step reads it
-        # once per attention group, so the switch needs no lock
+        # the decode-attention kernel (CPU, float32), built in a thread (loads do not wait):
+        # None is the gather + SDPA path, until it is there or for good; steps read it once
+        # per attention group, so the switch needs no lock
         self.paged_kernel: Any | None = None
         self._kernel_build: threading.Thread | None = None
         if paged_attention and self.device.type == "cpu" and dtype == torch.float32:
