@@ -553,6 +553,12 @@ def main() -> None:
         )
     )
     print(f"all loaded, no budget: p99 {ref_p99 * 1e3:.1f} ms ({len(ref.failures)} failed)")
+    beyond = [(r - held - baseline) / mib for r, held in ref.accounted if held >= 0]
+    if beyond:
+        print(
+            "  its resident set beyond its baseline and models under the traffic: median "
+            f"{np.median(beyond):.0f}, min {min(beyond):.0f}, max {max(beyond):.0f} MiB"
+        )
     for policy in policies:
         mine = [r for r in results if r.policy == policy]
         print(f"\n--model-eviction {policy} ({len(mine)} runs; goal: measured, each run)")

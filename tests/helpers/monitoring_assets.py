@@ -91,6 +91,7 @@ ON_DEMAND_FAMILIES = (
     "inferd_model_loads",
     "inferd_model_evictions",
     "inferd_model_eviction_thrash",
+    "inferd_model_eviction_deferrals",
     "inferd_model_resident_bytes",
     "inferd_model_memory_budget_bytes",
     "inferd_model_memory_baseline_bytes",

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from inferd.errors import UnavailableError
 from inferd.repository.eviction import (
+    DEFER_RATIO,
     HOLD_MIN_REQUESTS,
     EvictionConfig,
     Resident,
+    cheaper_when_idle,
     choose_victims,
     decayed_heat,
     keep_value,
@@ -973,3 +975,72 @@ async def test_a_model_just_loaded_is_not_evicted_before_its_waiters_reach_it() 
     assert [r.in_flight for r in loader.residents()] == [1]  # its waiter, not yet served
     await waiter
     assert [r.in_flight for r in loader.residents()] == [0]
+
+
+def _large_busy_and_small_hot(large_heat: float) -> list[Resident]:
+    """A large model serving a request and ten small ones asked for often, all idle but it."""
+    large = Resident("large", 300, 99, 0, in_flight=1, heat=large_heat, reload_s=1.0)
+    small = [Resident(f"s{k}", 30, 99, 0, heat=20, reload_s=0.1) for k in range(10)]
+    return [large, *small]
+
+
+def test_cost_waits_for_a_busy_large_model_rather_than_flush_hot_small_ones() -> None:
+    cfg = EvictionConfig(0, "cost")
+    resident = _large_busy_and_small_hot(large_heat=1)
+    now = choose_victims(resident, 300, 700, 100, cfg)
+    assert now.fits
+    assert len(now.victims) == 7
+    assert cheaper_when_idle(resident, 300, 700, 100, cfg, now) == ["large"]
+    # a hot large model is not worth the wait: its reloads would cost as much
+    hot = _large_busy_and_small_hot(large_heat=20 * 7 * 0.1 / DEFER_RATIO)
+    assert cheaper_when_idle(hot, 300, 700, 100, cfg, choose_victims(hot, 300, 700, 100, cfg)) == []
+    # nothing to wait for: it fits, it cannot fit, no model is busy, or the policy is lru
+    assert (
+        cheaper_when_idle(resident, 0, 700, 100, cfg, choose_victims(resident, 0, 700, 100, cfg))
+        == []
+    )
+    idle = [replace(r, in_flight=0) for r in resident]
+    assert (
+        cheaper_when_idle(idle, 300, 700, 100, cfg, choose_victims(idle, 300, 700, 100, cfg)) == []
+    )
+    pinned = [replace(resident[0], pinned=True), *resident[1:]]
+    assert cheaper_when_idle(pinned, 300, 700, 100, cfg, now) == []
+    lru = EvictionConfig(0, "lru")
+    assert (
+        cheaper_when_idle(
+            resident, 300, 700, 100, lru, choose_victims(resident, 300, 700, 100, lru)
+        )
+        == []
+    )
+
+
+async def test_a_large_load_waits_briefly_for_a_busy_large_model_to_leave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sizes = {"large": 300, "large2": 300} | {f"s{k}": 30 for k in range(10)}
+    host = _Host(sizes)
+    loader = host.loader(1000 + 700, min_residency_s=0.0, eviction="cost")
+    await loader.start()
+    for name in sorted(sizes):
+        if name != "large2":
+            await loader.ensure(name)
+    for _ in range(20):
+        for k in range(10):
+            loader.touch(f"s{k}")
+    host.loaded["large"] = 1  # serving a request
+    load = asyncio.create_task(loader.ensure("large2"))
+    await asyncio.sleep(0.2)
+    assert not load.done()
+    assert host.unloaded == []
+    assert loader.statistics().deferrals == 1
+    host.loaded["large"] = 0
+    await load
+    assert [name for name, _ in host.unloaded] == ["large"]
+
+    # the wait is bounded: a large model that stays busy lets the small ones leave after all
+    monkeypatch.setattr("inferd.repository.on_demand.DEFER_MAX_S", 0.05)
+    host.loaded["large2"] = 1
+    await loader.ensure("large")
+    assert len(host.unloaded) == 1 + 7
+    assert "large2" in host.loaded
+    assert loader.statistics().deferrals == 2

@@ -30,8 +30,9 @@ class _Peak:
         self.resets += 1
         return True
 
-    def above_now(self) -> int | None:
-        return self.host.transient.get(self.host.last_loaded, 0)
+    def rise(self) -> int | None:
+        last = self.host.last_loaded
+        return self.host.transient.get(last, 0) + self.host.last_grown
 
 
 class _Host:
@@ -50,6 +51,7 @@ class _Host:
         self.rss = 1000
         self.max_rss = 1000
         self.last_loaded = ""
+        self.last_grown = 0
         self.gate = asyncio.Event()
         self.gate.set()
         self.clock = FakeClock()
@@ -62,7 +64,7 @@ class _Host:
         self.rss += grown
         self.held[name] = self.own.get(name, grown)
         self.loaded[name] = 0
-        self.last_loaded = name
+        self.last_loaded, self.last_grown = name, grown
         return "onnxruntime"
 
     async def unload(self, name: str, reason: str) -> None:
@@ -409,13 +411,26 @@ def test_the_peak_meter_sees_memory_held_and_given_back_since_its_reset() -> Non
         pytest.skip("/proc/self/clear_refs cannot be written here")
     block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
     del block
-    above = meter.above_now()
-    assert above is not None
-    assert above >= 48 << 20
+    rise = meter.rise()
+    assert rise is not None
+    assert rise >= 48 << 20
     assert meter.reset()
-    after = meter.above_now()
+    after = meter.rise()
     assert after is not None
     assert after < 16 << 20
+
+
+def test_the_peak_meter_does_not_count_memory_freed_since_its_reset() -> None:
+    """Memory freed after the reset (a model torn down late) lowers the resident set, not the
+    peak: it is not read as a rise."""
+    held = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched, then freed after the reset
+    meter = PeakMeter()
+    if not meter.reset():
+        pytest.skip("/proc/self/clear_refs cannot be written here")
+    del held
+    rise = meter.rise()
+    assert rise is not None
+    assert rise < 16 << 20
 
 
 def test_status_fields_are_read_in_bytes_of_kib_and_a_missing_one_is_an_error() -> None:
@@ -436,3 +451,70 @@ def test_what_a_loads_trim_gives_back_is_charged_to_that_load_alone() -> None:
     shares.charge("a", 1450)  # a's trim gave back 50
     assert shares.end("a", 1450) == 150
     assert shares.end("b", 1450) == 300
+
+
+async def test_memory_an_eviction_frees_during_a_load_is_not_its_transient_peak() -> None:
+    """While ``a`` loads alone, the watch unloads ``big``: the meter's peak now stands 250
+    above the end, all of it ``big``'s. ``a``'s next load reserves its size (100), not 350,
+    and no other model's estimate learns a ratio of 2.5 from it."""
+    host = _Host({"a": 100, "big": 250, "c": 100})
+    loader = host.loader(1000 + 1000, peak=True)
+    await loader.start()
+    await loader.ensure("big")
+    host.gate.clear()
+    waiter = asyncio.create_task(loader.ensure("a"))
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+    await loader.evict_all(["big"], "")
+    host.transient["a"] = 250  # what the meter reads at a's end
+    host.gate.set()
+    await waiter
+    del host.transient["a"]  # its later loads rise nothing above their end
+    await host.unload("a", "test")
+    for name in ("a", "c"):
+        host.gate.clear()
+        waiter = asyncio.create_task(loader.ensure(name))
+        for _ in range(100):
+            await asyncio.sleep(0.001)
+        assert loader.statistics().loading_bytes == 100, name
+        host.gate.set()
+        await waiter
+
+
+async def test_a_model_never_measured_reserves_its_runtime_s_median_transient() -> None:
+    """Three loads alone rose 10, 10 and 300 above their end: a model of the same runtime whose
+    own peak is unknown reserves the median ratio (0.1 x 100), not the largest (3 x 100)."""
+    host = _Host({"a": 100, "b": 100, "c": 100, "d": 100})
+    host.transient.update({"a": 10, "b": 10, "c": 300})
+    loader = host.loader(1000 + 5000, peak=True)
+    await loader.start()
+    for name in ("a", "b", "c"):
+        await loader.ensure(name)
+    host.gate.clear()
+    waiter = asyncio.create_task(loader.ensure("d"))
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+    assert loader.statistics().loading_bytes == 100 + 10
+    host.gate.set()
+    await waiter
+
+
+async def test_an_unload_drop_far_beyond_the_model_is_not_taken_as_its_size() -> None:
+    """``a`` (10 bytes) is evicted while 150 bytes that were not its own are given back in the
+    same moment: its size stays 10 (taking the drop, each of its loads would reserve 160). A
+    drop within reach of what its loads grew is taken."""
+    host = _Host({"a": 10, "b": 100})
+    loader = host.loader(1000 + 105)
+    await loader.start()
+    await loader.ensure("a")
+    host.clock.advance(10**9)
+    host.residue = -150  # the unload's window also sees 150 bytes freed elsewhere
+    await loader.ensure("b")
+    assert host.unloaded == ["a"]
+    assert dict(loader.details("a", False))["memory_bytes"] == "10"
+    host.residue = -20  # 30 freed: within reach of its growth, taken
+    host.rss += 150  # (what was freed elsewhere came back)
+    host.clock.advance(10**9)
+    await loader.ensure("a")
+    assert host.unloaded == ["a", "b"]
+    assert dict(loader.details("b", False))["memory_bytes"] == "120"

@@ -47,6 +47,12 @@ class OnDemandCollector(Collector):
             "than --model-min-residency-secs ago (two busy models not fitting together)",
             value=stats.thrash_refusals,
         )
+        yield CounterMetricFamily(
+            "inferd_model_eviction_deferrals",
+            "Loads that waited for a busy model to finish serving because unloading it then "
+            "would cost fewer reloads than the idle models that could leave at once",
+            value=stats.deferrals,
+        )
         resident = GaugeMetricFamily(
             "inferd_model_resident_bytes",
             "Memory a loaded model holds: its largest measured resident-set growth at a load, "

@@ -17,25 +17,33 @@ The rules:
   are spared;
 - if even every allowed victim would not make room, none is chosen (nothing is unloaded for a
   load that cannot happen now); the memory watch asks for them all the same (``partial``):
-  over the budget with no load waiting, each unload brings the process closer to it.
+  over the budget with no load waiting, each unload brings the process closer to it;
+- with ``cost``, when a model serving a request now would make room for far fewer expected
+  reloads than the idle victims would (a large model that is rarely asked for, busy with one
+  request, against many small models asked for often), :func:`cheaper_when_idle` names it:
+  the loader waits a little for it to go idle rather than flush the busy small ones.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = [
+    "DEFER_MAX_S",
+    "DEFER_RATIO",
     "HOLD_MIN_REQUESTS",
     "HOLD_ONLY_WHEN_NEEDED",
     "POLICIES",
     "Choice",
     "EvictionConfig",
     "Resident",
+    "cheaper_when_idle",
     "choose_victims",
     "decayed_heat",
     "keep_value",
+    "reload_cost",
     "request_rate",
 ]
 
@@ -50,6 +58,11 @@ HOLD_MIN_REQUESTS = 2.0
 #: ``cost`` holds such a model only against a load that cannot fit without it (False: against
 #: every load, the other idle models leaving in its place; ``bench/residency_sim.py`` compares)
 HOLD_ONLY_WHEN_NEEDED = True
+#: ``cost`` waits for a busy model (rather than unload idle ones now) only if the idle victims
+#: would cost at least this many times the expected reloads of the choice once it is idle
+DEFER_RATIO = 4.0
+#: and at most this long (and no longer than the waiting load itself is expected to take)
+DEFER_MAX_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +172,46 @@ def choose_victims(
     if freed + sum(r.size_bytes for r in young) >= excess:
         held = sorted(r.name for r in young)
     return Choice(victims if partial else [], fits=False, held_by_residency=held)
+
+
+def reload_cost(
+    resident: Sequence[Resident], names: Sequence[str], now: float, cfg: EvictionConfig
+) -> float:
+    """The reloads a second that unloading ``names`` is expected to cost, in seconds of load:
+    each one's recent request rate times its load time (its keep value times its size)."""
+    chosen = set(names)
+    return sum(keep_value(r, now, cfg) * max(r.size_bytes, 1) for r in resident if r.name in chosen)
+
+
+def cheaper_when_idle(
+    resident: Sequence[Resident],
+    need_bytes: int,
+    budget: int,
+    now: float,
+    cfg: EvictionConfig,
+    choice: Choice,
+) -> list[str]:
+    """With ``cost``: the busy models (requests in flight, not pinned) whose unloading, once
+    they are idle, would make room for ``need_bytes`` at less than 1 / :data:`DEFER_RATIO` of
+    the expected reloads of ``choice``'s victims; empty when waiting for them is not worth it.
+
+    A load of a large model that fits only by unloading dozens of small, often requested
+    models, while a large model asked for once in a while is serving its one request, would
+    flush what the next seconds' requests need; the loader waits briefly for the large one."""
+    if cfg.policy != "cost" or not choice.fits or not choice.victims:
+        return []
+    busy = {r.name for r in resident if r.in_flight and not r.pinned}
+    if not busy:
+        return []
+    idle = [replace(r, in_flight=0) if r.name in busy else r for r in resident]
+    soon = choose_victims(idle, need_bytes, budget, now, cfg)
+    waited_for = sorted(busy.intersection(soon.victims))
+    if not soon.fits or not waited_for:
+        return []
+    later = reload_cost(idle, soon.victims, now, cfg)
+    if later * DEFER_RATIO >= reload_cost(resident, choice.victims, now, cfg):
+        return []
+    return waited_for
 
 
 def _protected(r: Resident, now: float, cfg: EvictionConfig) -> bool:

@@ -281,28 +281,38 @@ class GrowthShares:
 
 
 class PeakMeter:
-    """The process's peak resident set since :meth:`reset`, above its resident set now (the
-    memory a load held for a while and gave back before it ended). Linux only: elsewhere, or
-    where ``/proc/self/clear_refs`` cannot be written, :meth:`reset` says False and
-    :meth:`above_now` None."""
+    """How far the process's resident set rose, at its peak since :meth:`reset`, above what it
+    was at the reset (a load's size plus what it held for a while and gave back). Memory
+    others free meanwhile (a model unloaded a moment before, torn down late) lowers the
+    resident set, not the peak, so it is not mistaken for the load's. Linux only: elsewhere,
+    or where ``/proc/self/clear_refs`` cannot be written, :meth:`reset` says False and
+    :meth:`rise` None."""
 
     def __init__(self, proc_self: Path = Path("/proc/self")) -> None:
         self._status = proc_self / "status"
         self._clear = proc_self / "clear_refs"
+        self._start: int | None = None  # KiB, the resident set at the last reset
 
     def reset(self) -> bool:
         try:
             self._clear.write_text("5")  # 5: reset the peak resident set to the current one
-        except OSError:
+            self._start = self._read()["VmRSS"]
+        except (OSError, ValueError):
+            self._start = None
             return False
         return True
 
-    def above_now(self) -> int | None:
+    def rise(self) -> int | None:
+        if self._start is None:
+            return None
         try:
-            fields = parse_status_kib(self._status.read_text(), ("VmHWM", "VmRSS"))
+            peak = self._read()["VmHWM"]
         except (OSError, ValueError):
             return None
-        return max(0, fields["VmHWM"] - fields["VmRSS"]) * 1024
+        return max(0, peak - self._start) * 1024
+
+    def _read(self) -> dict[str, int]:
+        return parse_status_kib(self._status.read_text(), ("VmHWM", "VmRSS"))
 
 
 def parse_status_kib(status: str, keys: tuple[str, ...]) -> dict[str, int]:

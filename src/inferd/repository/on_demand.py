@@ -40,15 +40,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import statistics
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from inferd.core.clock import Clock, SystemClock
 from inferd.core.statistics import Histogram
 from inferd.errors import InferdError, UnavailableError
 from inferd.repository.eviction import (
+    DEFER_MAX_S,
     Choice,
     EvictionConfig,
     Resident,
+    cheaper_when_idle,
     choose_victims,
     decayed_heat,
 )
@@ -60,6 +63,7 @@ from inferd.repository.memory import (
 )
 from inferd.repository.on_demand_state import (
     LOAD_SECONDS_BUCKETS,
+    RATIO_SAMPLES,
     SIZE_SAMPLES,
     Counters,
     ModelRecord,
@@ -68,6 +72,7 @@ from inferd.repository.on_demand_state import (
     first_estimate,
     index_details,
     model_size,
+    plausible_free,
     transient_estimate,
 )
 from inferd.repository.on_demand_watch import watch_memory
@@ -111,9 +116,9 @@ class OnDemandLoader:
         # a load's transient peak, read where this process's own resident set is measured
         self._peak = peak if peak is not None or measure is not process_tree_rss else PeakMeter()
         self._alone: dict[str, bool] = {}  # loads running: whether no other load overlapped
-        # per runtime, the largest transient / size measured: the estimate of a model whose
-        # own transient is unknown (its loads overlapped others)
-        self._transient_ratio: dict[str, float] = {}
+        # per runtime, the last transient / size ratios measured: their median estimates a
+        # model whose own transient is unknown (its loads overlapped others)
+        self._transient_ratios: dict[str, list[float]] = {}
         self._clock = clock if clock is not None else SystemClock()
         self._models: dict[str, ModelRecord] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -154,6 +159,7 @@ class OnDemandLoader:
         return self._over(room, unaccounted), unaccounted
 
     async def give_back(self) -> None:
+        self._spoil_peaks()  # what the trim gives back would read as a load's transient
         async with self._measuring:  # what the trim gives back is no load's
             self._shares.observe(await asyncio.to_thread(self._measure))
             await asyncio.to_thread(self._release)
@@ -344,7 +350,7 @@ class OnDemandLoader:
         counters.peak_parallel_loads = max(counters.peak_parallel_loads, self._active)
         _log.info("model '%s' loading on demand (%d loads under way)", name, self._active)
         started = self._now()
-        above: int | None = None
+        rise: int | None = None
         try:
             runtime = await self._load(name)
         except Exception as exc:
@@ -360,7 +366,7 @@ class OnDemandLoader:
                 await asyncio.to_thread(self._release)
                 self._shares.charge(name, await asyncio.to_thread(self._measure))
             if self._alone.pop(name, False) and self._peak is not None:
-                above = self._peak.above_now()
+                rise = self._peak.rise()
             self._active -= 1
             async with self._measuring:
                 grown = self._shares.end(name, await asyncio.to_thread(self._measure))
@@ -372,10 +378,12 @@ class OnDemandLoader:
         model.measured = [*model.measured, grown][-SIZE_SAMPLES:]
         model.size_bytes = model_size(model)
         model.runtime = runtime
+        above = None if rise is None else max(0, rise - model.size_bytes)
         if above is not None:
             model.transient_bytes = above
             ratio = above / max(1, model.size_bytes)
-            self._transient_ratio[runtime] = max(self._transient_ratio.get(runtime, 0.0), ratio)
+            ratios = self._transient_ratios.setdefault(runtime, [])
+            ratios[:] = [*ratios, ratio][-RATIO_SAMPLES:]
         model.loads += 1
         counters.loads[reason] = counters.loads.get(reason, 0) + 1
         histogram = counters.load_seconds.get(runtime)
@@ -408,7 +416,8 @@ class OnDemandLoader:
         """After a load that measured more than its estimate: unload idle models until the
         others fit in ``room`` again (or say why they cannot yet)."""
         over = await self._unaccounted()
-        choice = self._choose(name, 0, room - self._reserved_by_others(name) - over)
+        free = room - self._reserved_by_others(name) - over
+        choice = self._choose(self.residents(exclude=name), 0, free)
         if not choice.fits:
             _log.warning(
                 "model '%s' measured more than its estimate: resident models exceed the memory "
@@ -423,7 +432,10 @@ class OnDemandLoader:
         size alone when the peak cannot fit now), then reserve that; wait while it cannot."""
         loop = asyncio.get_running_loop()
         fallback = loop.time() + self.settings.wait_s
-        counted = False
+        # how long it may wait for a busy model that would be a cheaper victim once idle
+        expected = self._models[name].reload_s or DEFER_MAX_S
+        defer_until = loop.time() + min(DEFER_MAX_S, expected)
+        counted = deferred = False
         try:
             while True:
                 # the resident set as measured, not only as accounted: memory that unloads
@@ -431,9 +443,30 @@ class OnDemandLoader:
                 # count too; measured again after each unload, until the load fits
                 over = await self._unaccounted()
                 free = room - self._reserved_by_others(name) - over
-                choice, reserve = self._choose(name, need, free), need
+                residents = self.residents(exclude=name)
+                choice, reserve = self._choose(residents, need, free), need
                 if not choice.fits and size < need:
-                    choice, reserve = self._choose(name, size, free), size
+                    choice, reserve = self._choose(residents, size, free), size
+                if choice.fits and loop.time() < defer_until:
+                    busy = cheaper_when_idle(
+                        residents, reserve, free, self._now(), self._cfg, choice
+                    )
+                    if busy:
+                        if not deferred:
+                            deferred = True
+                            self._counters.deferrals += 1
+                            _log.info(
+                                "model '%s' waits up to %.2f s for %s to finish serving: "
+                                "unloading it then costs fewer reloads than the %d idle "
+                                "models that would leave now",
+                                name,
+                                defer_until - loop.time(),
+                                ", ".join(repr(n) for n in busy),
+                                len(choice.victims),
+                            )
+                        self._reserved.pop(name, None)
+                        await asyncio.sleep(_ROOM_RETRY_S)
+                        continue
                 if choice.fits:
                     # reserved before any await: no other load can count on these bytes
                     self._reserved[name] = reserve
@@ -470,7 +503,8 @@ class OnDemandLoader:
             self._no_room.pop(name, None)
 
     def _transient(self, model: ModelRecord, size: int) -> int:
-        return transient_estimate(model, size, self._transient_ratio)
+        ratios = {k: statistics.median(v) for k, v in self._transient_ratios.items()}
+        return transient_estimate(model, size, ratios)
 
     def _reserved_by_others(self, name: str) -> int:
         """What the other loads under way hold or will: each its reservation, or what it has
@@ -499,9 +533,15 @@ class OnDemandLoader:
             return
         if not self._alone:
             self._peak.reset()
+        alone = not self._alone
+        self._spoil_peaks()
+        self._alone[name] = alone
+
+    def _spoil_peaks(self) -> None:
+        """The peaks of the loads under way are not theirs alone: another load began, or an
+        unload or a trim gave memory back meanwhile (the peak above the end would count it)."""
         for other in self._alone:
             self._alone[other] = False
-        self._alone[name] = not self._alone
 
     def residents(self, exclude: str = "") -> list[Resident]:
         """The loaded models the policy may weigh; a model being loaded is left out (its
@@ -526,8 +566,8 @@ class OnDemandLoader:
             )
         return out
 
-    def _choose(self, name: str, need: int, room: int) -> Choice:
-        return choose_victims(self.residents(exclude=name), need, room, self._now(), self._cfg)
+    def _choose(self, residents: list[Resident], need: int, room: int) -> Choice:
+        return choose_victims(residents, need, room, self._now(), self._cfg)
 
     async def _evict(self, victim: str, for_name: str) -> None:
         when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -540,24 +580,27 @@ class OnDemandLoader:
         reason = f"evicted at {when} {why} ({rule}, idle); loads again on its next request"
         model = self._models.setdefault(victim, ModelRecord())
         self._evicting.add(victim)
+        self._spoil_peaks()  # the bytes it frees would read as a load's transient peak
         try:
-            async with self._measuring:  # the growth of loads under way until now is theirs
+            # one unload at a time, and no load's trim in between: the drop is the victim's
+            async with self._measuring:
                 self._shares.observe(await asyncio.to_thread(self._measure))
                 # what the allocator kept (mostly loads' transients) goes back first: the drop
                 # measured below is then the victim's alone
                 await asyncio.to_thread(self._release)
                 before = await asyncio.to_thread(self._measure)
                 self._shares.observe(before)
-            await self._unload(victim, reason)
-            await asyncio.to_thread(self._release)
-            async with self._measuring:  # what the unload freed is no load's
+                await self._unload(victim, reason)
+                await asyncio.to_thread(self._release)
                 after = await asyncio.to_thread(self._measure)
-                self._shares.rebase(after)
+                self._shares.rebase(after)  # what the unload freed is no load's
         finally:
             self._evicting.discard(victim)
-        _log.info("model '%s' %s (%d bytes freed)", victim, reason, before - after)
+        freed = before - after
+        _log.info("model '%s' %s (%d bytes freed)", victim, reason, freed)
         # its size from now on: what its unloads give back (a runtime's libraries stay loaded)
-        model.freed = [*model.freed, max(0, before - after)][-SIZE_SAMPLES:]
+        if plausible_free(model, freed):
+            model.freed = [*model.freed, max(0, freed)][-SIZE_SAMPLES:]
         model.size_bytes = model_size(model)
         model.evicted_at, model.evicted_reason = when, reason
         model.evicted_s = self._now()
@@ -582,6 +625,7 @@ class OnDemandLoader:
             loads=dict(c.loads),
             evictions=c.evictions,
             thrash_refusals=c.thrash_refusals,
+            deferrals=c.deferrals,
             load_seconds={k: h.copy() for k, h in c.load_seconds.items()},
             loading_bytes=sum(self._reserved.values()),
             peak_parallel_loads=c.peak_parallel_loads,

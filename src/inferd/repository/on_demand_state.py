@@ -12,6 +12,7 @@ from inferd.core.statistics import Histogram
 
 __all__ = [
     "LOAD_SECONDS_BUCKETS",
+    "RATIO_SAMPLES",
     "SIZE_SAMPLES",
     "Counters",
     "ModelRecord",
@@ -19,11 +20,19 @@ __all__ = [
     "OnDemandStats",
     "first_estimate",
     "index_details",
+    "model_size",
+    "plausible_free",
     "transient_estimate",
 ]
 
 LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growths
+#: a model whose transient is unknown: its runtime's median transient / size over this many
+#: recent loads that ran alone (one outlier, a load that overlapped a request's buffers, does
+#: not set every later estimate)
+RATIO_SAMPLES = 15
+#: an unload's drop above this many times the model's load growth or files is not its own
+FREED_PLAUSIBLE = 4
 _SIMILAR = math.log(1.25)  # files' sizes this close: a model never loaded is sized like the other
 
 
@@ -74,6 +83,7 @@ class OnDemandStats:
     evictions: int
     thrash_refusals: int
     load_seconds: dict[str, Histogram]  # by runtime
+    deferrals: int = 0  # loads that waited for a busy model to become the cheaper victim
     loading_bytes: int = 0  # reserved by loads under way
     peak_parallel_loads: int = 0  # the most loads that ran at the same time
 
@@ -83,6 +93,7 @@ class Counters:
     loads: dict[str, int] = field(default_factory=dict)
     evictions: int = 0
     thrash_refusals: int = 0
+    deferrals: int = 0
     load_seconds: dict[str, Histogram] = field(default_factory=dict)
     peak_parallel_loads: int = 0
 
@@ -103,8 +114,8 @@ def first_estimate(records: Iterable[ModelRecord], on_disk: int) -> int:
 
 def transient_estimate(model: ModelRecord, size: int, ratios: Mapping[str, float]) -> int:
     """How far a load of ``model`` may rise above its size: as measured at its last load
-    that ran alone, else as the largest ratio its runtime's models showed (any runtime's
-    before its first load), else 0 (nothing measured yet)."""
+    that ran alone, else as the ratio its runtime's models showed (``ratios``: their median;
+    any runtime's before its first load), else 0 (nothing measured yet)."""
     if model.transient_bytes is not None:
         return model.transient_bytes
     ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
@@ -141,3 +152,13 @@ def model_size(model: ModelRecord) -> int:
     model itself); at least its files' size."""
     samples = model.freed or model.measured
     return max(int(statistics.median(samples)) if samples else 0, model.on_disk)
+
+
+def plausible_free(model: ModelRecord, freed: int) -> bool:
+    """Whether an unload's measured drop can be the model's own: at most
+    :data:`FREED_PLAUSIBLE` times what its loads grew (their median) or its files' size. A
+    drop far beyond that is memory something else gave back in the same milliseconds (a
+    model torn down late by the garbage collector, a request's buffers): a 0.7 MB model once
+    measured 155 MB, and would have reserved that at each of its loads."""
+    grown = int(statistics.median(model.measured)) if model.measured else 0
+    return freed <= FREED_PLAUSIBLE * max(grown, model.on_disk, 1)
