@@ -518,3 +518,44 @@ async def test_an_unload_drop_far_beyond_the_model_is_not_taken_as_its_size() ->
     await loader.ensure("a")
     assert host.unloaded == ["a", "b"]
     assert dict(loader.details("b", False))["memory_bytes"] == "120"
+
+
+async def test_a_copy_never_measured_reserves_its_twin_s_transient_not_its_runtime_s() -> None:
+    """``big`` (1000 bytes of files) rose 200 above its end, the small ``s`` 3 times its size:
+    ``big2``, a copy of ``big`` whose own peak is unknown, reserves 1000 + 200, not its
+    runtime's median ratio times its size (1000 + 1600)."""
+    host = _Host({"big": 1000, "s": 10, "big2": 1000})
+    host.transient.update({"big": 200, "s": 30})
+    loader = host.loader(1000 + 5000, peak=True)
+    await loader.start()
+    for name in ("big", "s"):
+        await loader.ensure(name)
+    host.gate.clear()
+    waiter = asyncio.create_task(loader.ensure("big2"))
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+    assert loader.statistics().loading_bytes == 1000 + 200
+    host.gate.set()
+    await waiter
+
+
+async def test_a_load_whose_peak_does_not_fit_waits_briefly_for_a_busy_model() -> None:
+    """``b``'s peak (100 + 80) fits only without ``a``, which is serving a request: ``b``
+    waits for it rather than load at once with its size alone reserved (its peak, 1280, then
+    over the 1250 budget); once ``a`` is idle it leaves and ``b`` loads within the budget."""
+    host = _Host({"a": 100, "b": 100})
+    host.transient["b"] = 80
+    loader = host.loader(1000 + 250, peak=True)
+    await loader.start()
+    await loader.ensure("b")
+    await host.unload("b", "test")
+    host.max_rss = host.rss
+    await loader.ensure("a")
+    host.loaded["a"] = 1  # a request in flight
+    waiter = asyncio.create_task(loader.ensure("b"))
+    await asyncio.sleep(0.1)
+    assert not waiter.done()
+    host.loaded["a"] = 0
+    await waiter
+    assert host.unloaded == ["b", "a"]
+    assert host.max_rss <= 1250

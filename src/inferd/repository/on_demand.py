@@ -447,6 +447,12 @@ class OnDemandLoader:
                 choice, reserve = self._choose(residents, need, free), need
                 if not choice.fits and size < need:
                     choice, reserve = self._choose(residents, size, free), size
+                    if choice.fits and loop.time() < defer_until:
+                        # its peak may fit once busy models are idle: wait a little before
+                        # loading with its size alone reserved (its peak then over budget)
+                        self._reserved.pop(name, None)
+                        await asyncio.sleep(_ROOM_RETRY_S)
+                        continue
                 if choice.fits and loop.time() < defer_until:
                     busy = cheaper_when_idle(
                         residents, reserve, free, self._now(), self._cfg, choice
@@ -504,7 +510,7 @@ class OnDemandLoader:
 
     def _transient(self, model: ModelRecord, size: int) -> int:
         ratios = {k: statistics.median(v) for k, v in self._transient_ratios.items()}
-        return transient_estimate(model, size, ratios)
+        return transient_estimate(model, size, ratios, self._models.values())
 
     def _reserved_by_others(self, name: str) -> int:
         """What the other loads under way hold or will: each its reservation, or what it has
