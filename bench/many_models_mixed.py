@@ -311,6 +311,7 @@ class Result:
     all_p99_s: float
     rss_max: int
     over_budget_samples: int
+    over_at: list[str]  # when the samples over budget were taken (UTC, as the server logs)
     samples: int
     cold: dict[str, list[float]]
     shift_s: float
@@ -371,8 +372,10 @@ def analyse(
         ends = [e for e, n, _ in loads if n == name and e >= t0]
         spans.append((t0, min(ends) if ends else float("inf"), kinds[name]))
     over_during = {"minilm": 0, "small": 0, "none": 0}
+    over_at = []
     for value, at in zip(rss, traffic.rss_at, strict=True):
         if value > budget:
+            over_at.append(f"{time.strftime('%H:%M:%S', time.gmtime(at))}.{int(at % 1 * 1e3):03d}")
             now = {k for t0, t1, k in spans if t0 - 0.005 <= at <= t1 + 0.005}
             key = "minilm" if "minilm" in now else "small" if now else "none"
             over_during[key] += 1
@@ -385,6 +388,7 @@ def analyse(
         all_p99_s=float("nan"),
         rss_max=max(rss) if rss else 0,
         over_budget_samples=sum(1 for r in rss if r > budget),
+        over_at=over_at,
         samples=len(rss),
         cold=cold,
         shift_s=shift_s,
@@ -590,6 +594,9 @@ def main() -> None:
             + ", ".join(f"{k} {v}" for k, v in during.items())
             + " (minilm: a MiniLM load under way; small: small models' loads only)"
         )
+        when = [t for x in mine for t in x.over_at]
+        if when:
+            print(f"  samples over budget at (UTC): {', '.join(when[:12])}")
         gaps = [r - baseline - a for x in mine for r, a in x.accounted if a >= 0]
         if gaps:
             print(

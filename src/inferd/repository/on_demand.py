@@ -19,17 +19,17 @@ The repository manager owns the models; this loader decides when one loads and w
   out, then fails its waiters;
 - **back-off**: a failed load's error answers the model's requests (503) for ``load_retry_s``;
   the first request after that loads it again (the operator may have fixed it meanwhile);
-- **sizes**: a model's size is the median resident-set growth of its last three loads (the
-  allocator trimmed first), at least its files' size on disk (a model never loaded: sized like
-  the measured model closest to it on disk); a load also reserves its transient peak, measured
-  at an earlier load that ran alone (:class:`~inferd.repository.memory.PeakMeter`). The budget
-  holds the server's own baseline (its resident set before the first on-demand load) and,
-  measured before each load and every ``watch_s`` between loads, whatever else the process
-  holds (libraries, memory not given back yet): admission and the watch compare the budget
+- **sizes**: a model's size is what its last unloads gave back (their median), before its
+  first eviction the median growth of its last loads, at least its files' size (a model never
+  loaded: sized like the measured model closest to it on disk; see
+  :mod:`~inferd.repository.on_demand_state`); a load also reserves its transient peak
+  (:class:`~inferd.repository.load_peaks.LoadPeaks`). The budget holds the server's own
+  baseline (its resident set before the first on-demand load) and whatever else the process
+  holds, measured before each load and every ``watch_s`` between loads
+  (:func:`~inferd.repository.on_demand_watch.watch_memory`): admission compares the budget
   with the measured resident set, not only with the sizes. A model whose size alone exceeds
   what the budget leaves for models is refused with a message saying so (and unloaded if it
-  was loaded to find out). The watch between loads is
-  :func:`~inferd.repository.on_demand_watch.watch_memory`.
+  was loaded to find out).
 
 A failed load fails only its own waiters; the warm-up the model's config asks for runs inside
 the load, before any waiter is served.
@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import statistics
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from inferd.core.clock import Clock, SystemClock
@@ -55,6 +54,7 @@ from inferd.repository.eviction import (
     choose_victims,
     decayed_heat,
 )
+from inferd.repository.load_peaks import LoadPeaks
 from inferd.repository.memory import (
     GrowthShares,
     PeakMeter,
@@ -63,17 +63,16 @@ from inferd.repository.memory import (
 )
 from inferd.repository.on_demand_state import (
     LOAD_SECONDS_BUCKETS,
-    RATIO_SAMPLES,
     SIZE_SAMPLES,
     Counters,
     ModelRecord,
     OnDemandSettings,
     OnDemandStats,
+    eviction_reason,
     first_estimate,
     index_details,
     model_size,
     plausible_free,
-    transient_estimate,
 )
 from inferd.repository.on_demand_watch import watch_memory
 
@@ -113,12 +112,9 @@ class OnDemandLoader:
         self._estimate = estimate
         self._measure = measure
         self._release = release
-        # a load's transient peak, read where this process's own resident set is measured
-        self._peak = peak if peak is not None or measure is not process_tree_rss else PeakMeter()
-        self._alone: dict[str, bool] = {}  # loads running: whether no other load overlapped
-        # per runtime, the last transient / size ratios measured: their median estimates a
-        # model whose own transient is unknown (its loads overlapped others)
-        self._transient_ratios: dict[str, list[float]] = {}
+        # loads' transient peaks, read where this process's own resident set is measured
+        meter = peak if peak is not None or measure is not process_tree_rss else PeakMeter()
+        self._peaks = LoadPeaks(meter)
         self._clock = clock if clock is not None else SystemClock()
         self._models: dict[str, ModelRecord] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -159,7 +155,7 @@ class OnDemandLoader:
         return self._over(room, unaccounted), unaccounted
 
     async def give_back(self) -> None:
-        self._spoil_peaks()  # what the trim gives back would read as a load's transient
+        self._peaks.spoil()  # what the trim gives back would read as a load's transient
         async with self._measuring:  # what the trim gives back is no load's
             self._shares.observe(await asyncio.to_thread(self._measure))
             await asyncio.to_thread(self._release)
@@ -344,7 +340,7 @@ class OnDemandLoader:
         reason = reason or ("after_eviction" if model.loads else "first_request")
         async with self._measuring:
             self._shares.begin(name, size, await asyncio.to_thread(self._measure))
-        self._begin_peak(name)
+        self._peaks.begin(name)
         self._active += 1
         counters = self._counters
         counters.peak_parallel_loads = max(counters.peak_parallel_loads, self._active)
@@ -365,8 +361,7 @@ class OnDemandLoader:
                 self._shares.observe(await asyncio.to_thread(self._measure))
                 await asyncio.to_thread(self._release)
                 self._shares.charge(name, await asyncio.to_thread(self._measure))
-            if self._alone.pop(name, False) and self._peak is not None:
-                rise = self._peak.rise()
+            rise = self._peaks.end(name)
             self._active -= 1
             async with self._measuring:
                 grown = self._shares.end(name, await asyncio.to_thread(self._measure))
@@ -378,12 +373,7 @@ class OnDemandLoader:
         model.measured = [*model.measured, grown][-SIZE_SAMPLES:]
         model.size_bytes = model_size(model)
         model.runtime = runtime
-        above = None if rise is None else max(0, rise - model.size_bytes)
-        if above is not None:
-            model.transient_bytes = above
-            ratio = above / max(1, model.size_bytes)
-            ratios = self._transient_ratios.setdefault(runtime, [])
-            ratios[:] = [*ratios, ratio][-RATIO_SAMPLES:]
+        self._peaks.record(model, runtime, rise)
         model.loads += 1
         counters.loads[reason] = counters.loads.get(reason, 0) + 1
         histogram = counters.load_seconds.get(runtime)
@@ -403,7 +393,7 @@ class OnDemandLoader:
             elapsed,
             runtime,
             model.size_bytes,
-            "" if above is None else f", {above} bytes more at its peak",
+            "" if rise is None else f", {model.transient_bytes} bytes more at its peak",
         )
         if room is not None and model.size_bytes > room:
             model.too_big = self._too_big(name, model.size_bytes, "measured at its load")
@@ -445,34 +435,31 @@ class OnDemandLoader:
                 free = room - self._reserved_by_others(name) - over
                 residents = self.residents(exclude=name)
                 choice, reserve = self._choose(residents, need, free), need
+                wait = False
                 if not choice.fits and size < need:
                     choice, reserve = self._choose(residents, size, free), size
-                    if choice.fits and loop.time() < defer_until:
-                        # its peak may fit once busy models are idle: wait a little before
-                        # loading with its size alone reserved (its peak then over budget)
-                        self._reserved.pop(name, None)
-                        await asyncio.sleep(_ROOM_RETRY_S)
-                        continue
-                if choice.fits and loop.time() < defer_until:
+                    # its peak may fit once busy models are idle: wait a little for that
+                    wait = choice.fits and loop.time() < defer_until
+                if choice.fits and not wait and loop.time() < defer_until:
                     busy = cheaper_when_idle(
                         residents, reserve, free, self._now(), self._cfg, choice
                     )
-                    if busy:
-                        if not deferred:
-                            deferred = True
-                            self._counters.deferrals += 1
-                            _log.info(
-                                "model '%s' waits up to %.2f s for %s to finish serving: "
-                                "unloading it then costs fewer reloads than the %d idle "
-                                "models that would leave now",
-                                name,
-                                defer_until - loop.time(),
-                                ", ".join(repr(n) for n in busy),
-                                len(choice.victims),
-                            )
-                        self._reserved.pop(name, None)
-                        await asyncio.sleep(_ROOM_RETRY_S)
-                        continue
+                    if busy and not deferred:
+                        deferred = True
+                        self._counters.deferrals += 1
+                        _log.info(
+                            "model '%s' waits up to %.2f s for %s to finish serving: unloading "
+                            "it then costs fewer reloads than the %d idle models leaving now",
+                            name,
+                            defer_until - loop.time(),
+                            ", ".join(repr(n) for n in busy),
+                            len(choice.victims),
+                        )
+                    wait = bool(busy)
+                if wait:
+                    self._reserved.pop(name, None)
+                    await asyncio.sleep(_ROOM_RETRY_S)
+                    continue
                 if choice.fits:
                     # reserved before any await: no other load can count on these bytes
                     self._reserved[name] = reserve
@@ -509,8 +496,7 @@ class OnDemandLoader:
             self._no_room.pop(name, None)
 
     def _transient(self, model: ModelRecord, size: int) -> int:
-        ratios = {k: statistics.median(v) for k, v in self._transient_ratios.items()}
-        return transient_estimate(model, size, ratios, self._models.values())
+        return self._peaks.estimate(model, size, self._models.values())
 
     def _reserved_by_others(self, name: str) -> int:
         """What the other loads under way hold or will: each its reservation, or what it has
@@ -531,23 +517,6 @@ class OnDemandLoader:
         held = sum(r.size_bytes for r in self.residents())
         held += round(sum(max(0.0, g) for g in self._shares.shares.values()))
         return max(0, rss - self.baseline_bytes - held)
-
-    def _begin_peak(self, name: str) -> None:
-        """Start watching a load's transient peak: the peak is reset when no other load runs
-        (and read at its end only if none overlapped it)."""
-        if self._peak is None:
-            return
-        if not self._alone:
-            self._peak.reset()
-        alone = not self._alone
-        self._spoil_peaks()
-        self._alone[name] = alone
-
-    def _spoil_peaks(self) -> None:
-        """The peaks of the loads under way are not theirs alone: another load began, or an
-        unload or a trim gave memory back meanwhile (the peak above the end would count it)."""
-        for other in self._alone:
-            self._alone[other] = False
 
     def residents(self, exclude: str = "") -> list[Resident]:
         """The loaded models the policy may weigh; a model being loaded is left out (its
@@ -577,16 +546,10 @@ class OnDemandLoader:
 
     async def _evict(self, victim: str, for_name: str) -> None:
         when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        rule = "least recently used" if self._cfg.policy == "lru" else "least worth keeping"
-        why = (
-            f"to make room for '{for_name}' within the memory budget"
-            if for_name
-            else "as the server's resident set exceeded the memory budget"
-        )
-        reason = f"evicted at {when} {why} ({rule}, idle); loads again on its next request"
+        reason = eviction_reason(when, for_name, self._cfg.policy)
         model = self._models.setdefault(victim, ModelRecord())
         self._evicting.add(victim)
-        self._spoil_peaks()  # the bytes it frees would read as a load's transient peak
+        self._peaks.spoil()  # the bytes it frees would read as a load's transient peak
         try:
             # one unload at a time, and no load's trim in between: the drop is the victim's
             async with self._measuring:
@@ -620,22 +583,10 @@ class OnDemandLoader:
         return index_details(self._models.get(name), name in self._loading, loaded, pinned)
 
     def statistics(self) -> OnDemandStats:
-        c = self._counters
-        loaded = self._loaded()
-        return OnDemandStats(
-            budget_bytes=self.settings.budget_bytes,
-            baseline_bytes=self.baseline_bytes,
-            resident_bytes={
-                n: self._models[n].size_bytes for n in sorted(loaded) if n in self._models
-            },
-            loads=dict(c.loads),
-            evictions=c.evictions,
-            thrash_refusals=c.thrash_refusals,
-            deferrals=c.deferrals,
-            load_seconds={k: h.copy() for k, h in c.load_seconds.items()},
-            loading_bytes=sum(self._reserved.values()),
-            peak_parallel_loads=c.peak_parallel_loads,
-        )
+        loaded = {n: self._models[n] for n in sorted(self._loaded()) if n in self._models}
+        reserved = sum(self._reserved.values())
+        budget, baseline = self.settings.budget_bytes, self.baseline_bytes
+        return self._counters.snapshot(budget, baseline, loaded, reserved)
 
     async def close(self) -> None:
         """Cancel loads under way (the server is stopping)."""

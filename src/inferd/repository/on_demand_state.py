@@ -18,6 +18,7 @@ __all__ = [
     "ModelRecord",
     "OnDemandSettings",
     "OnDemandStats",
+    "eviction_reason",
     "first_estimate",
     "index_details",
     "model_size",
@@ -96,6 +97,36 @@ class Counters:
     deferrals: int = 0
     load_seconds: dict[str, Histogram] = field(default_factory=dict)
     peak_parallel_loads: int = 0
+
+    def snapshot(
+        self, budget: int | None, baseline: int, loaded: Mapping[str, ModelRecord], reserved: int
+    ) -> OnDemandStats:
+        """The metrics' view: ``loaded``, the loaded models' records; ``reserved``, the bytes
+        loads under way reserved."""
+        return OnDemandStats(
+            budget_bytes=budget,
+            baseline_bytes=baseline,
+            resident_bytes={name: m.size_bytes for name, m in loaded.items()},
+            loads=dict(self.loads),
+            evictions=self.evictions,
+            thrash_refusals=self.thrash_refusals,
+            deferrals=self.deferrals,
+            load_seconds={k: h.copy() for k, h in self.load_seconds.items()},
+            loading_bytes=reserved,
+            peak_parallel_loads=self.peak_parallel_loads,
+        )
+
+
+def eviction_reason(when: str, for_name: str, policy: str) -> str:
+    """What the repository index shows for a model evicted at ``when`` (ISO 8601) to make
+    room for ``for_name`` (empty: by the memory watch)."""
+    rule = "least recently used" if policy == "lru" else "least worth keeping"
+    why = (
+        f"to make room for '{for_name}' within the memory budget"
+        if for_name
+        else "as the server's resident set exceeded the memory budget"
+    )
+    return f"evicted at {when} {why} ({rule}, idle); loads again on its next request"
 
 
 def first_estimate(records: Iterable[ModelRecord], on_disk: int) -> int:
