@@ -432,7 +432,8 @@ def main() -> None:
         "--policies",
         default="lru,cost",
         help="--model-eviction values to compare, each optionally with the server's "
-        "--model-load-thread-count after a colon (cost:1,cost:4: serial against parallel loads)",
+        "--model-load-thread-count after a colon (cost:1,cost:4: serial against parallel loads) "
+        "and environment variables of the server after a plus (cost:4+MALLOC_ARENA_MAX=2)",
     )
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each policy")
     ap.add_argument("--min-residency-s", type=float, default=10.0)
@@ -503,11 +504,13 @@ def main() -> None:
             for policy in policies:
                 flags = [*on_demand, "--model-memory-budget", str(budget)]
                 flags += ["--model-min-residency-secs", str(args.min_residency_s)]
-                name, _, threads = policy.partition(":")
+                spec, *settings = policy.split("+")  # "+KEY=VALUE": the server's environment
+                env = dict(kv.split("=", 1) for kv in settings)
+                name, _, threads = spec.partition(":")
                 flags += ["--model-eviction", name]
                 if threads:
                     flags += ["--model-load-thread-count", threads]
-                with running_server([repo], flags) as server:
+                with running_server([repo], flags, env=env) as server:
                     t_start = time.time()
                     traffic = drive(server, kinds, phases, args.clients, args.seed)
                     counters = (
@@ -516,7 +519,8 @@ def main() -> None:
                         int(metric(server, "inferd_model_eviction_thrash_total")),
                     )
                     log = server.log()
-                (WORK / f"server-{policy.replace(':', '-')}.log").write_text(log)
+                label = re.sub(r"[^\w.-]", "-", policy)
+                (WORK / f"server-{label}.log").write_text(log)
                 w = (t_start + args.warmup_s, t_start + args.warmup_s + args.measure_s)
                 shift = (w[1], order_b[: args.hot])
                 result = analyse(policy, traffic, log, kinds, w, shift, budget, counters)

@@ -437,3 +437,11 @@ def test_an_ensembles_step_models_leave_with_it(pinned: ServerProcess) -> None:
     assert index["step1"]["state"] == "UNAVAILABLE"
     assert "a step of ensemble 'ens'" in index["step1"]["reason"]
     _infer_http(pinned, "ens")  # and both come back
+
+
+def test_a_budget_caps_the_malloc_arenas_at_one_per_core(server: ServerProcess) -> None:
+    """With a budget, the server caps glibc's malloc arenas (MALLOC_ARENA_MAX unset here), so
+    memory unloads free is not held apart in many per-thread arenas; the log says so."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        pytest.skip("the operator's MALLOC_ARENA_MAX is left as it is")
+    assert re.search(r"malloc arenas capped at \d+ \(one per core\)", server.log())

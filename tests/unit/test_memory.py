@@ -15,6 +15,7 @@ from inferd.repository.memory import (
     MemoryBudget,
     container_limit,
     folder_bytes,
+    limit_malloc_arenas,
     parse_budget,
     parse_cgroup_v1,
     parse_cgroup_v2,
@@ -137,3 +138,16 @@ def test_folder_bytes(tmp_path: Path) -> None:
     (tmp_path / "config.pbtxt").write_bytes(b"y" * 24)
     os.symlink("/dev/zero", tmp_path / "link")
     assert folder_bytes(tmp_path) == 1024 + len("/dev/zero")
+
+
+def test_the_malloc_arena_cap_leaves_an_operators_setting_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limit_malloc_arenas(2) is False  # the operator's choice stands
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    if sys.platform != "linux" or os.confstr("CS_GNU_LIBC_VERSION") is None:
+        assert limit_malloc_arenas(2) is False
+    else:
+        # this process's default is eight arenas per core: the cap is a real mallopt call
+        assert limit_malloc_arenas(8 * (os.cpu_count() or 1)) is True

@@ -34,6 +34,7 @@ __all__ = [
     "PeakMeter",
     "container_limit",
     "folder_bytes",
+    "limit_malloc_arenas",
     "machine_bytes",
     "parse_budget",
     "parse_cgroup_v1",
@@ -223,6 +224,30 @@ def process_tree_rss(pid: int | None = None, proc: Path = Path("/proc")) -> int:
         except (OSError, ValueError, IndexError):
             continue  # a worker that exited meanwhile
     return total
+
+
+#: glibc's ``mallopt`` parameter for the most malloc arenas (``M_ARENA_MAX``)
+_M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(count: int) -> bool:
+    """Cap glibc's malloc arenas at ``count`` (``mallopt(M_ARENA_MAX)``) unless the operator
+    set ``MALLOC_ARENA_MAX``; whether the cap was set (False: set by the operator, or not
+    glibc).
+
+    By default glibc gives threads up to eight arenas per core; memory a model freed in one
+    thread's arena stays resident there, apart from the others', and the trim after an
+    unload cannot give back what other live allocations pin. Under a memory budget, every
+    byte held that way is room a model does not get (``bench/many_models_mixed.py`` measured
+    the hit ratio, 2 runs each alternating in one sitting: 0.768 and 0.803 with the default,
+    0.818 and 0.811 with two arenas on two cores)."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_ARENA_MAX, max(1, count)))
 
 
 def release_free_memory() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from inferd import __version__
 from inferd.backends.python.shm import PREFIX as PYTHON_SHM_PREFIX
 from inferd.backends.registry import BackendRegistry, default_registry
+from inferd.backends.threads import available_cores
 from inferd.core.observe import InferenceObserver
 from inferd.core.tracing import RequestTracer
 from inferd.engine import EXTENSIONS, Engine
@@ -28,7 +29,12 @@ from inferd.monitoring.drift.monitor import DriftMonitor
 from inferd.monitoring.payload_log import PayloadLogger
 from inferd.repository.loader import LoadOptions
 from inferd.repository.manager import ControlMode, RepositoryManager
-from inferd.repository.memory import container_limit, machine_bytes, resolve_budget
+from inferd.repository.memory import (
+    container_limit,
+    limit_malloc_arenas,
+    machine_bytes,
+    resolve_budget,
+)
 from inferd.repository.on_demand import OnDemandSettings
 from inferd.repository.recent import RecentRequests
 from inferd.rollout.service import Rollout
@@ -452,6 +458,13 @@ def _on_demand_settings(cfg: ServerConfig) -> OnDemandSettings | None:
         if cfg.model_memory_budget.share is not None:
             of = " of the container's limit" if limit is not None else " of the machine's memory"
         _log.info("memory budget: %d bytes (%s%s)", budget, cfg.model_memory_budget, of)
+        arenas = max(2, available_cores())
+        if limit_malloc_arenas(arenas):
+            _log.info(
+                "malloc arenas capped at %d (one per core) so that memory freed by unloads is "
+                "not held apart in many arenas; set MALLOC_ARENA_MAX to choose",
+                arenas,
+            )
     return OnDemandSettings(
         budget_bytes=budget,
         pins=frozenset(cfg.model_pins),
