@@ -483,8 +483,9 @@ async def test_memory_an_eviction_frees_during_a_load_is_not_its_transient_peak(
 
 async def test_a_model_never_measured_reserves_its_runtime_s_median_transient() -> None:
     """Three loads alone rose 10, 10 and 300 above their end: a model of the same runtime whose
-    own peak is unknown reserves the median ratio (0.1 x 100), not the largest (3 x 100)."""
-    host = _Host({"a": 100, "b": 100, "c": 100, "d": 100})
+    own peak is unknown, and no copy of them (twice their size on disk), reserves the median
+    ratio (0.1 x 200), not the largest (3 x 200)."""
+    host = _Host({"a": 100, "b": 100, "c": 100, "d": 200})
     host.transient.update({"a": 10, "b": 10, "c": 300})
     loader = host.loader(1000 + 5000, peak=True)
     await loader.start()
@@ -494,7 +495,7 @@ async def test_a_model_never_measured_reserves_its_runtime_s_median_transient() 
     waiter = asyncio.create_task(loader.ensure("d"))
     for _ in range(100):
         await asyncio.sleep(0.001)
-    assert loader.statistics().loading_bytes == 100 + 10
+    assert loader.statistics().loading_bytes == 200 + 20
     host.gate.set()
     await waiter
 

@@ -147,21 +147,23 @@ def transient_estimate(
     model: ModelRecord, size: int, ratios: Mapping[str, float], records: Iterable[ModelRecord]
 ) -> int:
     """How far a load of ``model`` may rise above its size: as measured at its last load
-    that ran alone; else as the measured model closest to it on disk, within a quarter (a
-    copy of it: a 90 MB encoder's transient is not a 2 MB model's times 45); else as the
+    that ran alone; else as the measured models within a quarter of it on disk (copies of
+    it: a 90 MB encoder's transient is not a 2 MB model's times 45); else as the
     ratio its runtime's models showed (``ratios``: their median; any runtime's before its
     first load); else 0 (nothing measured yet)."""
     if model.transient_bytes is not None:
         return model.transient_bytes
-    best: tuple[float, float] | None = None
-    for other in records:
-        if other.transient_bytes is None or other.on_disk <= 0 or model.on_disk <= 0:
-            continue
-        distance = abs(math.log(other.on_disk / model.on_disk))
-        if distance <= _SIMILAR and (best is None or distance < best[0]):
-            best = (distance, other.transient_bytes / max(1, other.size_bytes))
-    if best is not None:
-        return round(best[1] * size)
+    # the largest ratio among them: copies' peaks vary (a MiniLM copy's, 62-125 MB)
+    copies = [
+        other.transient_bytes / max(1, other.size_bytes)
+        for other in records
+        if other.transient_bytes is not None
+        and other.on_disk > 0
+        and model.on_disk > 0
+        and abs(math.log(other.on_disk / model.on_disk)) <= _SIMILAR
+    ]
+    if copies:
+        return round(max(copies) * size)
     ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
     return round((ratio or 0.0) * size)
 
