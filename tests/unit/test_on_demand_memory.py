@@ -91,6 +91,18 @@ class _Host:
         )
 
 
+async def _reserved_at_load(loader: OnDemandLoader, host: _Host, name: str) -> int:
+    """Load ``name``, held at its start: the bytes it reserved, read while it is under way."""
+    host.gate.clear()
+    waiter = asyncio.create_task(loader.ensure(name))
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+    reserved = loader.statistics().loading_bytes
+    host.gate.set()
+    await waiter
+    return reserved
+
+
 async def test_memory_unloads_leave_behind_counts_against_the_budget() -> None:
     """Each unload leaves 50 bytes in the resident set: the loader measures it and unloads one
     model more rather than let the process exceed the budget (counting sizes alone, the fourth
@@ -472,13 +484,7 @@ async def test_memory_an_eviction_frees_during_a_load_is_not_its_transient_peak(
     del host.transient["a"]  # its later loads rise nothing above their end
     await host.unload("a", "test")
     for name in ("a", "c"):
-        host.gate.clear()
-        waiter = asyncio.create_task(loader.ensure(name))
-        for _ in range(100):
-            await asyncio.sleep(0.001)
-        assert loader.statistics().loading_bytes == 100, name
-        host.gate.set()
-        await waiter
+        assert await _reserved_at_load(loader, host, name) == 100, name
 
 
 async def test_a_model_never_measured_reserves_its_runtime_s_median_transient() -> None:
@@ -491,13 +497,7 @@ async def test_a_model_never_measured_reserves_its_runtime_s_median_transient() 
     await loader.start()
     for name in ("a", "b", "c"):
         await loader.ensure(name)
-    host.gate.clear()
-    waiter = asyncio.create_task(loader.ensure("d"))
-    for _ in range(100):
-        await asyncio.sleep(0.001)
-    assert loader.statistics().loading_bytes == 200 + 20
-    host.gate.set()
-    await waiter
+    assert await _reserved_at_load(loader, host, "d") == 200 + 20
 
 
 async def test_an_unload_drop_far_beyond_the_model_is_not_taken_as_its_size() -> None:
@@ -531,13 +531,7 @@ async def test_a_copy_never_measured_reserves_its_twin_s_transient_not_its_runti
     await loader.start()
     for name in ("big", "s"):
         await loader.ensure(name)
-    host.gate.clear()
-    waiter = asyncio.create_task(loader.ensure("big2"))
-    for _ in range(100):
-        await asyncio.sleep(0.001)
-    assert loader.statistics().loading_bytes == 1000 + 200
-    host.gate.set()
-    await waiter
+    assert await _reserved_at_load(loader, host, "big2") == 1000 + 200
 
 
 async def test_a_load_whose_peak_does_not_fit_waits_briefly_for_a_busy_model() -> None:
