@@ -423,8 +423,7 @@ class OnDemandLoader:
         loop = asyncio.get_running_loop()
         fallback = loop.time() + self.settings.wait_s
         # how long it may wait for a busy model that would be a cheaper victim once idle
-        expected = self._models[name].reload_s or DEFER_MAX_S
-        defer_until = loop.time() + min(DEFER_MAX_S, expected)
+        defer_until = loop.time() + min(DEFER_MAX_S, self._models[name].reload_s or DEFER_MAX_S)
         counted = deferred = False
         try:
             while True:
