@@ -80,6 +80,14 @@ def _final(result: Any) -> bool:
     return bool(result.get_response().parameters["triton_final_response"].bool_param)
 
 
+def _values(result: Any) -> dict[str, list[int]]:
+    return {
+        name: array.tolist()
+        for name in ("OUT", "IDX")
+        if (array := result.as_numpy(name)) is not None
+    }
+
+
 def _stream(server: ServerProcess, values: list[int]) -> list[Any]:
     got: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
@@ -103,7 +111,8 @@ def test_each_response_of_the_decoupled_step_is_one_response_of_the_ensemble(
     server: ServerProcess,
 ) -> None:
     results = _stream(server, [7, 8, 9])
-    assert [_final(r) for r in results] == [False, False, False, True]
+    seen = [(_final(r), _values(r)) for r in results]  # what came, should a response be missing
+    assert [_final(r) for r in results] == [False, False, False, True], seen
     answers = results[:3]
     assert [r.as_numpy("OUT").tolist() for r in answers] == [[7], [8], [9]]
     assert [r.as_numpy("IDX").tolist() for r in answers] == [[0], [1], [2]]
