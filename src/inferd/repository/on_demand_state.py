@@ -135,12 +135,21 @@ def first_estimate(records: Iterable[ModelRecord], on_disk: int) -> int:
     copy of a model, another fine-tune of one architecture); else its files' size."""
     best: tuple[float, float] | None = None
     for other in records:
-        if other.loads < 2 or other.on_disk <= 0 or on_disk <= 0:
+        if other.loads < 2:
             continue  # measured once: its size may still hold its runtime's libraries
-        distance = abs(math.log(other.on_disk / on_disk))
-        if distance <= _SIMILAR and (best is None or distance < best[0]):
+        distance = _disk_distance(other.on_disk, on_disk)
+        if distance is not None and (best is None or distance < best[0]):
             best = (distance, other.size_bytes / other.on_disk)
     return on_disk if best is None else max(on_disk, round(on_disk * best[1]))
+
+
+def _disk_distance(a: int, b: int) -> float | None:
+    """How far apart two models' files' sizes are (log ratio), if within a quarter (alike
+    enough to size one like the other); None otherwise or when either is unknown."""
+    if a <= 0 or b <= 0:
+        return None
+    distance = abs(math.log(a / b))
+    return distance if distance <= _SIMILAR else None
 
 
 def transient_estimate(
@@ -158,9 +167,7 @@ def transient_estimate(
         other.transient_bytes / max(1, other.size_bytes)
         for other in records
         if other.transient_bytes is not None
-        and other.on_disk > 0
-        and model.on_disk > 0
-        and abs(math.log(other.on_disk / model.on_disk)) <= _SIMILAR
+        and _disk_distance(other.on_disk, model.on_disk) is not None
     ]
     if copies:
         return round(max(copies) * size)
