@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,7 @@ async def stream_model(
         yield StreamedResponse(outputs, None, True)
         return
     loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
     queue: asyncio.Queue[StreamedResponse] = asyncio.Queue()
     record = model.stats.record_response
     gone = False  # the consumer left: later responses are not queued
@@ -91,7 +93,13 @@ async def stream_model(
             and not budget.acquire(consumer_gone, wait=not item.final)
         ):
             item = None  # dropped: nobody will read it (counted all the same)
-        loop.call_soon_threadsafe(arrive, item, timing)
+        if threading.get_ident() == loop_thread:
+            # sent on the loop (an ensemble answers from its own task): queued at once, so the
+            # response is there before the sender's task can end; a later loop turn could come
+            # after the stream had seen the task done and the queue empty, and ended it
+            arrive(item, timing)
+        else:
+            loop.call_soon_threadsafe(arrive, item, timing)
 
     sink = ResponseSink(deliver)
     request.sink = sink
