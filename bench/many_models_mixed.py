@@ -311,6 +311,7 @@ class Result:
     all_p99_s: float
     rss_max: int
     over_budget_samples: int
+    misses_per_load: float  # misses in the measured window over the loads begun in it
     over_at: list[str]  # when the samples over budget were taken (UTC, as the server logs)
     samples: int
     cold: dict[str, list[float]]
@@ -388,6 +389,8 @@ def analyse(
         all_p99_s=float("nan"),
         rss_max=max(rss) if rss else 0,
         over_budget_samples=sum(1 for r in rss if r > budget),
+        misses_per_load=(len(counted) - len(hits))
+        / max(1, sum(1 for t0, _ in started if window[0] <= t0 < window[1])),
         over_at=over_at,
         samples=len(rss),
         cold=cold,
@@ -611,7 +614,8 @@ def main() -> None:
         print(
             f"  requests counted: {[r.requests for r in mine]}; loads "
             f"{[r.loads for r in mine]}, evictions {[r.evictions for r in mine]}, residency "
-            f"refusals {[r.thrash for r in mine]}"
+            f"refusals {[r.thrash for r in mine]}; misses per load begun in the measured "
+            f"window {[round(r.misses_per_load, 2) for r in mine]}"
         )
         cold: dict[str, list[float]] = {}
         for r in mine:

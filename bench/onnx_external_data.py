@@ -1,0 +1,89 @@
+"""An ONNX model with its weights inside ``model.onnx`` against the same model with its weights
+in a file beside it (external data), served by one on-demand server: what each holds
+resident, how long its load takes and how far the load peaks above that (the
+``minilm_embeddings`` example: two instances and a solo session, three ONNX Runtime sessions).
+
+Each is measured on a server that loaded the other one first (so neither carries the
+runtime's libraries); the figures are the server's own: ``memory_bytes`` from the repository
+index, the load time and transient peak from its log. The embeddings of both must agree.
+
+    .venv/bin/python bench/onnx_external_data.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import tritonclient.http as httpclient
+
+_spec = importlib.util.spec_from_file_location(
+    "mixed", Path(__file__).with_name("many_models_mixed.py")
+)
+assert _spec is not None
+assert _spec.loader is not None
+mixed = importlib.util.module_from_spec(_spec)
+sys.modules["mixed"] = mixed
+_spec.loader.exec_module(mixed)
+
+_LOADED = re.compile(
+    r"model '(\w+)' loaded on demand in ([\d.]+) s \(\w+, (\d+) bytes(?:, (\d+) bytes more)?"
+)
+
+
+def copy_model(source: Path, target: Path, name: str, external: bool) -> None:
+    (target / "1").mkdir(parents=True)
+    shutil.copy(source / "tokenizer.json", target / "tokenizer.json")
+    config = (source / "config.pbtxt").read_text()
+    text = re.sub(r'^name: ".*"$', f'name: "{name}"', config, flags=re.MULTILINE)
+    (target / "config.pbtxt").write_text(text)
+    if not external:
+        shutil.copy(source / "1" / "model.onnx", target / "1" / "model.onnx")
+        return
+    model = onnx.load(str(source / "1" / "model.onnx"))
+    onnx.save_model(
+        model,
+        str(target / "1" / "model.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="weights.bin",
+        size_threshold=1024,
+    )
+
+
+def main() -> None:
+    source = mixed.minilm_source()
+    names = ("inside", "external")
+    with tempfile.TemporaryDirectory(prefix="inferd-external-") as tmp:
+        repo = Path(tmp) / "repo"
+        for name in names:
+            copy_model(source, repo / name, name, external=name == "external")
+        flags = ["--model-control-mode", "on-demand", "--model-memory-budget", "100%"]
+        rows, embeddings = [], {}
+        # one server per order: the model loaded second carries none of the runtime's libraries
+        for first, second in (names, names[::-1]):
+            with mixed.running_server([repo], flags) as server:
+                client = httpclient.InferenceServerClient(server.http_url)
+                for name in (first, second):
+                    answer = client.infer(name, mixed.inputs("minilm"))
+                    embeddings[name] = answer.as_numpy("embedding")
+                index = {e["name"]: e for e in client.get_model_repository_index()}
+                load = next(m for m in _LOADED.finditer(server.log()) if m[1] == second)
+            peak = "?" if load[4] is None else f"{int(load[4]) / 2**20:.0f} MiB"
+            resident = int(index[second]["memory_bytes"]) / 2**20
+            rows.append(f"| {second} | {resident:.0f} MiB | {float(load[2]):.2f} s | {peak} |")
+    print("| weights | resident (repository index) | load | transient peak above it |")
+    print("|---|---|---|---|")
+    print("\n".join(sorted(rows, reverse=True)))
+    same = np.allclose(embeddings["inside"], embeddings["external"], atol=1e-6)
+    print(f"same embeddings: {same}")
+
+
+if __name__ == "__main__":
+    main()
