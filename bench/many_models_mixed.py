@@ -323,6 +323,7 @@ class Result:
     # samples over budget by what was loading then: "minilm", "small" (only small models), "none"
     over_during: dict[str, int] = field(default_factory=dict)
     accounted: list[tuple[int, int]] = field(default_factory=list)
+    misses: dict[str, int] = field(default_factory=dict)  # misses in the window, by kind
 
 
 def analyse(
@@ -342,9 +343,12 @@ def analyse(
     slack = 0.005  # the log's stamps are in milliseconds
     counted = [r for r in traffic.requests if window[0] <= r[1] < window[1]]
     hits: list[float] = []
+    misses: dict[str, int] = {}
     for name, t0, t1 in counted:
         if not any(t0 - slack <= end <= t1 + slack for end in by_model.get(name, [])):
             hits.append(t1 - t0)
+        else:
+            misses[kinds[name]] = misses.get(kinds[name], 0) + 1
     failed_in = len(traffic.failures)
     cold: dict[str, list[float]] = {}
     for _, name, seconds in loads:
@@ -401,6 +405,7 @@ def analyse(
         failures=traffic.failures,
         accounted=traffic.accounted,
         over_during=over_during,
+        misses=misses,
     )
 
 
@@ -609,6 +614,13 @@ def main() -> None:
             print(
                 f"  resident set - baseline - accounted models: median {np.median(gaps) / mib:.0f}"
                 f", max {max(gaps) / mib:.0f}, min {min(gaps) / mib:.0f} MiB"
+            )
+        held = [r for x in mine for r, _ in x.accounted]
+        if held:
+            print(
+                f"  resident set, half-second samples: median {np.median(held) / mib:.0f}, p10 "
+                f"{pct(held, 10) / mib:.0f}, p90 {pct(held, 90) / mib:.0f} MiB; misses by kind "
+                f"{[dict(sorted(x.misses.items())) for x in mine]}"
             )
         print(f"  new top {args.hot} resident <= 10 s:     {[round(r.shift_s, 1) for r in mine]} s")
         print(
