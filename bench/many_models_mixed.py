@@ -271,7 +271,10 @@ def drive(
 
 
 def metric(server: ServerProcess, name: str) -> float:
-    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=30) as reply:
+    # only the one metric: a whole exposition of 310 models takes the server 80-200 ms to
+    # render (bench/metrics_scrape.py), twice a second here
+    url = f"http://{server.metrics_url}/metrics?name[]={name}"
+    with urllib.request.urlopen(url, timeout=30) as reply:
         text = reply.read().decode()
     total = 0.0
     for match in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE):

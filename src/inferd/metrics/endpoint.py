@@ -1,13 +1,17 @@
 """The metrics endpoint: ``/metrics`` as an ASGI app over a fresh Prometheus registry.
 
 The composition root serves it on its own port (8002 by default) with the HTTP front end's
-server, limits and timeouts; this module knows nothing of sockets.
+server, limits and timeouts; this module knows nothing of sockets. A scrape copies the
+components' state on the event loop and renders the text in a worker thread
+(:mod:`inferd.metrics.snapshots`), one scrape at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -15,12 +19,13 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, RestrictedRegistry
 
 from inferd.engine import Engine
 from inferd.metrics.gpu import GpuCollector, plain_decimals
 from inferd.metrics.health import HealthCollector
 from inferd.metrics.models import TRITON_COUNTERS, ModelCollector
+from inferd.metrics.snapshots import LoopReads
 from inferd.metrics.system import SystemCollector
 
 Scope = MutableMapping[str, Any]
@@ -28,9 +33,13 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> CollectorRegistry:
+def build_registry(
+    engine: Engine, collectors: Sequence[Collector] = (), reads: LoopReads | None = None
+) -> CollectorRegistry:
     """A fresh registry for one server; nothing is registered globally. ``collectors`` are
-    those of the server's other components (the payload log...).
+    those of the server's other components (the payload log...); ``reads``: where the
+    engine's reads are wrapped, for :class:`MetricsApp` to take them on the loop (the other
+    components' collectors wrap theirs in the same).
 
     Besides Triton's metrics it carries the server's readiness and failed model loads, and
     Prometheus' standard ``process_*`` metrics of the server process (CPU seconds, resident
@@ -40,14 +49,15 @@ def build_registry(engine: Engine, collectors: Sequence[Collector] = ()) -> Coll
     ProcessCollector(registry=registry)
     registry.register(SystemCollector())
     registry.register(GpuCollector())  # reports nothing without NVML or a GPU
-    registry.register(ModelCollector(lambda: engine.model_statistics()))
-    registry.register(HealthCollector(engine.is_ready, engine.load_failures))
+    reads = reads if reads is not None else LoopReads()
+    registry.register(ModelCollector(reads(lambda: engine.model_statistics())))
+    registry.register(HealthCollector(reads(engine.is_ready), reads(engine.load_failures)))
     for collector in collectors:
         registry.register(collector)
     return registry
 
 
-def render(registry: CollectorRegistry) -> bytes:
+def render(registry: CollectorRegistry | RestrictedRegistry) -> bytes:
     """The text exposition, with Triton's counters under their bare names (no ``_total``)."""
     text = generate_latest(registry)
     for name in TRITON_COUNTERS:
@@ -56,10 +66,24 @@ def render(registry: CollectorRegistry) -> bytes:
 
 
 class MetricsApp:
-    """A tiny ASGI app: ``GET /metrics``. Collectors read state on the event loop thread."""
+    """A tiny ASGI app: ``GET /metrics``. The collectors' reads of the components' state
+    (``reads``) run on the event loop; the rest of the render in a worker thread.
+    ``/metrics?name[]=A&name[]=B`` answers only those metrics, as Prometheus' Python client
+    does (a sampler that reads one figure often need not render every model's)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, reads: LoopReads | None = None) -> None:
         self._registry = registry
+        self._reads = reads if reads is not None else LoopReads()
+        self._one_at_a_time = asyncio.Lock()
+
+    async def _render(self, names: list[str]) -> bytes:
+        registry = self._registry.restricted_registry(names) if names else self._registry
+        async with self._one_at_a_time:
+            self._reads.take()
+            try:
+                return await asyncio.to_thread(render, registry)
+            finally:
+                self._reads.drop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,7 +93,9 @@ class MetricsApp:
         elif scope["method"] not in ("GET", "HEAD"):
             status, body, ctype = 405, b'{"error":"Method Not Allowed"}', b"application/json"
         else:
-            status, body, ctype = 200, render(self._registry), CONTENT_TYPE_LATEST.encode()
+            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            body = await self._render(query.get("name[]", []))
+            status, ctype = 200, CONTENT_TYPE_LATEST.encode()
         await send(
             {
                 "type": "http.response.start",

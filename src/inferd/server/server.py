@@ -10,7 +10,7 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferd import __version__
 from inferd.backends.python.shm import PREFIX as PYTHON_SHM_PREFIX
@@ -41,6 +41,9 @@ from inferd.rollout.service import Rollout
 from inferd.scheduling.response_cache import ResponseCache
 from inferd.server.config import ServerConfig
 from inferd.server.exposure import exposure_warnings
+
+if TYPE_CHECKING:
+    from inferd.metrics.snapshots import LoopReads
 
 _log = logging.getLogger("inferd.server")
 
@@ -280,12 +283,15 @@ class Server:
         if cfg.allow_metrics:
             from inferd.frontends.http.server import start_http_server
             from inferd.metrics.endpoint import MetricsApp, build_registry
+            from inferd.metrics.snapshots import LoopReads
 
             address = cfg.metrics_address or cfg.http_address
+            reads = LoopReads()
+            registry = build_registry(self.engine, self._collectors(reads), reads)
             async with _starting("Metrics", address, cfg.metrics_port, "--metrics-port"):
                 # the HTTP front end's server, connection limits and timeouts
                 handle, port = await start_http_server(
-                    MetricsApp(build_registry(self.engine, self._collectors())),
+                    MetricsApp(registry, reads),
                     address,
                     cfg.metrics_port,
                     timeout_keep_alive_s=cfg.http_idle_timeout_s,
@@ -345,28 +351,29 @@ class Server:
             stop = _nothing_to_stop
         _log.info("%d front-end processes serve %s", cfg.frontends, ", ".join(supervisor.ports))
 
-    def _collectors(self) -> list[Any]:
-        """The metrics collectors of the components besides the models."""
+    def _collectors(self, reads: LoopReads) -> list[Any]:
+        """The metrics collectors of the components besides the models; each reads its
+        component's statistics through ``reads`` (a ``LoopReads``: taken on the event loop)."""
         from inferd.metrics.rollout import RolloutCollector
 
-        collectors: list[Any] = [RolloutCollector(self.rollout.statistics)]
+        collectors: list[Any] = [RolloutCollector(reads(self.rollout.statistics))]
         if self.registry is not None:
             from inferd.metrics.llm import LlmCollector, llm_statistics
 
             backends = self.registry
-            collectors.append(LlmCollector(lambda: llm_statistics(backends)))
+            collectors.append(LlmCollector(reads(lambda: llm_statistics(backends))))
         if self.config.model_control_mode is ControlMode.ON_DEMAND:
             from inferd.metrics.on_demand import OnDemandCollector
 
-            collectors.append(OnDemandCollector(self.manager.on_demand_statistics))
+            collectors.append(OnDemandCollector(reads(self.manager.on_demand_statistics)))
         if self.payload_log is not None:
             from inferd.metrics.payload_log import PayloadLogCollector
 
-            collectors.append(PayloadLogCollector(self.payload_log.statistics))
+            collectors.append(PayloadLogCollector(reads(self.payload_log.statistics)))
         if self.drift is not None:
             from inferd.metrics.drift import DriftCollector
 
-            collectors.append(DriftCollector(self.drift.statistics))
+            collectors.append(DriftCollector(reads(self.drift.statistics)))
         return collectors
 
     def _drift_report(self, model: str, version: str) -> dict[str, Any]:

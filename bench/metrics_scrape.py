@@ -1,0 +1,135 @@
+"""What a ``/metrics`` scrape costs the requests being served beside it, with many models.
+
+A server holds the 300 small models of ``bench/many_models_mixed.py`` (ONNX MLPs, XGBoost and
+LightGBM boosters, every one loaded and asked once, so each has its counters and histograms).
+``--clients`` closed-loop clients then ask the ten most popular of them for ``--seconds``,
+twice, side by side in one run: once with nobody scraping, once with a scraper reading
+``/metrics`` every ``--every-s`` seconds (Prometheus scrapes every 15-60 s; the mixed
+benchmark's sampler reads it twice a second). Printed: the scrape's size and time, and the
+requests' p50, p99 and slowest latency in both phases, with the ratio of the p99s.
+
+    .venv/bin/python bench/metrics_scrape.py [--models 300] [--every-s 0.5] [--seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from inferd.testing import running_server
+
+_spec = importlib.util.spec_from_file_location(
+    "mixed", Path(__file__).with_name("many_models_mixed.py")
+)
+assert _spec is not None
+assert _spec.loader is not None
+mixed = importlib.util.module_from_spec(_spec)
+sys.modules["mixed"] = mixed
+_spec.loader.exec_module(mixed)
+
+
+def drive(
+    url: str, names: list[str], kinds: dict[str, str], clients: int, seconds: float
+) -> list[float]:
+    """Closed-loop clients over ``names`` for ``seconds``: every request's latency."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def loop(k: int) -> None:
+        mine: list[float] = []
+        with httpclient.InferenceServerClient(url) as client:
+            made = {kind: mixed.inputs(kind) for kind in set(kinds.values())}
+            j = k
+            while time.monotonic() < stop:
+                name = names[j % len(names)]
+                j += 1
+                t0 = time.perf_counter()
+                client.infer(name, made[kinds[name]])
+                mine.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies
+
+
+def scrape(url: str) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(f"http://{url}/metrics", timeout=60) as reply:
+        size = len(reply.read())
+    return size, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", type=int, default=300, help="small models loaded")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=15.0, help="each phase's length")
+    ap.add_argument("--every-s", type=float, default=0.5, help="seconds between scrapes")
+    args = ap.parse_args()
+    build_args = argparse.Namespace(mlp_hidden=1024, trees=150, tree_runtime="native")
+    with tempfile.TemporaryDirectory(prefix="inferd-metrics-scrape-") as tmp:
+        repo = Path(tmp) / "repo"
+        repo.mkdir()
+        kinds = mixed.build(repo, args.models, 0, build_args)
+        names = sorted(kinds)
+        flags = ["--model-control-mode", "explicit", "--load-model", "*", "--log-verbose", "0"]
+        with running_server([repo], flags, startup_timeout_s=900) as server:
+            with httpclient.InferenceServerClient(server.http_url, concurrency=4) as client:
+                for name in names:  # every model gets its counters and histograms
+                    client.infer(name, mixed.inputs(kinds[name]))
+            hot = names[:: max(1, len(names) // 10)][:10]
+            drive(server.http_url, hot, kinds, args.clients, 2.0)  # warm the clients' path
+            quiet = drive(server.http_url, hot, kinds, args.clients, args.seconds)
+            scrapes: list[tuple[int, float]] = []
+            done = threading.Event()
+
+            def scraper() -> None:
+                while not done.wait(args.every_s):
+                    scrapes.append(scrape(server.metrics_url))
+
+            thread = threading.Thread(target=scraper)
+            thread.start()
+            busy = drive(server.http_url, hot, kinds, args.clients, args.seconds)
+            done.set()
+            thread.join()
+
+    def row(label: str, values: list[float]) -> str:
+        ms = np.array(values) * 1e3
+        return (
+            f"{label:28s} {len(ms):7d} {np.percentile(ms, 50):8.2f} "
+            f"{np.percentile(ms, 99):8.2f} {ms.max():8.1f}"
+        )
+
+    sizes = [s for s, _ in scrapes]
+    times = np.array([t for _, t in scrapes]) * 1e3
+    print(
+        f"{args.models} models loaded, {args.clients} clients on 10 of them, "
+        f"{args.seconds:g} s per phase"
+    )
+    print(
+        f"/metrics: {len(scrapes)} scrapes every {args.every_s:g} s, {np.median(sizes) / 1e6:.2f} "
+        f"MB each, p50 {np.percentile(times, 50):.0f} ms, slowest {times.max():.0f} ms"
+    )
+    print(f"{'phase':28s} {'requests':>7s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s}")
+    print(row("no scrapes", quiet))
+    print(row(f"scraped every {args.every_s:g} s", busy))
+    print(f"p99 ratio (scraped / not): {np.percentile(busy, 99) / np.percentile(quiet, 99):.2f}")
+
+
+if __name__ == "__main__":
+    main()
