@@ -19,7 +19,7 @@ the seconds of loads per second (medians). How fast the machine loads changes no
 machine's) ranks the same, and the residency's rules read no load time.
 
     .venv/bin/python bench/residency_sim.py [bench/.work/many_models/server-cost-4.log [--save]]
-    .venv/bin/python bench/residency_sim.py --overhead   # room taken, MiniLM load peaks
+    .venv/bin/python bench/residency_sim.py --overhead [LOG]   # room taken, MiniLM load peaks
 """
 
 from __future__ import annotations
@@ -187,14 +187,15 @@ def _row(got: list[Outcome]) -> str:
     return f"{hit} | {refusals:g} | {loading:.2f}"
 
 
-def overhead() -> None:
+def overhead(log: Path | None = None) -> None:
     """``cost`` at 86 requests a second with part of the room taken by memory no model
-    accounts for, and with MiniLM loads that need a transient peak beyond their size."""
-    names, size, reload_s = catalogue()
+    accounts for, and with MiniLM loads that need a transient peak beyond their size; the
+    sizes and load times of the catalogue, or of a server log of the mixed benchmark."""
+    names, size, reload_s = catalogue() if log is None else from_log(log)
     cfg = EvictionConfig(10.0, "cost")
     print("| room taken | MiniLM load peak | hit ratio |")
     print("|---|---|---|")
-    for taken, peak in ((0, 0), (140, 0), (0, 100), (140, 100)):
+    for taken, peak in ((0, 0), (140, 0), (0, 100), (140, 100), (170, 100), (200, 100)):
         got = [
             simulate(
                 names, size, reload_s, cfg, rate=86.0, seed=s, taken=taken << 20, peak=peak << 20
@@ -206,7 +207,8 @@ def overhead() -> None:
 
 def main() -> None:
     if "--overhead" in sys.argv:
-        overhead()
+        logs = [Path(a) for a in sys.argv[1:] if a != "--overhead"]
+        overhead(logs[0] if logs else None)
         return
     if len(sys.argv) > 1 and sys.argv[1] != "--save":
         names, size, reload_s = from_log(Path(sys.argv[1]))
