@@ -554,3 +554,52 @@ async def test_a_load_whose_peak_does_not_fit_waits_briefly_for_a_busy_model() -
     await waiter
     assert host.unloaded == ["b", "a"]
     assert host.max_rss <= 1250
+
+
+async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_trimmed_first() -> (
+    None
+):
+    """``d`` needs the room of ``a``, ``b`` and ``c``: three unloads in a row, with nothing
+    moving the resident set between them. Each trims once, after its unload (before it, the
+    previous trim left nothing to give back: a trim walks every free chunk of the heap, tens of
+    milliseconds in a fragmented one). When the allocator kept 500 bytes since the last trim
+    (a request's buffers freed), the next unload trims first, so the drop it measures is the
+    victim's 100 alone."""
+    host = _Host({"a": 100, "b": 100, "c": 100, "d": 250, "e": 100})
+    kept = {"bytes": 0}
+    trims: list[int] = []
+
+    def release() -> None:
+        trims.append(host.rss)
+        host.rss -= kept["bytes"]
+        kept["bytes"] = 0
+
+    loader = OnDemandLoader(
+        OnDemandSettings(budget_bytes=1000 + 300, min_residency_s=0.0, eviction="lru"),
+        load=host.load,
+        unload=host.unload,
+        loaded=lambda: dict(host.loaded),
+        estimate=host.estimate,
+        measure=lambda: host.rss,
+        release=release,
+        clock=host.clock,
+    )
+    await loader.start()
+    for name in ("a", "b", "c"):
+        await loader.ensure(name)
+        host.clock.advance(10**9)
+    trims.clear()
+    await loader.ensure("d")
+    assert host.unloaded == ["a", "b", "c"]
+    assert len(trims) == 3 + 1  # one after each unload, one at the end of d's load
+    host.clock.advance(10**9)
+
+    host.rss += 500  # freed by requests, kept by the allocator until a trim
+    kept["bytes"] = 500
+    trims.clear()
+    await loader.ensure("e")
+    assert host.unloaded[-1] == "d"
+    assert trims[0] == 1000 + 250 + 500  # before the unload: the kept bytes go back first
+    assert int(dict(loader.details("d", False))["memory_bytes"]) == 250
+    assert host.rss == 1000 + 100
+    await loader.close()

@@ -64,6 +64,7 @@ from inferd.repository.memory import (
 from inferd.repository.on_demand_state import (
     LOAD_SECONDS_BUCKETS,
     SIZE_SAMPLES,
+    TRIM_SLACK_BYTES,
     Counters,
     ModelRecord,
     OnDemandSettings,
@@ -73,6 +74,7 @@ from inferd.repository.on_demand_state import (
     index_details,
     model_size,
     plausible_free,
+    read_outcome,
 )
 from inferd.repository.on_demand_watch import watch_memory
 
@@ -128,6 +130,7 @@ class OnDemandLoader:
         self._waiting: dict[str, int] = {}
         self._shares = GrowthShares()
         self._measuring = asyncio.Lock()  # one measurement at a time, applied in order
+        self._trimmed_rss = -1  # the resident set measured just after the last trim
         self._no_room: dict[str, str] = {}  # loads waiting for room: why
         self._room_until: dict[str, float] = {}  # a load waiting for room: until when (loop time)
         self._counters = Counters()
@@ -159,7 +162,8 @@ class OnDemandLoader:
         async with self._measuring:  # what the trim gives back is no load's
             self._shares.observe(await asyncio.to_thread(self._measure))
             await asyncio.to_thread(self._release)
-            self._shares.rebase(await asyncio.to_thread(self._measure))
+            self._trimmed_rss = await asyncio.to_thread(self._measure)
+            self._shares.rebase(self._trimmed_rss)
 
     def choose_for_watch(self, unaccounted: int) -> Choice:
         room = self._room()
@@ -229,7 +233,7 @@ class OnDemandLoader:
         if fut is None:
             self._check_backoff(name)
             fut = asyncio.get_running_loop().create_future()
-            fut.add_done_callback(_retrieve)
+            fut.add_done_callback(read_outcome)
             self._loading[name] = fut
             task = asyncio.create_task(self._run(name, fut, reason), name=f"inferd-load-{name}")
             self._tasks.add(task)
@@ -353,14 +357,14 @@ class OnDemandLoader:
             model.failed, model.failed_at_s = str(exc), self._now()
             raise
         finally:
-            # what the load freed (the files it read, the buffers of the session's build and
-            # of its warm-up) goes back to the system before its growth is measured: the
-            # allocator keeps it otherwise, and the model would be measured (and the process
-            # would stay) larger by it until the next unload's trim
+            # what the load freed (the files it read, its build's and warm-up's buffers) goes
+            # back before its growth is measured: kept by the allocator, it would count as the
+            # model's (and the process would stay larger by it until the next unload's trim)
             async with self._measuring:
                 self._shares.observe(await asyncio.to_thread(self._measure))
                 await asyncio.to_thread(self._release)
-                self._shares.charge(name, await asyncio.to_thread(self._measure))
+                self._trimmed_rss = await asyncio.to_thread(self._measure)
+                self._shares.charge(name, self._trimmed_rss)
             rise = self._peaks.end(name)
             self._active -= 1
             async with self._measuring:
@@ -552,15 +556,17 @@ class OnDemandLoader:
         try:
             # one unload at a time, and no load's trim in between: the drop is the victim's
             async with self._measuring:
-                self._shares.observe(await asyncio.to_thread(self._measure))
-                # what the allocator kept (mostly loads' transients) goes back first: the drop
-                # measured below is then the victim's alone
-                await asyncio.to_thread(self._release)
                 before = await asyncio.to_thread(self._measure)
                 self._shares.observe(before)
+                # what the allocator kept since the last trim goes back first (the drop below is
+                # the victim's alone), unless nothing moved since: a trim walks every free chunk
+                if abs(before - self._trimmed_rss) > TRIM_SLACK_BYTES:
+                    await asyncio.to_thread(self._release)
+                    before = await asyncio.to_thread(self._measure)
+                    self._shares.observe(before)
                 await self._unload(victim, reason)
                 await asyncio.to_thread(self._release)
-                after = await asyncio.to_thread(self._measure)
+                after = self._trimmed_rss = await asyncio.to_thread(self._measure)
                 self._shares.rebase(after)  # what the unload freed is no load's
         finally:
             self._evicting.discard(victim)
@@ -592,9 +598,3 @@ class OnDemandLoader:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-def _retrieve(fut: asyncio.Future[None]) -> None:
-    """A load nobody waits for any more still has its outcome read (no asyncio warning)."""
-    if not fut.cancelled():
-        fut.exception()

@@ -3,6 +3,7 @@ estimates of a load (pure functions of what it measured)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import statistics
 from collections.abc import Iterable, Mapping
@@ -14,6 +15,7 @@ __all__ = [
     "LOAD_SECONDS_BUCKETS",
     "RATIO_SAMPLES",
     "SIZE_SAMPLES",
+    "TRIM_SLACK_BYTES",
     "Counters",
     "ModelRecord",
     "OnDemandSettings",
@@ -23,6 +25,7 @@ __all__ = [
     "index_details",
     "model_size",
     "plausible_free",
+    "read_outcome",
     "transient_estimate",
 ]
 
@@ -34,6 +37,9 @@ SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growt
 RATIO_SAMPLES = 15
 #: an unload's drop above this many times the model's load growth or files is not its own
 FREED_PLAUSIBLE = 4
+#: an unload skips the trim before it when the resident set is this close to what the last trim
+#: left (16 pages): nothing the allocator kept since would be counted in the victim's drop
+TRIM_SLACK_BYTES = 64 * 1024
 _SIMILAR = math.log(1.25)  # files' sizes this close: a model never loaded is sized like the other
 
 
@@ -215,3 +221,9 @@ def plausible_free(model: ModelRecord, freed: int) -> bool:
     measured 155 MB, and would have reserved that at each of its loads."""
     grown = int(statistics.median(model.measured)) if model.measured else 0
     return freed <= FREED_PLAUSIBLE * max(grown, model.on_disk, 1)
+
+
+def read_outcome(fut: asyncio.Future[None]) -> None:
+    """A load nobody waits for any more still has its outcome read (no asyncio warning)."""
+    if not fut.cancelled():
+        fut.exception()
