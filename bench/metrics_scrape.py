@@ -15,7 +15,6 @@ ratios. ``PYTHONPATH=<another checkout>/src`` runs another version of the server
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -23,19 +22,11 @@ import threading
 import time
 from pathlib import Path
 
+import many_models_mixed as mixed  # this script's folder comes first on sys.path
 import numpy as np
 import tritonclient.http as httpclient
 
 from inferd.testing import running_server
-
-_spec = importlib.util.spec_from_file_location(
-    "mixed", Path(__file__).with_name("many_models_mixed.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-mixed = importlib.util.module_from_spec(_spec)
-sys.modules["mixed"] = mixed
-_spec.loader.exec_module(mixed)
 
 
 def drive(

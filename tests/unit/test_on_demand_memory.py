@@ -5,6 +5,7 @@ minimum residency of a catalogue's tail (a simulated clock, fake loads)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -75,7 +76,13 @@ class _Host:
     async def estimate(self, name: str) -> int:
         return self.sizes[name]
 
-    def loader(self, budget: int, peak: bool = False, **kw: object) -> OnDemandLoader:
+    def loader(
+        self,
+        budget: int,
+        peak: bool = False,
+        release: Callable[[], None] = lambda: None,
+        **kw: object,
+    ) -> OnDemandLoader:
         kw.setdefault("min_residency_s", 0.0)
         kw.setdefault("eviction", "lru")
         kw.setdefault("watch_s", 0.0)  # the watch between loads: its own test
@@ -86,6 +93,7 @@ class _Host:
             loaded=lambda: dict(self.loaded),
             estimate=self.estimate,
             measure=lambda: self.rss,
+            release=release,
             clock=self.clock,
             peak=_Peak(self) if peak else None,
         )
@@ -562,10 +570,12 @@ async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_
     """``d`` needs the room of ``a``, ``b`` and ``c``: three unloads in a row, with nothing
     moving the resident set between them. Each trims once, after its unload (before it, the
     previous trim left nothing to give back: a trim walks every free chunk of the heap, tens of
-    milliseconds in a fragmented one). When the allocator kept 500 bytes since the last trim
-    (a request's buffers freed), the next unload trims first, so the drop it measures is the
-    victim's 100 alone."""
-    host = _Host({"a": 100, "b": 100, "c": 100, "d": 250, "e": 100})
+    milliseconds in a fragmented one). When the allocator kept 50 MiB since the last trim (a
+    request's buffers, freed), the next unload trims first, so the drop it measures is the
+    victim's 250 MiB alone."""
+    mib = 1 << 20
+    host = _Host({"a": 100 * mib, "b": 100 * mib, "c": 100 * mib, "d": 250 * mib, "e": 100 * mib})
+    host.rss = host.max_rss = 1000 * mib
     kept = {"bytes": 0}
     trims: list[int] = []
 
@@ -574,16 +584,7 @@ async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_
         host.rss -= kept["bytes"]
         kept["bytes"] = 0
 
-    loader = OnDemandLoader(
-        OnDemandSettings(budget_bytes=1000 + 300, min_residency_s=0.0, eviction="lru"),
-        load=host.load,
-        unload=host.unload,
-        loaded=lambda: dict(host.loaded),
-        estimate=host.estimate,
-        measure=lambda: host.rss,
-        release=release,
-        clock=host.clock,
-    )
+    loader = host.loader(1300 * mib, release=release)
     await loader.start()
     for name in ("a", "b", "c"):
         await loader.ensure(name)
@@ -594,12 +595,13 @@ async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_
     assert len(trims) == 3 + 1  # one after each unload, one at the end of d's load
     host.clock.advance(10**9)
 
-    host.rss += 500  # freed by requests, kept by the allocator until a trim
-    kept["bytes"] = 500
+    host.rss += 50 * mib  # freed by requests, kept by the allocator until a trim
+    kept["bytes"] = 50 * mib
     trims.clear()
     await loader.ensure("e")
     assert host.unloaded[-1] == "d"
-    assert trims[0] == 1000 + 250 + 500  # before the unload: the kept bytes go back first
-    assert int(dict(loader.details("d", False))["memory_bytes"]) == 250
-    assert host.rss == 1000 + 100
+    assert trims[0] == (1000 + 250 + 50) * mib  # before the unload: the kept bytes go back first
+    assert len(trims) == 2 + 1  # before and after d's unload, at the end of e's load
+    assert int(dict(loader.details("d", False))["memory_bytes"]) == 250 * mib
+    assert host.rss == (1000 + 100) * mib
     await loader.close()
