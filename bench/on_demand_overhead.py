@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import importlib.util
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -33,16 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import many_models_mixed as mixed  # this script's folder comes first on sys.path
 import numpy as np
-
-_spec = importlib.util.spec_from_file_location(
-    "mixed", Path(__file__).with_name("many_models_mixed.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-mixed = importlib.util.module_from_spec(_spec)
-sys.modules["mixed"] = mixed
-_spec.loader.exec_module(mixed)
 
 
 def rss_mib(pid: str = "self") -> float:

@@ -12,25 +12,15 @@ index, the load time and transient peak from its log. The embeddings of both mus
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
+import many_models_mixed as mixed  # this script's folder comes first on sys.path
 import numpy as np
 import onnx
 import tritonclient.http as httpclient
-
-_spec = importlib.util.spec_from_file_location(
-    "mixed", Path(__file__).with_name("many_models_mixed.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-mixed = importlib.util.module_from_spec(_spec)
-sys.modules["mixed"] = mixed
-_spec.loader.exec_module(mixed)
 
 _LOADED = re.compile(
     r"model '(\w+)' loaded on demand in ([\d.]+) s \(\w+, (\d+) bytes(?:, (\d+) bytes more)?"
