@@ -199,20 +199,23 @@ def test_statistics_are_counted_once_for_both_front_ends(multi: ServerProcess) -
         list(pool.map(send, range(8)))
     assert _inference_count(multi, "simple") - before == 8 * per_thread
     # both protocols read the one engine's counters
-    grpc_stats = grpcclient.InferenceServerClient(multi.grpc_url).get_inference_statistics(
-        "simple", as_json=True
-    )
+    with grpcclient.InferenceServerClient(multi.grpc_url) as grpc_client:
+        grpc_stats = grpc_client.get_inference_statistics("simple", as_json=True)
     assert int(grpc_stats["model_stats"][0]["inference_count"]) == before + 8 * per_thread
 
 
+def _model_stats(server: ServerProcess, model: str) -> dict[str, Any]:
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        stats: dict[str, Any] = client.get_inference_statistics(model)["model_stats"][0]
+    return stats
+
+
 def _inference_count(server: ServerProcess, model: str) -> int:
-    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(model)
-    return int(stats["model_stats"][0]["inference_count"])
+    return int(_model_stats(server, model)["inference_count"])
 
 
 def _execution_count(server: ServerProcess, model: str) -> int:
-    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(model)
-    return int(stats["model_stats"][0]["execution_count"])
+    return int(_model_stats(server, model)["execution_count"])
 
 
 def test_batches_form_across_front_ends(multi: ServerProcess) -> None:

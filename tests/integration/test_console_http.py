@@ -203,9 +203,8 @@ def test_the_summary_holds_the_index_only_for_who_may_read_it(server: ServerProc
     assert [(m["name"], m["state"]) for m in without["models"]] == [("simple", "READY")]
     summary = get(server, "/console/api/summary", Authorization=f"Bearer {TOKEN}").json()
     assert summary["index_complete"] is True
-    index = httpclient.InferenceServerClient(server.http_url).get_model_repository_index(
-        headers={"Authorization": f"Bearer {TOKEN}"}
-    )
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        index = client.get_model_repository_index(headers={"Authorization": f"Bearer {TOKEN}"})
     assert [(m["name"], m.get("state")) for m in summary["models"]] == [
         (m["name"], m.get("state")) for m in index
     ]
