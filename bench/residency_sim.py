@@ -24,11 +24,11 @@ machine's) ranks the same, and the residency's rules read no load time.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,13 +206,31 @@ def overhead(log: Path | None = None) -> None:
 
 
 def main() -> None:
-    if "--overhead" in sys.argv:
-        logs = [Path(a) for a in sys.argv[1:] if a != "--overhead"]
-        overhead(logs[0] if logs else None)
+    ap = argparse.ArgumentParser(
+        description="The eviction policy's hit ratio on the mixed benchmark's mix, simulated."
+    )
+    ap.add_argument(
+        "log",
+        nargs="?",
+        type=Path,
+        help="a server log of bench/many_models_mixed.py to take each model's size and load "
+        "time from (default: the frozen catalogue beside this script)",
+    )
+    ap.add_argument("--save", action="store_true", help="freeze the log's catalogue")
+    ap.add_argument(
+        "--overhead",
+        action="store_true",
+        help="`cost` with part of the room taken and MiniLM load peaks, instead of the rules",
+    )
+    args = ap.parse_args()
+    if args.save and args.log is None:
+        ap.error("--save needs a server log to take the catalogue from")
+    if args.overhead:
+        overhead(args.log)
         return
-    if len(sys.argv) > 1 and sys.argv[1] != "--save":
-        names, size, reload_s = from_log(Path(sys.argv[1]))
-        if "--save" in sys.argv:
+    if args.log is not None:
+        names, size, reload_s = from_log(args.log)
+        if args.save:
             rows = [f'"{n}": [{size[n]}, {round(reload_s[n], 6)}]' for n in names]
             CATALOGUE.write_text("{\n" + ",\n".join(rows) + "\n}\n")  # one model a line
     else:

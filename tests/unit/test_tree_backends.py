@@ -291,6 +291,72 @@ def test_treelite_checkpoint(serve: Any) -> None:
     np.testing.assert_allclose(served.one(x)[:, 1], booster.inplace_predict(x), rtol=1e-4)
 
 
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+@pytest.mark.parametrize("runtime", ["native", "onnx"])
+def test_the_file_is_read_once_per_instance_not_once_more_for_the_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: str, runtime: str
+) -> None:
+    """The copy the load reads (for the model's shape, and for the ONNX conversion) is the
+    first instance's own: a second copy doubled what a tree model holds and what its load
+    parses. The ONNX runtime's check against the library keeps no copy either."""
+    if library == "xgboost":
+        module, filename = xgb, "xgboost.json"
+        trained = xgb_booster(BINARY, {"objective": "binary:logistic"})
+    else:
+        module, filename = lgb, "model.txt"
+        trained = lgb_booster(BINARY, {"objective": "binary"})
+    model_type = "xgboost_json" if library == "xgboost" else "lightgbm"
+    model_dir = tmp_path / "model"
+    (model_dir / "1").mkdir(parents=True)
+    params = {"model_type": model_type, "runtime": runtime, "predict_proba": "true"}
+    (model_dir / "config.pbtxt").write_text(fil_config(params))
+    trained.save_model(str(model_dir / "1" / filename))
+    registry = default_registry(load_entry_points=False)
+    spec = prepare("model", model_dir, registry, LoadOptions()).spec  # reads it for its shape
+    reads = []
+
+    class Counted(module.Booster):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            reads.append(kwargs.get("model_file") is not None)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(module, "Booster", Counted)
+    loaded = registry.for_spec(spec).load(LoadContext(spec, 1, model_dir, model_dir / "1"))
+    instances = [loaded.create_instance(spec.instance_groups[0], i) for i in range(2)]
+    try:
+        x = rows(BINARY)
+        outs = [i.execute([InferRequest("model", {spec.inputs[0].name: x})])[0] for i in instances]
+        name = spec.outputs[0].name
+        np.testing.assert_allclose(outs[0][name], outs[1][name])
+        np.testing.assert_allclose(
+            outs[0][name][:, 1],
+            trained.predict(xgb.DMatrix(x) if library == "xgboost" else x),
+            rtol=1e-4,
+            atol=1e-6,
+        )
+    finally:
+        for instance in instances:
+            instance.close()
+        loaded.close()
+    # native: the load's copy serves the first instance, the second reads its own; onnx: the
+    # load's copy is converted and checked, and the instances run the conversion
+    assert sum(reads) == (2 if runtime == "native" else 1)
+
+
+def test_a_conversion_after_a_scorer_took_the_loaded_copy_reads_the_file_again(
+    tmp_path: Path,
+) -> None:
+    from inferd.backends.trees.libraries import load_tree_file, onnx_scorer
+
+    trained = xgb_booster(BINARY, {"objective": "binary:logistic"})
+    trained.save_model(str(tmp_path / "m.json"))
+    tree = load_tree_file(tmp_path / "m.json", "xgboost_json")
+    native = tree.native_scorer(1)
+    assert tree.handle is None  # the scorer's now
+    x = rows(BINARY)
+    np.testing.assert_allclose(onnx_scorer(tree, tree.to_onnx(), 1)(x), native(x), atol=1e-5)
+
+
 # -- parameters ---------------------------------------------------------------------------------
 
 

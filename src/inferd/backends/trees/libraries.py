@@ -67,7 +67,9 @@ class TreeFile:
     features: int
     classes: int
     targets: int
-    handle: Any  # the library object, used for conversion and as the first instance's copy
+    # the library object read with the file: the conversion's, then the first scorer's own
+    # copy (later scorers read their own); None once a scorer took it
+    handle: Any
     kind: str = ""  # library-specific detail (the objective)
 
     @property
@@ -76,11 +78,22 @@ class TreeFile:
         return self.classes if self.classes else self.targets
 
     def native_scorer(self, threads: int) -> Scorer:
+        """A scorer on a copy of the model of its own: the first takes the one read with the
+        file (a second copy would double what the model holds and what its load parses)."""
+        handle, self.handle = self.handle, None
         if self.model_type in XGBOOST_TYPES:
-            return _xgboost_scorer(self, threads)
+            return _xgboost_scorer(self, threads, handle)
         if self.model_type == "lightgbm":
-            return _lightgbm_scorer(self, threads)
-        return _treelite_scorer(self, threads)
+            return _lightgbm_scorer(self, threads, handle)
+        return _treelite_scorer(self, threads, handle)
+
+    def _library_object(self) -> Any:
+        """The handle, or a copy read again where a scorer took it."""
+        if self.handle is not None:
+            return self.handle
+        if self.model_type in XGBOOST_TYPES:
+            return _xgboost_booster(self.path)
+        return _need("lightgbm", "trees").Booster(model_file=str(self.path))
 
     def to_onnx(self) -> bytes:
         """The model converted to ONNX (raises when the converter cannot express it)."""
@@ -92,11 +105,14 @@ class TreeFile:
         inputs = [("input", FloatTensorType([None, self.features]))]
         if self.model_type == "lightgbm":
             model = onnxmltools.convert_lightgbm(
-                self.handle, initial_types=inputs, target_opset=ONNX_OPSET, zipmap=False
+                self._library_object(),
+                initial_types=inputs,
+                target_opset=ONNX_OPSET,
+                zipmap=False,
             )
         else:
             model = onnxmltools.convert_xgboost(
-                self.handle, initial_types=inputs, target_opset=ONNX_OPSET
+                self._library_object(), initial_types=inputs, target_opset=ONNX_OPSET
             )
         for output in model.graph.output:  # the converters give a fixed batch of 1
             dims = output.type.tensor_type.shape.dim
@@ -165,8 +181,9 @@ def _softmax(margin: Array) -> Array:
     return out
 
 
-def _xgboost_scorer(tree: TreeFile, threads: int) -> Scorer:
-    booster = _xgboost_booster(tree.path)
+def _xgboost_scorer(tree: TreeFile, threads: int, booster: Any = None) -> Scorer:
+    if booster is None:
+        booster = _xgboost_booster(tree.path)
     booster.set_param({"nthread": threads})
     predict = booster.inplace_predict
     objective = tree.kind
@@ -210,9 +227,9 @@ def load_lightgbm(path: Path) -> TreeFile:
     return TreeFile("lightgbm", path, booster.num_feature(), classes, 1, booster, kind=objective)
 
 
-def _lightgbm_scorer(tree: TreeFile, threads: int) -> Scorer:
-    lgb = _need("lightgbm", "trees")
-    booster = lgb.Booster(model_file=str(tree.path))
+def _lightgbm_scorer(tree: TreeFile, threads: int, booster: Any = None) -> Scorer:
+    if booster is None:
+        booster = _need("lightgbm", "trees").Booster(model_file=str(tree.path))
     predict = booster.predict
     if tree.classes == 2:
         return lambda rows: _binary(predict(rows, num_threads=threads))
@@ -239,9 +256,10 @@ def load_treelite(path: Path) -> TreeFile:
     )
 
 
-def _treelite_scorer(tree: TreeFile, threads: int) -> Scorer:
+def _treelite_scorer(tree: TreeFile, threads: int, model: Any = None) -> Scorer:
     treelite = _need("treelite", "trees")
-    model = treelite.Model.deserialize(str(tree.path))
+    if model is None:
+        model = treelite.Model.deserialize(str(tree.path))
     predict = treelite.gtil.predict
     try:  # GTIL refuses more threads than OpenMP allows in this process (-1: OpenMP's limit)
         predict(model, np.zeros((1, tree.features), dtype=np.float32), nthread=threads)
