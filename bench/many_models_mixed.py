@@ -433,6 +433,12 @@ def main() -> None:
     ap.add_argument(
         "--share", type=float, default=0.2, help="share of the models' bytes the budget holds"
     )
+    ap.add_argument(
+        "--budget-mib",
+        type=float,
+        help="this budget instead of the one computed from the sizes measured (to compare two "
+        "versions of the server, whose sizes differ, at the same memory)",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--zipf", type=float, default=1.1)
     ap.add_argument("--warmup-s", type=float, default=20.0)
@@ -490,6 +496,9 @@ def main() -> None:
         # room for a fifth of the bytes, and at least for the largest model with a margin
         room = max(int(total * args.share), int(max(sizes.values()) * 1.25))
         budget = baseline + libraries + room
+        if args.budget_mib is not None:
+            budget = int(args.budget_mib * mib)
+            room = budget - baseline - libraries
 
         order_a, weights = popularity(names, args.zipf, args.seed)
         order_b, _ = popularity(names, args.zipf, args.seed + 1)
