@@ -93,7 +93,7 @@ class TreeFile:
             return self.handle
         if self.model_type in XGBOOST_TYPES:
             return _xgboost_booster(self.path)
-        return _need("lightgbm", "trees").Booster(model_file=str(self.path))
+        return _lightgbm_booster(self.path)
 
     def to_onnx(self) -> bytes:
         """The model converted to ONNX (raises when the converter cannot express it)."""
@@ -214,9 +214,12 @@ def _lightgbm_objective(path: Path) -> str:
     return ""
 
 
+def _lightgbm_booster(path: Path) -> Any:
+    return _need("lightgbm", "trees").Booster(model_file=str(path))
+
+
 def load_lightgbm(path: Path) -> TreeFile:
-    lgb = _need("lightgbm", "trees")
-    booster = lgb.Booster(model_file=str(path))
+    booster = _lightgbm_booster(path)
     objective = _lightgbm_objective(path)
     name = objective.split(" ")[0]
     classes = 0
@@ -229,7 +232,7 @@ def load_lightgbm(path: Path) -> TreeFile:
 
 def _lightgbm_scorer(tree: TreeFile, threads: int, booster: Any = None) -> Scorer:
     if booster is None:
-        booster = _need("lightgbm", "trees").Booster(model_file=str(tree.path))
+        booster = _lightgbm_booster(tree.path)
     predict = booster.predict
     if tree.classes == 2:
         return lambda rows: _binary(predict(rows, num_threads=threads))
