@@ -191,8 +191,10 @@ class DynamicBatcher(Stateful):
                 entry.waiter.set_exception(unloading_error(self._spec.name, self.stats.version))
         if self._timer is not None:
             self._timer.cancel()
-        if self._task is not None:
-            self._task.cancel()
+        # woken, the loop sees the batcher closing and returns: a cancelled task would keep
+        # its CancelledError, whose traceback holds the loop's frame and so this batcher, its
+        # instances and their sessions in a reference cycle until the collector's next pass
+        self._wake.set()
         self._closed_if_idle()
 
 

@@ -451,6 +451,7 @@ class InstancePool:
         left to finish it and close its instance on its own (then the last one runs ``then``):
         closing an instance, or its model, under a running batch would crash the runtime.
         """
+        self.on_free = None  # a closing pool calls nobody back (nor keeps its owner alive)
         with self._exit_lock:
             run_now = then is not None and self._alive == 0
             self._after_close = None if run_now else then

@@ -55,6 +55,7 @@ class PinnedPools:
 
     def close(self, timeout_s: float = 5.0, then: Callable[[], None] | None = None) -> None:
         """Close every pool; ``then`` runs once, after the last instance has closed."""
+        self.on_free = None  # its owner's callback would keep the owner alive in a cycle
         remaining = len(self._pools)
         lock = threading.Lock()
 

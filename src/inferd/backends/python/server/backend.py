@@ -99,7 +99,6 @@ class PythonModel:
         self._launcher = Launcher(settings.start_method, host)
         self._config_json = ctx.spec.config
         self._launched: dict[tuple[str, int], WorkerHandle] = {}
-        self._instances: list[PythonInstance] = []
         self._lock = threading.Lock()
         self._closed = False
         host.acquire()
@@ -167,7 +166,6 @@ class PythonModel:
             launched = self._launched.pop((group.name, index), None)
         instance = PythonInstance(self, group, index)
         instance.start(launched)
-        self._instances.append(instance)
         return instance
 
     def close(self) -> None:
