@@ -131,6 +131,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="inferd-many-history-") as tmp:
         repo = Path(tmp)
+        print("building the repository (the MiniLM export the first time)...", flush=True)
         kinds = build(repo, args.small, args.large if "minilm" in keep else 0, args)
         for name, kind in list(kinds.items()):
             if kind not in keep:
@@ -141,6 +142,7 @@ def main() -> None:
         on_demand += ["--model-load-wait-secs", "300"]
         budget = ["--model-memory-budget", str(int(args.budget_mib * MIB))]
 
+        print(f"{args.seconds:g} s of traffic within {args.budget_mib:g} MiB...", flush=True)
         with running_server([repo], [*on_demand, *budget]) as server:
             traffic = drive(
                 server, kinds, [(args.seconds, order, weights)], args.clients, args.seed
@@ -148,6 +150,7 @@ def main() -> None:
             time.sleep(3)  # the last loads and unloads settle
             held = resident_models(server)
             churned = picture(server)
+        print(f"a fresh server loads the {len(held)} models the first one held...", flush=True)
         with running_server([repo], [*on_demand, "--model-memory-budget", "100%"]) as server:
             made = {kind: inputs(kind) for kind in set(kinds.values())}
             with httpclient.InferenceServerClient(server.http_url) as client:
