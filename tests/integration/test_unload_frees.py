@@ -1,14 +1,17 @@
 """An unloaded model is freed at once, by reference counting: nothing of it is left in a
 reference cycle for the garbage collector's next full pass (which can come much later, while
-the memory it holds, a runtime's session or a tokenizer, still counts against a budget).
+the memory it holds, a runtime's session or a tokenizer, still counts against a budget), and
+nothing that outlives the version (its statistics, kept across loads) holds on to it.
 
 Each case loads an example model in process, serves one request, unloads it with the collector
-off, and then asks the collector what it would have freed."""
+off, and then checks that its scheduler (which holds the instances and through them the
+model) is gone and asks the collector what it would have freed."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,7 +80,9 @@ async def test_an_unloaded_model_leaves_nothing_for_the_collector(
         for _ in range(2):  # the second round: nothing left from first imports
             gc.collect()
             await manager.load(model)
-            spec = manager.get(model, None).spec
+            serving = manager.get(model, None)
+            spec, scheduler = serving.spec, weakref.ref(serving.scheduler)
+            del serving
             inputs = {t.name: _zeros(t, spec.max_batch_size > 0) for t in spec.inputs}
             request = InferRequest(model_name=model, inputs=inputs, parameters=dict(parameters))
             response = await engine.infer(request)
@@ -85,6 +90,7 @@ async def test_an_unloaded_model_leaves_nothing_for_the_collector(
             del spec, inputs, request, response
             await manager.unload(model)
             await asyncio.sleep(0.2)  # the instances' threads end and close their sessions
+            assert scheduler() is None, f"{model}: the unloaded scheduler is still referenced"
             assert _cycle_garbage() == []
     finally:
         await manager.close()

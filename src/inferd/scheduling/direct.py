@@ -25,7 +25,11 @@ class DirectScheduler(Stateful):
         self._clock = clock or SystemClock()
         self.stats = stats
         self._init_work()
-        stats.pending_source = lambda: max(0, self._in_flight - pool.size)
+        stats.watch(self.pending_count)
+
+    def pending_count(self) -> int:
+        """Requests waiting for a free instance."""
+        return max(0, self._in_flight - self._pool.size)
 
     async def submit(self, request: InferRequest, rows: int = 1) -> dict[str, np.ndarray[Any, Any]]:
         if self._state is not RunState.OPEN:

@@ -69,7 +69,11 @@ class DynamicBatcher(Stateful):
         self._preserve_ordering = db.preserve_ordering
         self._last_release: asyncio.Future[None] | None = None  # preserve_ordering chain
         pool.on_free = self._wake.set
-        stats.pending_source = lambda: len(self._queues)
+        stats.watch(self.pending_count)
+
+    def pending_count(self) -> int:
+        """Requests queued, not yet in a batch."""
+        return len(self._queues)
 
     def _ensure_running(self) -> None:
         if self._task is None:

@@ -154,7 +154,6 @@ class EnsembleScheduler(Stateful):
         self._stream = stream
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None
-        stats.pending_source = lambda: 0  # an ensemble queues nothing of its own
 
     @property
     def graph(self) -> EnsembleGraph:

@@ -126,8 +126,11 @@ class SequenceBatcher(Stateful):
         self._planned = False
         self._init_work()
         pools.on_free = self._ask
-        stats.pending_source = lambda: self.slots.queued
-        stats.sequence_source = self.sequence_counts
+        stats.watch(self.pending_count, self.sequence_counts)
+
+    def pending_count(self) -> int:
+        """Requests queued for a sequence slot."""
+        return self.slots.queued
 
     def sequence_counts(self) -> dict[str, int]:
         """Sequences now active (holding a slot) and backlogged, and totals since load."""

@@ -7,6 +7,7 @@ collectors read :meth:`ModelStats.snapshot` when asked, so no metric call sits o
 from __future__ import annotations
 
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 
@@ -48,9 +49,29 @@ class ModelStats:
         self.close_reasons: Counter[str] = Counter()
         self.latency_us = Histogram.with_bounds(LATENCY_BUCKETS_US)
         self.batch_rows = Histogram.with_bounds(BATCH_BUCKETS)
-        self.pending_source: Callable[[], int] = lambda: 0  # requests not yet executing
-        # sequence models: sequences active, backlogged, started, ended, released when idle
-        self.sequence_source: Callable[[], dict[str, int]] = dict
+        # the scheduler's bound methods, held weakly: the statistics outlive an unloaded
+        # version (they are kept across its loads), its scheduler and instances must not
+        self._pending: weakref.WeakMethod[Callable[[], int]] | None = None
+        self._sequences: weakref.WeakMethod[Callable[[], dict[str, int]]] | None = None
+
+    def watch(
+        self,
+        pending: Callable[[], int],
+        sequences: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
+        """Read the requests not yet executing (and, for sequence models, the sequences
+        active, backlogged, started, ended and released when idle) from the scheduler's bound
+        methods while it lives."""
+        self._pending = weakref.WeakMethod(pending)
+        self._sequences = None if sequences is None else weakref.WeakMethod(sequences)
+
+    def pending(self) -> int:
+        method = None if self._pending is None else self._pending()
+        return 0 if method is None else method()
+
+    def sequences(self) -> dict[str, int]:
+        method = None if self._sequences is None else self._sequences()
+        return {} if method is None else method()
 
     def record_execution(
         self,
@@ -155,8 +176,8 @@ class ModelStats:
             failures={r: self.failures.get(r, 0) for r in FAILURE_REASONS},
             rejections=dict(self.rejections),
             batch_close_reasons=dict(self.close_reasons),
-            pending=self.pending_source(),
-            sequences=self.sequence_source(),
+            pending=self.pending(),
+            sequences=self.sequences(),
             latency_us=self.latency_us.copy(),
             batch_rows=self.batch_rows.copy(),
             response_cache=self.response_cache,
