@@ -445,3 +445,12 @@ def test_a_budget_caps_the_malloc_arenas_at_one_per_core(server: ServerProcess) 
     if os.environ.get("MALLOC_ARENA_MAX"):
         pytest.skip("the operator's MALLOC_ARENA_MAX is left as it is")
     assert re.search(r"malloc arenas capped at \d+ \(one per core\)", server.log())
+
+
+def test_a_budget_makes_onnx_runtime_arenas_give_memory_back(server: ServerProcess) -> None:
+    """Under a budget, an ONNX Runtime model's arena shrinks back after each run (its config
+    says nothing), so a model keeps no batch's activations beyond its measured size. The load
+    logs its session layout before the model answers."""
+    _infer_http(server, "m1")
+    layout = r"model 'm1' version 1: onnxruntime .*, arena shrinks after each run \(cpu:0\)"
+    assert re.search(layout, server.log())

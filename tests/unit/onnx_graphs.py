@@ -90,3 +90,26 @@ def flatten_2x3() -> onnx.ModelProto:
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 6])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 2, 3])],
     )
+
+
+def wide_hidden(features: int = 16, width: int = 4096) -> onnx.ModelProto:
+    """Y = ReduceSum(X @ W, axis 1): a ``[N, width]`` float intermediate, ``N * width * 4``
+    bytes of activations for a batch of N rows (weights: ``features * width`` ones)."""
+    weights = helper.make_tensor(
+        "W", TensorProto.FLOAT, [features, width], [1.0] * (features * width)
+    )
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["H"]),
+            helper.make_node("ReduceSum", ["H", "axes"], ["Y"], keepdims=1),
+        ],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])],
+        [weights, axes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

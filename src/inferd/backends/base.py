@@ -58,6 +58,10 @@ class LoadContext:
     model_dir: Path  # <repo>/<model>
     version_dir: Path  # <repo>/<model>/<version>
     calls: ThreadCalls | None = None  # None: models cannot call other models
+    # the server holds its models within a memory budget: a runtime gives back, after each
+    # request, memory it would otherwise keep for the next (a model's size stays what it was
+    # measured to be at its load)
+    bounded_memory: bool = False
 
     @property
     def model_path(self) -> Path:

@@ -111,7 +111,9 @@ class SessionSettings:
         mode = "parallel" if self.parallel_execution else "sequential"
         inter = self.inter_op_threads if self.parallel_execution else "unused"
         spin = "on" if self.spinning() else "off"
-        return f"{text}, inter-op threads {inter} ({mode}), spinning {spin}"
+        text = f"{text}, inter-op threads {inter} ({mode}), spinning {spin}"
+        shrink = dict(self.run_config_entries).get("memory.enable_memory_arena_shrinkage")
+        return text + (f", arena shrinks after each run ({shrink})" if shrink else "")
 
 
 class SoloSession:

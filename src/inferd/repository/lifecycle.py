@@ -143,6 +143,7 @@ class VersionLifecycle:
             inline_max_us=self._options.inline_max_us,
             calls=LoopCalls(loop, self._caller.stream_outputs),
             recent=recent,
+            bounded_memory=self._options.bounded_memory,
         )
 
     # -- retire --------------------------------------------------------------------------------

@@ -65,6 +65,8 @@ class LoadOptions:
     inline_max_us: int = 100
     # the server has a response cache: models may enable response_cache
     response_cache: bool = False
+    # the server holds its models within a memory budget (LoadContext.bounded_memory)
+    bounded_memory: bool = False
 
 
 @dataclass(slots=True)
@@ -224,6 +226,7 @@ def load_version(
     inline_max_us: int = 0,
     calls: ThreadCalls | None = None,
     recent: Sequence[InferRequest] = (),
+    bounded_memory: bool = False,
 ) -> LoadedVersion:
     """Load one version and start its instances. Blocking.
 
@@ -249,6 +252,7 @@ def load_version(
             model_dir=prepared.model_dir,
             version_dir=prepared.model_dir / str(version),
             calls=calls,
+            bounded_memory=bounded_memory,
         )
         if is_text_encoder(spec):  # tokenizer files only from the model's folder, confined
             tokenizer = resolve_inside(

@@ -91,6 +91,7 @@ class Server:
             self.registry = default_registry(
                 backend_options={"sklearn": {"allow_pickle": cfg.allow_pickle_models}}
             )
+        on_demand = _on_demand_settings(cfg)
         self.manager = RepositoryManager(
             cfg.model_repositories,
             self.registry,
@@ -103,6 +104,7 @@ class Server:
                 max_threads=cfg.model_max_threads,
                 inline_max_us=cfg.inline_execution_max_us,
                 response_cache=self.response_cache is not None,
+                bounded_memory=on_demand is not None and on_demand.budget_bytes is not None,
             ),
             load_parallelism=cfg.model_load_thread_count,
             allow_model_upload=cfg.allow_model_upload,
@@ -110,7 +112,7 @@ class Server:
             response_cache=self.response_cache,
             recent=recent,
             on_change=lambda name, model_dir: self.rollout.model_changed(name, model_dir),
-            on_demand=_on_demand_settings(cfg),
+            on_demand=on_demand,
         )
         self.rollout = Rollout(self.manager)
         self.shared_memory = SharedMemoryRegistry(
