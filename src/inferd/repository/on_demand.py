@@ -53,6 +53,7 @@ from inferd.repository.eviction import (
     cheaper_when_idle,
     choose_victims,
     decayed_heat,
+    refill_choice,
 )
 from inferd.repository.load_peaks import LoadPeaks
 from inferd.repository.memory import (
@@ -61,6 +62,7 @@ from inferd.repository.memory import (
     process_tree_rss,
     release_free_memory,
 )
+from inferd.repository.on_demand_refill import refill_free_room
 from inferd.repository.on_demand_state import (
     LOAD_SECONDS_BUCKETS,
     SIZE_SAMPLES,
@@ -148,6 +150,10 @@ class OnDemandLoader:
             watch = watch_memory(self, self.settings.watch_s)
             task = asyncio.create_task(watch, name="inferd-memory-watch")
             self._tasks.add(task)
+        if self.settings.budget_bytes is not None and self.settings.refill:
+            refill = refill_free_room(self, self.settings.refill_s)
+            task = asyncio.create_task(refill, name="inferd-model-refill")
+            self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def over_budget(self) -> tuple[int, int]:
@@ -164,6 +170,29 @@ class OnDemandLoader:
             await asyncio.to_thread(self._release)
             self._trimmed_rss = await asyncio.to_thread(self._measure)
             self._shares.rebase(self._trimmed_rss)
+
+    async def refill_candidate(self) -> str | None:
+        """The evicted model to load into room nobody holds (``--model-refill``): none while
+        a load waits for room or every load thread is busy."""
+        room = self._room()
+        if room is None or self._no_room or len(self._loading) >= self.settings.load_threads:
+            return None
+        loaded = self._loaded()
+        evicted = [
+            (
+                Resident(
+                    n, m.size_bytes, m.last_used_s, m.loaded_at_s, heat=m.heat, reload_s=m.reload_s
+                ),
+                m.size_bytes + self._transient(m, m.size_bytes),
+            )
+            for n, m in self._models.items()
+            if m.loads and not (m.failed or m.too_big or n in loaded or n in self._loading)
+        ]
+        if not evicted:
+            return None
+        held = sum(r.size_bytes for r in self.residents())
+        free = room - self._reserved_by_others("") - await self._unaccounted() - held
+        return refill_choice(evicted, free, self._now(), self._cfg)
 
     def choose_for_watch(self, unaccounted: int) -> Choice:
         room = self._room()
