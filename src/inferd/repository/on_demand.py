@@ -5,24 +5,18 @@ The repository manager owns the models; this loader decides when one loads and w
 - **one load per model**: the first request for a model that is not loaded starts its load;
   later requests join it. Each waits at most ``wait_s``, then fails with a 503 that says the
   model is loading (the load goes on; the next request joins it or finds the model READY);
-- **parallel loads, bounded**: loads of different models run at the same time, at most
-  ``load_threads`` (``--model-load-thread-count``); each reserves its estimated size before it
-  starts, so the budget holds resident + reserved + new and two loads never count on the same
-  free bytes; a model being loaded (or unloaded) is never chosen for eviction. The
-  resident-set growth measured while loads overlap is split among them in proportion to their
-  estimates (:class:`~inferd.repository.memory.GrowthShares`); a load alone gets all of it;
+- **parallel loads, bounded**: at most ``load_threads`` (``--model-load-thread-count``); each
+  reserves its estimated size before it starts, so two loads never count on the same free
+  bytes; a model being loaded (or unloaded) is never chosen for eviction. Growth measured while
+  loads overlap is split among them (:class:`~inferd.repository.memory.GrowthShares`);
 - **room first**: with a budget, :func:`inferd.repository.eviction.choose_victims` names the
   idle models to unload (``eviction``: ``lru``, the least recently used first, or ``cost``, the
   least worth keeping per byte first: recent requests x reload time / size; never one with
   requests in flight, pinned, or loaded less than ``min_residency_s`` ago). While no choice
-  makes room the load waits (up to ``wait_s``) for requests to finish and residencies to run
-  out, then fails its waiters;
+  makes room the load waits (up to ``wait_s``), then fails its waiters;
 - **back-off**: a failed load's error answers the model's requests (503) for ``load_retry_s``;
-  the first request after that loads it again (the operator may have fixed it meanwhile);
-- **sizes**: a model's size is what its last unloads gave back (their median), before its
-  first eviction the median growth of its last loads, at least its files' size (a model never
-  loaded: sized like the measured model closest to it on disk; see
-  :mod:`~inferd.repository.on_demand_state`); a load also reserves its transient peak
+- **sizes**: measured at loads and unloads (:func:`~inferd.repository.on_demand_state.model_size`);
+  a load also reserves its transient peak
   (:class:`~inferd.repository.load_peaks.LoadPeaks`). The budget holds the server's own
   baseline (its resident set before the first on-demand load) and whatever else the process
   holds, measured before each load and every ``watch_s`` between loads
@@ -32,7 +26,8 @@ The repository manager owns the models; this loader decides when one loads and w
   was loaded to find out).
 
 A failed load fails only its own waiters; the warm-up the model's config asks for runs inside
-the load, before any waiter is served.
+the load, before any waiter is served. With ``refill``, evicted models are loaded again into
+free room (:mod:`~inferd.repository.on_demand_refill`).
 """
 
 from __future__ import annotations
@@ -62,7 +57,7 @@ from inferd.repository.memory import (
     process_tree_rss,
     release_free_memory,
 )
-from inferd.repository.on_demand_refill import refill_free_room
+from inferd.repository.on_demand_refill import refill_candidates, refill_free_room
 from inferd.repository.on_demand_state import (
     LOAD_SECONDS_BUCKETS,
     SIZE_SAMPLES,
@@ -71,12 +66,14 @@ from inferd.repository.on_demand_state import (
     ModelRecord,
     OnDemandSettings,
     OnDemandStats,
+    backoff_refusal,
     eviction_reason,
     first_estimate,
     index_details,
     model_size,
     plausible_free,
     read_outcome,
+    too_big_refusal,
 )
 from inferd.repository.on_demand_watch import watch_memory
 
@@ -177,17 +174,9 @@ class OnDemandLoader:
         room = self._room()
         if room is None or self._no_room or len(self._loading) >= self.settings.load_threads:
             return None
-        loaded = self._loaded()
-        evicted = [
-            (
-                Resident(
-                    n, m.size_bytes, m.last_used_s, m.loaded_at_s, heat=m.heat, reload_s=m.reload_s
-                ),
-                m.size_bytes + self._transient(m, m.size_bytes),
-            )
-            for n, m in self._models.items()
-            if m.loads and not (m.failed or m.too_big or n in loaded or n in self._loading)
-        ]
+        evicted = refill_candidates(
+            self._models, {*self._loaded(), *self._loading}, self._transient
+        )
         if not evicted:
             return None
         held = sum(r.size_bytes for r in self.residents())
@@ -260,7 +249,10 @@ class OnDemandLoader:
             # counted in flight on a resident model that then cannot make room for others
             return
         if fut is None:
-            self._check_backoff(name)
+            # a failed load's error answers for its back-off: a broken model is not reloaded
+            refusal = backoff_refusal(name, self._models.get(name), self._now(), self.settings)
+            if refusal:
+                raise UnavailableError(refusal)
             fut = asyncio.get_running_loop().create_future()
             fut.add_done_callback(read_outcome)
             self._loading[name] = fut
@@ -289,21 +281,6 @@ class OnDemandLoader:
             left = self._waiting.pop(name, 1) - 1
             if left:
                 self._waiting[name] = left
-
-    def _check_backoff(self, name: str) -> None:
-        """Refuse with the remembered error while a failed load's back-off lasts, so that a
-        broken model does not make every request pay for a load."""
-        model = self._models.get(name)
-        if model is None or not model.failed:
-            return
-        retry_s = self.settings.load_retry_s
-        ago = self._now() - model.failed_at_s
-        if ago < retry_s:
-            raise UnavailableError(
-                f"{model.failed} (model '{name}' failed to load {ago:.1f} s ago; its load is "
-                f"tried again on a request after {retry_s - ago:.1f} s, "
-                "--model-load-retry-secs)"
-            )
 
     def loading(self) -> list[str]:
         return sorted(self._loading)
@@ -334,14 +311,6 @@ class OnDemandLoader:
         budget = self.settings.budget_bytes
         return None if budget is None else budget - self.baseline_bytes
 
-    def _too_big(self, name: str, size: int, how: str) -> str:
-        budget = self.settings.budget_bytes
-        return (
-            f"model '{name}' needs {size} bytes ({how}), more than the memory budget of "
-            f"{budget} bytes leaves for models ({self._room()} bytes once the server's own "
-            f"{self.baseline_bytes} bytes are counted): raise --model-memory-budget to serve it"
-        )
-
     async def _load_one(self, name: str, reason: str) -> None:
         model = self._models.setdefault(name, ModelRecord())
         if model.too_big:
@@ -364,7 +333,7 @@ class OnDemandLoader:
                     if size == on_disk
                     else "estimated from a measured model of a similar size on disk"
                 )
-                model.too_big = self._too_big(name, size, how)
+                model.too_big = too_big_refusal(name, size, how, self.settings, self.baseline_bytes)
                 raise UnavailableError(model.too_big)
             need = min(need, room)
             await self._make_room(name, need, size, room)  # reserves what fits
@@ -374,10 +343,10 @@ class OnDemandLoader:
         async with self._measuring:
             self._shares.begin(name, size, await asyncio.to_thread(self._measure))
         self._peaks.begin(name)
-        self._active += 1
+        self._active = active = self._active + 1
         counters = self._counters
-        counters.peak_parallel_loads = max(counters.peak_parallel_loads, self._active)
-        _log.info("model '%s' loading on demand (%d loads under way)", name, self._active)
+        counters.peak_parallel_loads = max(counters.peak_parallel_loads, active)
+        _log.info("model '%s' loading on demand (%s, %d loads under way)", name, reason, active)
         started = self._now()
         rise: int | None = None
         try:
@@ -429,7 +398,9 @@ class OnDemandLoader:
             "" if rise is None else f", {model.transient_bytes} bytes more at its peak",
         )
         if room is not None and model.size_bytes > room:
-            model.too_big = self._too_big(name, model.size_bytes, "measured at its load")
+            model.too_big = too_big_refusal(
+                name, model.size_bytes, "measured at its load", self.settings, self.baseline_bytes
+            )
             await self._unload(name, model.too_big)
             raise UnavailableError(model.too_big)
         if room is not None:

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 from inferd.errors import InferdError
+from inferd.repository.eviction import Resident
+from inferd.repository.on_demand_state import ModelRecord
 
 _log = logging.getLogger("inferd.repository")
 
-__all__ = ["REFILL_REASON", "RefillingLoader", "refill_free_room"]
+__all__ = ["REFILL_REASON", "RefillingLoader", "refill_candidates", "refill_free_room"]
 
 #: the load reason of a refill (``inferd_model_loads_total{reason}``)
 REFILL_REASON = "refill"
@@ -37,6 +40,26 @@ class RefillingLoader(Protocol):
     async def ensure(self, name: str, *, reason: str = "") -> None:
         """Load ``name`` (or join its load under way) and return once it is loaded."""
         ...
+
+
+def refill_candidates(
+    models: Mapping[str, ModelRecord],
+    busy: Collection[str],
+    transient: Callable[[ModelRecord, int], int],
+) -> list[tuple[Resident, int]]:
+    """The models a refill may load, each with the bytes its load needs (its size and its
+    transient peak): loaded before, not loaded or loading now (``busy``), not failed, not too
+    big for the budget."""
+    return [
+        (
+            Resident(
+                n, m.size_bytes, m.last_used_s, m.loaded_at_s, heat=m.heat, reload_s=m.reload_s
+            ),
+            m.size_bytes + transient(m, m.size_bytes),
+        )
+        for n, m in models.items()
+        if m.loads and not (m.failed or m.too_big or n in busy)
+    ]
 
 
 async def refill_free_room(loader: RefillingLoader, interval_s: float) -> None:

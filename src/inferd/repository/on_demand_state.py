@@ -205,6 +205,34 @@ def index_details(
     return tuple(rows)
 
 
+def backoff_refusal(
+    name: str, model: ModelRecord | None, now: float, settings: OnDemandSettings
+) -> str:
+    """The remembered error while a failed load's back-off lasts ("" once it is over)."""
+    if model is None or not model.failed:
+        return ""
+    retry_s = settings.load_retry_s
+    ago = now - model.failed_at_s
+    if ago >= retry_s:
+        return ""
+    return (
+        f"{model.failed} (model '{name}' failed to load {ago:.1f} s ago; its load is tried "
+        f"again on a request after {retry_s - ago:.1f} s, --model-load-retry-secs)"
+    )
+
+
+def too_big_refusal(
+    name: str, size: int, how: str, settings: OnDemandSettings, baseline: int
+) -> str:
+    """Why a model whose size alone exceeds what the budget leaves for models is refused."""
+    budget = settings.budget_bytes or 0
+    return (
+        f"model '{name}' needs {size} bytes ({how}), more than the memory budget of {budget} "
+        f"bytes leaves for models ({budget - baseline} bytes once the server's own {baseline} "
+        "bytes are counted): raise --model-memory-budget to serve it"
+    )
+
+
 def model_size(model: ModelRecord) -> int:
     """A model's size: the median of what its last unloads gave back, measured around the
     unload alone (milliseconds, few other changes meanwhile; and exactly the room an eviction
