@@ -307,8 +307,7 @@ def main() -> None:
         default="lru,cost",
         help="--model-eviction values to compare, each optionally with the server's "
         "--model-load-thread-count after a colon (cost:1,cost:4: serial against parallel loads) "
-        "and environment variables or flags of the server after a plus "
-        "(cost:4+MALLOC_ARENA_MAX=2, cost:4+model-refill)",
+        "and environment variables of the server after a plus (cost:4+MALLOC_ARENA_MAX=2)",
     )
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each policy")
     ap.add_argument("--min-residency-s", type=float, default=10.0)
@@ -382,10 +381,8 @@ def main() -> None:
             for policy in policies:
                 flags = [*on_demand, "--model-memory-budget", str(budget)]
                 flags += ["--model-min-residency-secs", str(args.min_residency_s)]
-                # "+KEY=VALUE": the server's environment; "+flag": its --flag
-                spec, *settings = policy.split("+")
-                env = dict(kv.split("=", 1) for kv in settings if "=" in kv)
-                flags += [f"--{flag}" for flag in settings if "=" not in flag]
+                spec, *settings = policy.split("+")  # "+KEY=VALUE": the server's environment
+                env = dict(kv.split("=", 1) for kv in settings)
                 name, _, threads = spec.partition(":")
                 flags += ["--model-eviction", name]
                 if threads:

@@ -359,10 +359,6 @@ def test_explicit_load_is_refused_in_on_demand_mode(server: ServerProcess) -> No
             ["--model-control-mode", "on-demand", "--model-eviction", "mru"],
             "argument --model-eviction: invalid choice: 'mru'",
         ),
-        (
-            ["--model-control-mode", "on-demand", "--model-refill"],
-            "--model-refill need --model-memory-budget",
-        ),
     ],
 )
 def test_flags_that_make_no_sense_are_refused(repo: Path, args: list[str], message: str) -> None:

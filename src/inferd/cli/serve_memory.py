@@ -58,16 +58,6 @@ def add_on_demand_flags(p: argparse.ArgumentParser) -> None:
         "(needs --model-memory-budget; default: 10)",
     )
     group.add_argument(
-        "--model-refill",
-        action="store_true",
-        default=None,
-        help="fill memory the budget leaves free with evicted models before they are asked "
-        "for again: while no load waits for room and a load thread is free, load the evicted "
-        "model most worth keeping per byte that was asked for lately and fits, one at a time; "
-        "a refill never unloads anything, and costs loading time that requests share the "
-        "cores with (needs --model-memory-budget; default: off)",
-    )
-    group.add_argument(
         "--model-load-wait-secs",
         type=float,
         default=None,
@@ -100,6 +90,4 @@ def on_demand_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["model_load_retry_s"] = args.model_load_retry_secs
     if args.model_eviction is not None:
         fields["model_eviction"] = args.model_eviction
-    if args.model_refill:
-        fields["model_refill"] = True
     return fields

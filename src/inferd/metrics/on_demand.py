@@ -30,10 +30,10 @@ class OnDemandCollector(Collector):
         loads = CounterMetricFamily(
             "inferd_model_loads",
             "Models loaded by the on-demand loader, by reason (startup, first_request, "
-            "after_eviction, refill)",
+            "after_eviction)",
             labels=["reason"],
         )
-        for reason in ("startup", "first_request", "after_eviction", "refill"):
+        for reason in ("startup", "first_request", "after_eviction"):
             loads.add_metric([reason], stats.loads.get(reason, 0))
         yield loads
         yield CounterMetricFamily(

@@ -36,7 +36,6 @@ __all__ = [
     "HOLD_MIN_REQUESTS",
     "HOLD_ONLY_WHEN_NEEDED",
     "POLICIES",
-    "REFILL_MIN_HEAT",
     "Choice",
     "EvictionConfig",
     "Resident",
@@ -44,7 +43,6 @@ __all__ = [
     "choose_victims",
     "decayed_heat",
     "keep_value",
-    "refill_choice",
     "reload_cost",
     "request_rate",
 ]
@@ -65,9 +63,6 @@ HOLD_ONLY_WHEN_NEEDED = True
 DEFER_RATIO = 4.0
 #: and at most this long (and no longer than the waiting load itself is expected to take)
 DEFER_MAX_S = 1.0
-#: a refill (``--model-refill``) loads only a model with at least this much heat left: asked
-#: for about once within the last two half-lives
-REFILL_MIN_HEAT = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,25 +172,6 @@ def choose_victims(
     if freed + sum(r.size_bytes for r in young) >= excess:
         held = sorted(r.name for r in young)
     return Choice(victims if partial else [], fits=False, held_by_residency=held)
-
-
-def refill_choice(
-    evicted: Sequence[tuple[Resident, int]], free_bytes: int, now: float, cfg: EvictionConfig
-) -> str | None:
-    """The model to load into ``free_bytes`` that no model holds and no load has reserved
-    (``--model-refill``): of ``evicted`` (models not loaded, each with the bytes its load
-    needs), the one most worth keeping per byte (:func:`keep_value`) that fits and was asked
-    for lately (:data:`REFILL_MIN_HEAT`); None when none does."""
-    best, best_value = None, 0.0
-    for r, need in evicted:
-        if need > free_bytes:
-            continue
-        if decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s) < REFILL_MIN_HEAT:
-            continue
-        value = keep_value(r, now, cfg)
-        if value > best_value or best is None:
-            best, best_value = r.name, value
-    return best
 
 
 def reload_cost(

@@ -26,8 +26,7 @@ The repository manager owns the models; this loader decides when one loads and w
   was loaded to find out).
 
 A failed load fails only its own waiters; the warm-up the model's config asks for runs inside
-the load, before any waiter is served. With ``refill``, evicted models are loaded again into
-free room (:mod:`~inferd.repository.on_demand_refill`).
+the load, before any waiter is served.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ from inferd.repository.eviction import (
     cheaper_when_idle,
     choose_victims,
     decayed_heat,
-    refill_choice,
 )
 from inferd.repository.load_peaks import LoadPeaks
 from inferd.repository.memory import (
@@ -57,7 +55,6 @@ from inferd.repository.memory import (
     process_tree_rss,
     release_free_memory,
 )
-from inferd.repository.on_demand_refill import refill_candidates, refill_free_room
 from inferd.repository.on_demand_state import (
     LOAD_SECONDS_BUCKETS,
     SIZE_SAMPLES,
@@ -147,10 +144,6 @@ class OnDemandLoader:
             watch = watch_memory(self, self.settings.watch_s)
             task = asyncio.create_task(watch, name="inferd-memory-watch")
             self._tasks.add(task)
-        if self.settings.budget_bytes is not None and self.settings.refill:
-            refill = refill_free_room(self, self.settings.refill_s)
-            task = asyncio.create_task(refill, name="inferd-model-refill")
-            self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def over_budget(self) -> tuple[int, int]:
@@ -167,21 +160,6 @@ class OnDemandLoader:
             await asyncio.to_thread(self._release)
             self._trimmed_rss = await asyncio.to_thread(self._measure)
             self._shares.rebase(self._trimmed_rss)
-
-    async def refill_candidate(self) -> str | None:
-        """The evicted model to load into room nobody holds (``--model-refill``): none while
-        a load waits for room or every load thread is busy."""
-        room = self._room()
-        if room is None or self._no_room or len(self._loading) >= self.settings.load_threads:
-            return None
-        evicted = refill_candidates(
-            self._models, {*self._loaded(), *self._loading}, self._transient
-        )
-        if not evicted:
-            return None
-        held = sum(r.size_bytes for r in self.residents())
-        free = room - self._reserved_by_others("") - await self._unaccounted() - held
-        return refill_choice(evicted, free, self._now(), self._cfg)
 
     def choose_for_watch(self, unaccounted: int) -> Choice:
         room = self._room()

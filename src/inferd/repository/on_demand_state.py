@@ -55,8 +55,6 @@ class OnDemandSettings:
     # how often the resident set is measured against the budget between loads (0: only at
     # loads); over it, the allocator is trimmed, then idle models leave
     watch_s: float = 0.25
-    refill: bool = False  # load evicted models into free room before they are asked for
-    refill_s: float = 0.1  # how often to look for free room when there was none
 
 
 @dataclass(slots=True)

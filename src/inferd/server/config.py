@@ -85,7 +85,6 @@ class ServerConfig:
     model_load_wait_s: float = 30.0  # on-demand mode: a request waits this long for a load
     model_load_retry_s: float = 10.0  # on-demand mode: a failed load is not retried this long
     model_eviction: str = "cost"  # on-demand mode: which idle models leave first (lru | cost)
-    model_refill: bool = False  # on-demand mode: evicted models loaded again into free room
 
     def __post_init__(self) -> None:
         if (
@@ -182,7 +181,6 @@ class ServerConfig:
                 ("--model-load-wait-secs", self.model_load_wait_s != 30.0),
                 ("--model-load-retry-secs", self.model_load_retry_s != 10.0),
                 ("--model-eviction", self.model_eviction != "cost"),
-                ("--model-refill", self.model_refill),
             )
             if used
         ]
@@ -195,13 +193,7 @@ class ServerConfig:
             needs = [
                 f
                 for f in given
-                if f
-                in (
-                    "--model-pin",
-                    "--model-min-residency-secs",
-                    "--model-eviction",
-                    "--model-refill",
-                )
+                if f in ("--model-pin", "--model-min-residency-secs", "--model-eviction")
             ]
             if needs:
                 raise InvalidArgumentError(

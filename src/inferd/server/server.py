@@ -482,7 +482,6 @@ def _on_demand_settings(cfg: ServerConfig) -> OnDemandSettings | None:
         load_retry_s=cfg.model_load_retry_s,
         eviction=cfg.model_eviction,
         load_threads=cfg.model_load_thread_count,
-        refill=cfg.model_refill,
     )
 
 
