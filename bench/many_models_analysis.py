@@ -28,6 +28,10 @@ _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "
 _LOADED = re.compile(_STAMP + r".*model '([^']+)' loaded on demand in ([0-9.]+) s", re.MULTILINE)
 _LOADING = re.compile(_STAMP + r".*model '([^']+)' loading on demand", re.MULTILINE)
 _EVICTED = re.compile(_STAMP + r".*model '([^']+)' evicted at ", re.MULTILINE)
+_START = re.compile(
+    r"model '([^']+)' loading on demand \([^,]+, \d+ loads under way, (\d+) waiting; "
+    r"(\d+) of (\d+) bytes reserved after ([0-9.]+) s for room\)"
+)
 
 
 def _wall(stamp: str) -> float:
@@ -40,6 +44,28 @@ def events(log: str) -> tuple[list[tuple[float, str, float]], list[tuple[float, 
     loads = [(_wall(m[1]), m[2], float(m[3])) for m in _LOADED.finditer(log)]
     evictions = [(_wall(m[1]), m[2]) for m in _EVICTED.finditer(log)]
     return loads, evictions
+
+
+def load_starts(log: str, kinds: dict[str, str]) -> str:
+    """What the server's log says at each load's start: the other loads waiting (for a load
+    thread or for room), and for the MiniLM loads what they needed, reserved and waited."""
+    starts = [(m[1], int(m[2]), int(m[3]), int(m[4]), float(m[5])) for m in _START.finditer(log)]
+    if not starts:
+        return "(the server's log names no load starts)"
+    mib = 1 << 20
+    waiting = [float(w) for _, w, _, _, _ in starts]
+    text = f"loads waiting at each start: median {pct(waiting, 50):.0f}, p90 {pct(waiting, 90):.0f}"
+    large = [(r, n, s) for name, _, r, n, s in starts if kinds.get(name) == "minilm"]
+    if large:
+        need = pct([n / mib for _, n, _ in large], 50)
+        held = pct([r / mib for r, _, _ in large], 50)
+        waited = [s for _, _, s in large]
+        text += (
+            f"; MiniLM loads ({len(large)}): needed median {need:.0f} MiB, reserved median "
+            f"{held:.0f} MiB, waited for room median {pct(waited, 50):.2f} s, "
+            f"{sum(waited):.0f} s in all"
+        )
+    return text
 
 
 def pct(values: list[float], q: float) -> float:
@@ -69,6 +95,7 @@ class Result:
     over_during: dict[str, int] = field(default_factory=dict)
     accounted: list[tuple[int, int]] = field(default_factory=list)
     misses: dict[str, int] = field(default_factory=dict)  # misses in the window, by kind
+    starts: str = ""  # what the log says at the loads' starts (load_starts)
 
 
 def analyse(

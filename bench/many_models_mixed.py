@@ -41,7 +41,14 @@ from typing import Any
 
 import numpy as np
 import tritonclient.http as httpclient
-from many_models_analysis import Result, Traffic, analyse, events, pct  # this script's folder
+from many_models_analysis import (  # this script's folder
+    Result,
+    Traffic,
+    analyse,
+    events,
+    load_starts,
+    pct,
+)
 
 from inferd.repository.memory import process_tree_rss
 from inferd.testing import ServerProcess, running_server
@@ -402,6 +409,7 @@ def main() -> None:
                 shift = (w[1], order_b[: args.hot])
                 result = analyse(policy, traffic, log, kinds, w, shift, budget, counters)
                 result.all_p99_s = ref_p99
+                result.starts = load_starts(log, kinds)
                 results.append(result)
                 print(
                     f"  [{policy}] requests {result.requests}, hit ratio {result.hit_ratio:.3f}, "
@@ -498,6 +506,8 @@ def main() -> None:
             f"refusals {[r.thrash for r in mine]}; misses per load begun in the measured "
             f"window {[round(r.misses_per_load, 2) for r in mine]}"
         )
+        for r in mine:
+            print(f"  {r.starts}")
         cold: dict[str, list[float]] = {}
         for r in mine:
             for k, v in r.cold.items():

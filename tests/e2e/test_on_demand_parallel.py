@@ -74,7 +74,7 @@ def test_two_cold_models_load_at_the_same_time_within_the_budget(server: ServerP
     starts = [line for line in log.splitlines() if "loading on demand" in line]
     assert len(starts) == 2, starts
     # the second load started while the first was under way
-    assert any(", 2 loads under way)" in line for line in starts), starts
+    assert any(", 2 loads under way," in line for line in starts), starts
     text = _metrics(server)
     budget = _metric(text, "inferd_model_memory_budget_bytes")
     baseline = _metric(text, "inferd_model_memory_baseline_bytes")

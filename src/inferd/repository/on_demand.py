@@ -302,6 +302,7 @@ class OnDemandLoader:
         # buffers); unknown before such a load
         need = size + self._transient(model, size)
         room = self._room()
+        asked = self._now()
         if room is not None:
             if size > room:
                 how = (
@@ -324,7 +325,17 @@ class OnDemandLoader:
         self._active = active = self._active + 1
         counters = self._counters
         counters.peak_parallel_loads = max(counters.peak_parallel_loads, active)
-        _log.info("model '%s' loading on demand (%s, %d loads under way)", name, reason, active)
+        _log.info(
+            "model '%s' loading on demand (%s, %d loads under way, %d waiting; %d of %d bytes "
+            "reserved after %.2f s for room)",
+            name,
+            reason,
+            active,
+            len(self._loading) - active,  # for a load thread or for room
+            self._reserved.get(name, 0),
+            need,
+            self._now() - asked,
+        )
         started = self._now()
         rise: int | None = None
         try:
