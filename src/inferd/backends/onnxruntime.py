@@ -102,8 +102,8 @@ def parse_settings(
     ``bounded_memory`` (the server holds a memory budget): unless the config says otherwise,
     the CPU memory arena shrinks back after each run. ONNX Runtime's arena otherwise keeps the
     largest batch's activations for good: a MiniLM session measured at 90 MiB after its load
-    held 352 MiB once it had run a batch of 64 texts of 128 tokens, memory the budget would
-    count as nobody's.
+    held 616 MiB after batches of up to 64 texts of 128 tokens
+    (``bench/ort_arena_shrinkage.py``), memory the budget would count as nobody's.
     """
     params = spec.parameters
     execution_mode = _int_param(params, "execution_mode", 0, minimum=0)
