@@ -411,6 +411,9 @@ class _Host:
         self.unloaded: list[tuple[str, str]] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.unload_gate = asyncio.Event()  # unloads wait for it
+        self.unload_gate.set()
+        self.holds: dict[str, asyncio.Event] = {}  # a model's load waits for its own too
         self.rss = 1000
         self.residue = 0  # bytes an unload leaves in the resident set
         self.clock = FakeClock()
@@ -418,6 +421,8 @@ class _Host:
     async def load(self, name: str) -> str:
         self.load_calls[name] = self.load_calls.get(name, 0) + 1
         await self.gate.wait()
+        if name in self.holds:
+            await self.holds[name].wait()
         if name in self.fail:
             raise UnavailableError(f"failed to load '{name}': broken")
         self.loaded[name] = 0
@@ -425,6 +430,7 @@ class _Host:
         return "onnxruntime"
 
     async def unload(self, name: str, reason: str) -> None:
+        await self.unload_gate.wait()
         del self.loaded[name]
         self.rss -= self.sizes[name] - self.residue  # what stays is counted by the loader
         self.unloaded.append((name, reason))
@@ -814,23 +820,81 @@ async def test_loads_of_different_models_run_in_parallel_up_to_the_load_threads(
 
 
 async def test_concurrent_loads_reserve_their_sizes_before_they_start() -> None:
-    """Room for two of three: the third load waits until one of the first two is loaded and
-    may leave; a model being loaded is never chosen to make room."""
-    host = _Host({"a": 100, "b": 100, "c": 100})
+    """Room for two of three (``x`` and ``y`` serve requests and hold the rest): the third
+    load waits until one of the first two is loaded and may leave; a model being loaded is
+    never chosen to make room."""
+    host = _Host({"x": 60, "y": 60, "a": 60, "b": 60, "c": 60})
     loader = host.loader(1000 + 250, min_residency_s=0.0, eviction="lru", load_threads=3)
     await loader.start()
+    for name in ("x", "y"):
+        await loader.ensure(name)
+        host.loaded[name] = 1  # a request in flight, to the end
     host.gate.clear()
     waiters = [asyncio.create_task(loader.ensure(n)) for n in ("a", "b", "c")]
     for _ in range(50):
         await asyncio.sleep(0.005)
-    assert sorted(host.load_calls) == ["a", "b"]
-    assert loader.statistics().loading_bytes == 200  # a, b 100 each; c reserved nothing yet
+    assert sorted(host.load_calls) == ["a", "b", "x", "y"]
+    assert loader.statistics().loading_bytes == 120  # a, b 60 each; c reserved nothing yet
     assert host.unloaded == []
     host.gate.set()
     await asyncio.gather(*waiters)
     assert len(host.unloaded) == 1
     assert host.unloaded[0][0] in ("a", "b")
     assert sum(host.sizes[n] for n in host.loaded) <= 250
+
+
+async def test_large_loads_take_turns_without_holding_a_load_thread() -> None:
+    """``big1`` and ``big2`` are each over a quarter of the room: the second waits for the
+    first to end, and a small model asked for meanwhile loads at once (the waiting large load
+    holds no load thread). Once ``big1`` is loaded and idle, ``big2`` takes its place, and the
+    small models stay; loaded together, both would have needed the small ones' room."""
+    host = _Host({"big1": 400, "big2": 400, "s1": 50, "s2": 50, "s3": 50})
+    loader = host.loader(1000 + 700, min_residency_s=0.0, eviction="cost", load_threads=2)
+    await loader.start()
+    for name in ("s1", "s2"):
+        await loader.ensure(name)
+    host.gate.clear()
+    first = asyncio.create_task(loader.ensure("big1"))
+    second = asyncio.create_task(loader.ensure("big2"))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    assert "big2" not in host.load_calls  # its turn has not come
+    small = asyncio.create_task(loader.ensure("s3"))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    assert "s3" in host.load_calls  # the second load thread was free for it
+    host.gate.set()
+    await asyncio.gather(first, second, small)
+    assert [name for name, _ in host.unloaded] == ["big1"]
+    assert sorted(host.loaded) == ["big2", "s1", "s2", "s3"]
+
+
+async def test_models_being_unloaded_for_a_load_are_not_counted_again_by_another() -> None:
+    """``big`` (150) reserves its room and unloads ``s1`` and ``s2`` to make it; while those
+    unloads run, ``x`` (50) asks for room. Once they are gone, ``s3``, ``s4``, ``big`` and
+    ``x`` fit the 400 bytes: ``x`` unloads nothing (counting the leaving models as still
+    resident besides ``big``'s reservation, it unloaded ``s3`` and ``s4`` too)."""
+    sizes = {"s1": 100, "s2": 100, "s3": 100, "s4": 100, "big": 150, "x": 50}
+    host = _Host(sizes)
+    loader = host.loader(1000 + 400, min_residency_s=0.0, eviction="lru", load_threads=2)
+    await loader.start()
+    for name in ("s1", "s2", "s3", "s4"):
+        await loader.ensure(name)
+        host.clock.advance(10**9)
+    host.unload_gate.clear()
+    host.holds["big"] = asyncio.Event()  # big grows once x is loaded: x's growth is its own
+    big = asyncio.create_task(loader.ensure("big"))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    small = asyncio.create_task(loader.ensure("x"))
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    host.unload_gate.set()
+    await small
+    host.holds["big"].set()
+    await big
+    assert sorted(name for name, _ in host.unloaded) == ["s1", "s2"]
+    assert sorted(host.loaded) == ["big", "s3", "s4", "x"]
 
 
 def test_growth_shares_sum_to_the_growth_and_a_lone_load_gets_all_of_it() -> None:

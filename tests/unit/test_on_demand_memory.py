@@ -564,6 +564,27 @@ async def test_a_load_whose_peak_does_not_fit_waits_briefly_for_a_busy_model() -
     assert host.max_rss <= 1250
 
 
+async def test_a_peak_that_could_never_fit_is_not_waited_for() -> None:
+    """``b`` rose 500 above its end when it loaded alone; the process now holds 50 bytes
+    beyond its models (a runtime's libraries, say). ``b``'s peak cannot fit in the 250 bytes
+    of room even once every model has left, so waiting for the busy ``a`` to go idle cannot
+    help: ``b`` loads at once with its size alone reserved (it used to wait up to a second)."""
+    host = _Host({"a": 100, "b": 100})
+    host.transient["b"] = 500
+    loader = host.loader(1000 + 250, peak=True)
+    await loader.start()
+    await loader.ensure("b")
+    await host.unload("b", "test")
+    host.rss += 50
+    await loader.ensure("a")
+    host.loaded["a"] = 1  # a request in flight
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await loader.ensure("b")
+    assert loop.time() - started < 0.5
+    assert sorted(host.loaded) == ["a", "b"]
+
+
 async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_trimmed_first() -> (
     None
 ):

@@ -9,6 +9,9 @@ The repository manager owns the models; this loader decides when one loads and w
   reserves its estimated size before it starts, so two loads never count on the same free
   bytes; a model being loaded (or unloaded) is never chosen for eviction. Growth measured while
   loads overlap is split among them (:class:`~inferd.repository.memory.GrowthShares`);
+- **large loads one at a time** (:class:`~inferd.repository.on_demand_state.LargeLoads`): a
+  model larger than a quarter of what the budget leaves for models waits, without holding a
+  load thread, until no other such load is under way;
 - **room first**: with a budget, :func:`inferd.repository.eviction.choose_victims` names the
   idle models to unload (``eviction``: ``lru``, the least recently used first, or ``cost``, the
   least worth keeping per byte first: recent requests x reload time / size; never one with
@@ -32,6 +35,7 @@ the load, before any waiter is served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -60,6 +64,7 @@ from inferd.repository.on_demand_state import (
     SIZE_SAMPLES,
     TRIM_SLACK_BYTES,
     Counters,
+    LargeLoads,
     ModelRecord,
     OnDemandSettings,
     OnDemandStats,
@@ -68,8 +73,10 @@ from inferd.repository.on_demand_state import (
     first_estimate,
     index_details,
     model_size,
+    no_room_refusal,
     plausible_free,
     read_outcome,
+    size_source,
     too_big_refusal,
 )
 from inferd.repository.on_demand_watch import watch_memory
@@ -118,6 +125,7 @@ class OnDemandLoader:
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._gate = asyncio.Semaphore(max(1, settings.load_threads))
+        self._large = LargeLoads()
         self._reserved: dict[str, int] = {}  # loads under way: their estimated sizes
         self._evicting: set[str] = set()  # models being unloaded: counted, not chosen again
         self._active = 0  # loads running now
@@ -164,7 +172,7 @@ class OnDemandLoader:
     def choose_for_watch(self, unaccounted: int) -> Choice:
         room = self._room()
         assert room is not None
-        free = room - self._grown() - unaccounted
+        free = room - self._grown() - unaccounted + self._leaving()
         return choose_victims(self.residents(), 0, free, self._now(), self._cfg, partial=True)
 
     async def evict_all(self, victims: list[str], for_name: str) -> None:
@@ -181,11 +189,9 @@ class OnDemandLoader:
         return round(sum(max(0.0, g) for g in self._shares.shares.values()))
 
     def _over(self, room: int, unaccounted: int) -> int:
-        """Bytes the process's measured resident set exceeds the budget by (the resident
-        models, the loads under way as grown so far, and ``unaccounted``; reservations of
-        loads not yet grown are not memory held)."""
-        held = sum(r.size_bytes for r in self.residents()) + self._grown()
-        return held + unaccounted - room
+        """Bytes the measured resident set exceeds the budget by: the resident models, the loads
+        under way as grown so far (not as reserved) and ``unaccounted``."""
+        return sum(r.size_bytes for r in self.residents()) + self._grown() + unaccounted - room
 
     async def preload(
         self, wanted: Iterable[str], known: Collection[str], problems: Mapping[str, str]
@@ -265,7 +271,7 @@ class OnDemandLoader:
 
     async def _run(self, name: str, fut: asyncio.Future[None], reason: str) -> None:
         try:
-            async with self._gate:
+            async with await self._turn(name), self._gate:
                 if name not in self._loaded():
                     await self._load_one(name, reason)
         except asyncio.CancelledError:  # the server is stopping
@@ -289,14 +295,25 @@ class OnDemandLoader:
         budget = self.settings.budget_bytes
         return None if budget is None else budget - self.baseline_bytes
 
-    async def _load_one(self, name: str, reason: str) -> None:
+    async def _expected_size(self, name: str) -> tuple[ModelRecord, int]:
+        """The model's record and the size its load is expected to add."""
         model = self._models.setdefault(name, ModelRecord())
+        model.on_disk = on_disk = await self._estimate(name)
+        if model.loads:
+            return model, max(model.size_bytes, on_disk)
+        return model, first_estimate(self._models.values(), on_disk)
+
+    async def _turn(self, name: str) -> contextlib.AbstractAsyncContextManager[object]:
+        """What the load waits for before a load thread: a large load's turn, or nothing."""
+        room = self._room()
+        if room is not None and self._large.is_large((await self._expected_size(name))[1], room):
+            return self._large.turn(name)
+        return contextlib.nullcontext()
+
+    async def _load_one(self, name: str, reason: str) -> None:
+        model, size = await self._expected_size(name)
         if model.too_big:
             raise UnavailableError(model.too_big)
-        on_disk = await self._estimate(name)
-        model.on_disk = on_disk
-        first = first_estimate(self._models.values(), on_disk)
-        size = max(model.size_bytes, on_disk) if model.loads else first
         # what the load holds at its peak: its size and how far an earlier load of it that ran
         # alone rose above its end (reading the files, building the session, the warm-up's
         # buffers); unknown before such a load
@@ -305,13 +322,7 @@ class OnDemandLoader:
         asked = self._now()
         if room is not None:
             if size > room:
-                how = (
-                    "measured at an earlier load"
-                    if model.loads
-                    else "on disk"
-                    if size == on_disk
-                    else "estimated from a measured model of a similar size on disk"
-                )
+                how = size_source(model, size)
                 model.too_big = too_big_refusal(name, size, how, self.settings, self.baseline_bytes)
                 raise UnavailableError(model.too_big)
             need = min(need, room)
@@ -399,7 +410,7 @@ class OnDemandLoader:
         """After a load that measured more than its estimate: unload idle models until the
         others fit in ``room`` again (or say why they cannot yet)."""
         over = await self._unaccounted()
-        free = room - self._reserved_by_others(name) - over
+        free = room - self._reserved_by_others(name) - over + self._leaving()
         choice = self._choose(self.residents(exclude=name), 0, free)
         if not choice.fits:
             _log.warning(
@@ -424,14 +435,17 @@ class OnDemandLoader:
                 # have not given back yet, loads' transient peaks and the server's own growth
                 # count too; measured again after each unload, until the load fits
                 over = await self._unaccounted()
-                free = room - self._reserved_by_others(name) - over
+                free = room - self._reserved_by_others(name) - over + self._leaving()
                 residents = self.residents(exclude=name)
                 choice, reserve = self._choose(residents, need, free), need
                 wait = False
                 if not choice.fits and size < need:
                     choice, reserve = self._choose(residents, size, free), size
-                    # its peak may fit once busy models are idle: wait a little for that
-                    wait = choice.fits and loop.time() < defer_until
+                    # its peak may fit once busy models are idle: wait a little for that,
+                    # unless it could not fit even with every model but the pinned ones gone
+                    pinned = sum(r.size_bytes for r in residents if r.name in self.settings.pins)
+                    ever = need + pinned <= room - over
+                    wait = choice.fits and ever and loop.time() < defer_until
                 if choice.fits and not wait and loop.time() < defer_until:
                     busy = cheaper_when_idle(
                         residents, reserve, free, self._now(), self._cfg, choice
@@ -460,16 +474,8 @@ class OnDemandLoader:
                     await self.evict_all(choice.victims, name)
                     continue
                 self._reserved.pop(name, None)  # waits without holding bytes others could use
-                held = (
-                    f" (the process holds {over} bytes beyond its models, its own "
-                    f"{self.baseline_bytes} bytes and the loads under way)"
-                    if over
-                    else ""
-                )
-                self._no_room[name] = (
-                    f"model '{name}' cannot load now: the memory budget is held by models with "
-                    "requests in flight, pinned, or loaded less than "
-                    f"{self.settings.min_residency_s:g} s ago{held}; retry later"
+                self._no_room[name] = no_room_refusal(
+                    name, over, self.baseline_bytes, self.settings
                 )
                 if choice.held_by_residency and not counted:
                     counted = True  # once per load, however long it waits
@@ -490,6 +496,11 @@ class OnDemandLoader:
     def _transient(self, model: ModelRecord, size: int) -> int:
         return self._peaks.estimate(model, size, self._models.values())
 
+    def _leaving(self) -> int:
+        """The models being unloaded: still resident, but their room is already promised to
+        whoever chose them (else counted twice: another load unloads more for the same room)."""
+        return sum(self._models[n].size_bytes for n in self._evicting & self._loaded().keys())
+
     def _reserved_by_others(self, name: str) -> int:
         """What the other loads under way hold or will: each its reservation, or what it has
         grown so far where that is more."""
@@ -506,8 +517,7 @@ class OnDemandLoader:
         async with self._measuring:
             rss = await asyncio.to_thread(self._measure)
             self._shares.observe(rss)
-        held = sum(r.size_bytes for r in self.residents())
-        held += round(sum(max(0.0, g) for g in self._shares.shares.values()))
+        held = sum(r.size_bytes for r in self.residents()) + self._grown()
         return max(0, rss - self.baseline_bytes - held)
 
     def residents(self, exclude: str = "") -> list[Resident]:

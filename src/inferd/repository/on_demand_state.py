@@ -4,9 +4,11 @@ estimates of a load (pure functions of what it measured)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from inferd.core.statistics import Histogram
@@ -17,6 +19,7 @@ __all__ = [
     "SIZE_SAMPLES",
     "TRIM_SLACK_BYTES",
     "Counters",
+    "LargeLoads",
     "ModelRecord",
     "OnDemandSettings",
     "OnDemandStats",
@@ -24,8 +27,10 @@ __all__ = [
     "first_estimate",
     "index_details",
     "model_size",
+    "no_room_refusal",
     "plausible_free",
     "read_outcome",
+    "size_source",
     "transient_estimate",
 ]
 
@@ -41,6 +46,41 @@ FREED_PLAUSIBLE = 4
 #: left (16 pages): nothing the allocator kept since would be counted in the victim's drop
 TRIM_SLACK_BYTES = 64 * 1024
 _SIMILAR = math.log(1.25)  # files' sizes this close: a model never loaded is sized like the other
+
+_log = logging.getLogger("inferd.repository")
+
+
+class LargeLoads:
+    """Loads of models larger than ``1 / divisor`` of the room (what the budget leaves for
+    models) take turns: each waits, before it takes a load thread, until no other such load
+    is under way. Two at once need room for both, and unload most small models to make it;
+    one after the other, the second can take the place of the first once its requests are
+    served."""
+
+    def __init__(self, divisor: int = 4) -> None:
+        self.divisor = divisor
+        self._lock = asyncio.Lock()
+        self._loading = ""  # the large load under way
+
+    def is_large(self, size: int, room: int) -> bool:
+        return size * self.divisor > room
+
+    @contextlib.asynccontextmanager
+    async def turn(self, name: str) -> AsyncIterator[None]:
+        if self._lock.locked():
+            _log.info(
+                "model '%s' waits for the load of '%s' to end: models larger than 1/%d of the "
+                "room the budget leaves for models load one at a time",
+                name,
+                self._loading,
+                self.divisor,
+            )
+        async with self._lock:
+            self._loading = name
+            try:
+                yield
+            finally:
+                self._loading = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +269,31 @@ def too_big_refusal(
         f"bytes leaves for models ({budget - baseline} bytes once the server's own {baseline} "
         "bytes are counted): raise --model-memory-budget to serve it"
     )
+
+
+def no_room_refusal(name: str, over: int, baseline: int, settings: OnDemandSettings) -> str:
+    """Why a load cannot make room now (``over``: what the process holds beyond its models,
+    its baseline and the loads under way)."""
+    held = (
+        f" (the process holds {over} bytes beyond its models, its own {baseline} bytes and the "
+        "loads under way)"
+        if over
+        else ""
+    )
+    return (
+        f"model '{name}' cannot load now: the memory budget is held by models with requests in "
+        f"flight, pinned, or loaded less than {settings.min_residency_s:g} s ago{held}; retry "
+        "later"
+    )
+
+
+def size_source(model: ModelRecord, size: int) -> str:
+    """Where a load's expected ``size`` came from (see ``OnDemandLoader._expected_size``)."""
+    if model.loads:
+        return "measured at an earlier load"
+    if size == model.on_disk:
+        return "on disk"
+    return "estimated from a measured model of a similar size on disk"
 
 
 def model_size(model: ModelRecord) -> int:
