@@ -129,7 +129,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="N",
         help="models loaded in parallel (default: 4); in on-demand mode, loads of different "
         "models started by requests, each reserving its estimated size within "
-        "--model-memory-budget before it starts",
+        "--model-memory-budget before it starts (models over a quarter of the budget's room "
+        "load one at a time)",
     )
     repo.add_argument(
         "--model-max-instances",
