@@ -542,19 +542,28 @@ async def test_a_copy_never_measured_reserves_its_twin_s_transient_not_its_runti
     assert await _reserved_at_load(loader, host, "big2") == 1000 + 200
 
 
-async def test_a_load_whose_peak_does_not_fit_waits_briefly_for_a_busy_model() -> None:
-    """``b``'s peak (100 + 80) fits only without ``a``, which is serving a request: ``b``
-    waits for it rather than load at once with its size alone reserved (its peak, 1280, then
-    over the 1250 budget); once ``a`` is idle it leaves and ``b`` loads within the budget."""
+async def _peak_known_and_a_busy(transient: int, beyond: int = 0) -> tuple[_Host, OnDemandLoader]:
+    """A budget of 250 bytes of room; ``b`` (100) loaded alone once and rose ``transient``
+    above its end, then left; the process holds ``beyond`` bytes more than its models; ``a``
+    (100) is loaded and serving a request."""
     host = _Host({"a": 100, "b": 100})
-    host.transient["b"] = 80
+    host.transient["b"] = transient
     loader = host.loader(1000 + 250, peak=True)
     await loader.start()
     await loader.ensure("b")
     await host.unload("b", "test")
+    host.rss += beyond
     host.max_rss = host.rss
     await loader.ensure("a")
     host.loaded["a"] = 1  # a request in flight
+    return host, loader
+
+
+async def test_a_load_whose_peak_does_not_fit_waits_briefly_for_a_busy_model() -> None:
+    """``b``'s peak (100 + 80) fits only without ``a``, which is serving a request: ``b``
+    waits for it rather than load at once with its size alone reserved (its peak, 1280, then
+    over the 1250 budget); once ``a`` is idle it leaves and ``b`` loads within the budget."""
+    host, loader = await _peak_known_and_a_busy(80)
     waiter = asyncio.create_task(loader.ensure("b"))
     await asyncio.sleep(0.1)
     assert not waiter.done()
@@ -569,15 +578,7 @@ async def test_a_peak_that_could_never_fit_is_not_waited_for() -> None:
     beyond its models (a runtime's libraries, say). ``b``'s peak cannot fit in the 250 bytes
     of room even once every model has left, so waiting for the busy ``a`` to go idle cannot
     help: ``b`` loads at once with its size alone reserved (it used to wait up to a second)."""
-    host = _Host({"a": 100, "b": 100})
-    host.transient["b"] = 500
-    loader = host.loader(1000 + 250, peak=True)
-    await loader.start()
-    await loader.ensure("b")
-    await host.unload("b", "test")
-    host.rss += 50
-    await loader.ensure("a")
-    host.loaded["a"] = 1  # a request in flight
+    host, loader = await _peak_known_and_a_busy(500, beyond=50)
     loop = asyncio.get_running_loop()
     started = loop.time()
     await loader.ensure("b")
