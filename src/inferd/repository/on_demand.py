@@ -295,20 +295,21 @@ class OnDemandLoader:
         budget = self.settings.budget_bytes
         return None if budget is None else budget - self.baseline_bytes
 
-    async def _expected_size(self, name: str) -> tuple[ModelRecord, int]:
-        """The model's record and the size its load is expected to add."""
+    async def _expected_size(self, name: str, *, fresh: bool = True) -> tuple[ModelRecord, int]:
+        """The model's record and the size its load is expected to add (``fresh``: its files
+        measured again, else as at its last load where known: a repository scan each)."""
         model = self._models.setdefault(name, ModelRecord())
-        model.on_disk = on_disk = await self._estimate(name)
+        if fresh or not model.on_disk:
+            model.on_disk = await self._estimate(name)
         if model.loads:
-            return model, max(model.size_bytes, on_disk)
-        return model, first_estimate(self._models.values(), on_disk)
+            return model, max(model.size_bytes, model.on_disk)
+        return model, first_estimate(self._models.values(), model.on_disk)
 
     async def _turn(self, name: str) -> contextlib.AbstractAsyncContextManager[object]:
         """What the load waits for before a load thread: a large load's turn, or nothing."""
-        room = self._room()
-        if room is not None and self._large.is_large((await self._expected_size(name))[1], room):
-            return self._large.turn(name)
-        return contextlib.nullcontext()
+        room, (_, size) = self._room(), await self._expected_size(name, fresh=False)
+        large = room is not None and self._large.is_large(size, room)
+        return self._large.turn(name) if large else contextlib.nullcontext()
 
     async def _load_one(self, name: str, reason: str) -> None:
         model, size = await self._expected_size(name)
