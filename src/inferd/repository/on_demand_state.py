@@ -1,5 +1,5 @@
-"""The on-demand loader's settings, what it keeps per model, its statistics, and the size
-estimates of a load (pure functions of what it measured)."""
+"""The on-demand loader's settings, what it keeps per model, its statistics, the size
+estimates of a load (pure functions of what it measured), and the large loads' turns."""
 
 from __future__ import annotations
 
