@@ -1,11 +1,13 @@
-"""An ONNX model with its weights inside ``model.onnx`` against the same model with its weights
-in a file beside it (external data), served by one on-demand server: what each holds
-resident, how long its load takes and how far the load peaks above that (the
-``minilm_embeddings`` example: two instances and a solo session, three ONNX Runtime sessions).
+"""An ONNX model's weights three ways, served by an on-demand server: inside ``model.onnx`` with
+each session building its own copy (``share_weights`` false), inside ``model.onnx`` read once
+for all the sessions (the default for two sessions or more), and in a file beside it
+(external data). For each: what it holds resident, how long its load takes and how far the
+load peaks above that (the ``minilm_embeddings`` example: two instances and a solo session,
+three ONNX Runtime sessions).
 
-Each is measured on a server that loaded the other one first (so neither carries the
-runtime's libraries); the figures are the server's own: ``memory_bytes`` from the repository
-index, the load time and transient peak from its log. The embeddings of both must agree.
+Each is measured on a server that loaded another one first (so none carries the runtime's
+libraries); the figures are the server's own: ``memory_bytes`` from the repository index,
+the load time and transient peak from its log. The embeddings of all must agree.
 
     .venv/bin/python bench/onnx_external_data.py
 """
@@ -27,13 +29,16 @@ _LOADED = re.compile(
 )
 
 
-def copy_model(source: Path, target: Path, name: str, external: bool) -> None:
+_COPIED = 'parameters { key: "share_weights" value { string_value: "false" } }\n'
+
+
+def copy_model(source: Path, target: Path, name: str) -> None:
     (target / "1").mkdir(parents=True)
     shutil.copy(source / "tokenizer.json", target / "tokenizer.json")
     config = (source / "config.pbtxt").read_text()
     text = re.sub(r'^name: ".*"$', f'name: "{name}"', config, flags=re.MULTILINE)
-    (target / "config.pbtxt").write_text(text)
-    if not external:
+    (target / "config.pbtxt").write_text(text + (_COPIED if name == "copied" else ""))
+    if name != "external":
         shutil.copy(source / "1" / "model.onnx", target / "1" / "model.onnx")
         return
     model = onnx.load(str(source / "1" / "model.onnx"))
@@ -49,15 +54,15 @@ def copy_model(source: Path, target: Path, name: str, external: bool) -> None:
 
 def main() -> None:
     source = mixed.minilm_source()
-    names = ("inside", "external")
+    names = ("copied", "shared", "external")
     with tempfile.TemporaryDirectory(prefix="inferd-external-") as tmp:
         repo = Path(tmp) / "repo"
         for name in names:
-            copy_model(source, repo / name, name, external=name == "external")
+            copy_model(source, repo / name, name)
         flags = ["--model-control-mode", "on-demand", "--model-memory-budget", "100%"]
         rows, embeddings = [], {}
-        # one server per order: the model loaded second carries none of the runtime's libraries
-        for first, second in (names, names[::-1]):
+        # one server each: the model loaded second carries none of the runtime's libraries
+        for first, second in zip(names[1:] + names[:1], names, strict=True):
             with mixed.running_server([repo], flags) as server:
                 client = httpclient.InferenceServerClient(server.http_url)
                 for name in (first, second):
@@ -70,8 +75,8 @@ def main() -> None:
             rows.append(f"| {second} | {resident:.0f} MiB | {float(load[2]):.2f} s | {peak} |")
     print("| weights | resident (repository index) | load | transient peak above it |")
     print("|---|---|---|---|")
-    print("\n".join(sorted(rows, reverse=True)))
-    same = np.allclose(embeddings["inside"], embeddings["external"], atol=1e-6)
+    print("\n".join(rows))
+    same = all(np.allclose(embeddings["copied"], embeddings[n], atol=1e-6) for n in names)
     print(f"same embeddings: {same}")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from google.protobuf.message import DecodeError
 
 from inferd.backends import ort_providers, shapes
 from inferd.backends.autofill import add_tensors, apply_batching
@@ -38,6 +39,7 @@ from inferd.backends.ort_sessions import (
     SessionSettings,
     SoloSession,
 )
+from inferd.backends.ort_weights import NotShareable, SharedWeights
 from inferd.backends.parameters import bool_param, int_param
 from inferd.backends.runtime_errors import Blame, RuntimeFamily
 from inferd.backends.threads import available_cores, default_intra_op_threads
@@ -148,6 +150,7 @@ def parse_settings(
         explicit_threads=explicit,
         config_entries=tuple(entries),
         run_config_entries=tuple(run_entries),
+        share_weights=_bool_param(params, "share_weights"),
     )
 
 
@@ -164,6 +167,7 @@ _KNOWN = (
     INTER_SPINNING,
     "session.use_device_allocator_for_initializers",
     "memory.enable_memory_arena_shrinkage",
+    "share_weights",
 )
 _ORT_NAMES = {
     "intra_op_num_threads": "intra_op_thread_count",
@@ -411,6 +415,26 @@ class OnnxRuntimeModel:
         self.solo: SoloSession | None = None
         self.accelerators = ort_providers.parse_accelerators(ctx.spec)
         ort_providers.check_available(ctx.spec, self.accelerators, ort.get_available_providers())
+        self.weights = self._shared_weights()
+
+    def _shared_weights(self) -> SharedWeights | None:
+        """One copy of the weights for every session (:mod:`inferd.backends.ort_weights`):
+        as the config's ``share_weights`` says, else for two sessions or more, all on the host."""
+        wanted = self._settings.share_weights
+        if wanted is None:
+            groups = self._ctx.spec.instance_groups
+            sessions = sum(g.count for g in groups) + (self._settings.solo_threads > 0)
+            on_host = all(
+                self.providers(g, i) == [ort_providers.CPU] for g in groups for i in range(g.count)
+            )
+            wanted = sessions >= 2 and on_host
+        if not wanted:
+            return None
+        try:
+            return SharedWeights(self._path)
+        except (NotShareable, OSError, DecodeError) as exc:  # each session reads the file
+            log.debug("model '%s': weights not shared: %s", self._ctx.spec.name, exc)
+            return None
 
     def providers(self, group: InstanceGroupSpec, index: int) -> list[Any]:
         return ort_providers.providers(
@@ -427,12 +451,12 @@ class OnnxRuntimeModel:
     ) -> ort.InferenceSession:
         spec = self._ctx.spec
         providers = self.providers(group, index)
+        options = self._settings.session_options(intra_op_threads, solo=solo)
         try:
-            return ort.InferenceSession(
-                str(self._path),
-                sess_options=self._settings.session_options(intra_op_threads, solo=solo),
-                providers=providers,
-            )
+            if self.weights is None:
+                return ort.InferenceSession(str(self._path), options, providers=providers)
+            model, options = self.weights.model, self.weights.apply(options)
+            return ort.InferenceSession(model, options, providers=providers)
         except Exception as exc:
             raise ModelLoadError(
                 f"failed to load '{spec.name}' version {self._ctx.version}: onnxruntime could "
@@ -454,6 +478,7 @@ class OnnxRuntimeModel:
     def close(self) -> None:
         self._spare = None
         self.solo = None
+        self.weights = None
 
 
 def _model_tensor(arg: Any, kind: str) -> ModelTensor:

@@ -54,6 +54,7 @@ class SessionSettings:
     explicit_threads: bool = False  # the config sets intra_op_thread_count
     config_entries: tuple[tuple[str, str], ...] = ()
     run_config_entries: tuple[tuple[str, str], ...] = ()
+    share_weights: bool | None = None  # the config's share_weights (None: it does not say)
 
     def spinning(self, *, solo: bool = False) -> bool:
         """Whether the intra-op threads of a session spin: as the config says, else the default

@@ -1,0 +1,269 @@
+"""One copy of an ONNX model's weights for all of its sessions (inferd.backends.ort_weights)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper, numpy_helper
+
+from inferd.backends.base import LoadContext
+from inferd.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeModel
+from inferd.backends.ort_weights import NotShareable, SharedWeights
+from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
+from inferd.core.inference import InferRequest
+from inferd.core.model_spec import InstanceGroupSpec
+from inferd.errors import ConfigError, InferdError, ModelLoadError
+
+CPU = ["CPUExecutionProvider"]
+
+
+def _weighted(rows: int = 300) -> onnx.ModelProto:
+    """Y = relu(X @ W1 + b) @ W2 + cast(H) @ ... : float32, float16 and int64 weights, large and
+    small, a Gather table and a weight used by two nodes."""
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((16, 64)).astype(np.float32)
+    half = rng.standard_normal((64, 64)).astype(np.float16)
+    table = rng.standard_normal((rows, 64)).astype(np.float32)
+    weights = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(np.full(64, 0.5, np.float32), "b"),  # 256 bytes: inline
+        numpy_helper.from_array(half, "half"),
+        numpy_helper.from_array(table, "table"),
+        # 1600 bytes of int64
+        numpy_helper.from_array(np.linspace(0, rows - 1, 200).astype(np.int64), "ids"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["X", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("Cast", ["half"], ["full"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["r", "full"], ["m"]),
+        helper.make_node("Shape", ["X"], ["rows"]),  # not a constant: nothing folded away
+        helper.make_node("Gather", ["table", "rows"], ["g"]),
+        helper.make_node("ReduceSum", ["g", "axis"], ["gs"], keepdims=0),
+        helper.make_node("Gather", ["ids", "rows"], ["picked"]),
+        helper.make_node("Cast", ["picked"], ["pf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["pf", "axis"], ["ps"], keepdims=1),
+        helper.make_node("Add", ["m", "gs"], ["mg0"]),
+        helper.make_node("Add", ["mg0", "ps"], ["mg"]),
+        helper.make_node("MatMul", ["mg", "full"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _x() -> np.ndarray:
+    return np.random.default_rng(5).standard_normal((4, 16)).astype(np.float32)
+
+
+def test_sessions_built_on_shared_weights_answer_as_the_file_does(tmp_path: Path) -> None:
+    path = _save(_weighted(), tmp_path / "1" / "model.onnx")
+    expected = ort.InferenceSession(str(path), providers=CPU).run(None, {"X": _x()})[0]
+    shared = SharedWeights(path)
+    # the large weights left the model the sessions parse; the small one stayed inside
+    stripped = onnx.ModelProto.FromString(shared.model)
+    inline = {t.name for t in stripped.graph.initializer if t.HasField("raw_data")}
+    assert inline == {"b", "axis"}
+    assert shared.nbytes == 16 * 64 * 4 + 64 * 64 * 2 + 300 * 64 * 4 + 200 * 8
+    assert len(shared.model) < 1024
+    sessions = [
+        ort.InferenceSession(shared.model, shared.apply(ort.SessionOptions()), providers=CPU)
+        for _ in range(3)
+    ]
+    for session in sessions:
+        np.testing.assert_array_equal(session.run(None, {"X": _x()})[0], expected)
+
+
+def test_a_file_without_large_weights_inside_is_not_shared(tmp_path: Path) -> None:
+    model = _weighted()
+    small = _save(model, tmp_path / "small" / "model.onnx")
+    with pytest.raises(NotShareable, match="no weight of 100000 bytes or more"):
+        SharedWeights(small, min_bytes=100_000)
+    outside = tmp_path / "outside" / "model.onnx"
+    outside.parent.mkdir()
+    onnx.save_model(model, str(outside), save_as_external_data=True, location="w.bin")
+    with pytest.raises(NotShareable, match="no weight"):
+        SharedWeights(outside)
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(NotShareable):
+        SharedWeights(tmp_path / "empty.onnx")
+
+
+def test_a_damaged_file_is_refused_by_the_reader(tmp_path: Path) -> None:
+    blob = _weighted().SerializeToString()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises((NotShareable, DecodeError)):
+        SharedWeights(cut)
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\xff" * 4096)
+    with pytest.raises((NotShareable, DecodeError)):
+        SharedWeights(garbage)
+
+
+def _load(tmp_path: Path, config: str, model: onnx.ModelProto | None = None) -> OnnxRuntimeModel:
+    model_dir = tmp_path / "m"
+    _save(model or _weighted(), model_dir / "1" / "model.onnx")
+    text = f"""
+        name: "m" backend: "onnxruntime" max_batch_size: 0
+        default_model_filename: "model.onnx"
+        input [{{ name: "X" data_type: TYPE_FP32 dims: [-1, 16] }}]
+        output [{{ name: "Y" data_type: TYPE_FP32 dims: [-1, 64] }}]
+        {config}
+    """
+    spec = spec_from_proto(parse_pbtxt(text, "m"))
+    ctx = LoadContext(spec=spec, version=1, model_dir=model_dir, version_dir=model_dir / "1")
+    return OnnxRuntimeBackend().load(ctx)
+
+
+def _answer(instance: object) -> np.ndarray:
+    [result] = instance.execute([InferRequest(model_name="m", inputs={"X": _x()})])  # type: ignore[attr-defined]
+    assert not isinstance(result, InferdError), result
+    return np.asarray(result["Y"])
+
+
+@pytest.mark.parametrize(
+    ("config", "shared"),
+    [
+        ("instance_group [{ count: 2 kind: KIND_CPU }]", True),
+        ("instance_group [{ count: 1 kind: KIND_CPU }]", False),  # one session: nothing to share
+        (
+            'instance_group [{ count: 2 kind: KIND_CPU }] parameters { key: "share_weights" '
+            'value: { string_value: "false" } }',
+            False,
+        ),
+        (
+            'instance_group [{ count: 1 kind: KIND_CPU }] parameters { key: "share_weights" '
+            'value: { string_value: "true" } }',
+            True,
+        ),
+    ],
+)
+def test_the_backend_shares_a_models_weights_as_the_config_says(
+    tmp_path: Path, config: str, shared: bool
+) -> None:
+    expected = ort.InferenceSession(_weighted().SerializeToString(), providers=CPU).run(
+        None, {"X": _x()}
+    )[0]
+    model = _load(tmp_path, config)
+    assert (model.weights is not None) is shared
+    group = InstanceGroupSpec(name="g", kind="KIND_CPU", count=2)
+    for index in range(2):
+        np.testing.assert_array_equal(_answer(model.create_instance(group, index)), expected)
+
+
+def test_a_bad_share_weights_value_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="share_weights"):
+        _load(tmp_path, 'parameters { key: "share_weights" value: { string_value: "maybe" } }')
+    with pytest.raises(ConfigError, match="did you mean 'share_weights'"):
+        _load(tmp_path, 'parameters { key: "share_weight" value: { string_value: "1" } }')
+
+
+def test_a_file_overwritten_after_the_load_changes_no_answer_until_the_next_load(
+    tmp_path: Path,
+) -> None:
+    model = _load(tmp_path, "instance_group [{ count: 2 kind: KIND_CPU }]")
+    group = InstanceGroupSpec(name="g", kind="KIND_CPU", count=2)
+    instances = [model.create_instance(group, i) for i in range(2)]  # as a load builds them
+    before = [_answer(instance) for instance in instances]
+    (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"not a model any more")
+    for instance, answer in zip(instances, before, strict=True):
+        np.testing.assert_array_equal(_answer(instance), answer)
+
+
+def test_a_damaged_model_still_fails_its_load_with_onnxruntimes_reason(tmp_path: Path) -> None:
+    blob = _weighted().SerializeToString()
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.onnx").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(ModelLoadError, match="onnxruntime could not create a session"):
+        OnnxRuntimeBackend().load(
+            LoadContext(
+                spec=spec_from_proto(
+                    parse_pbtxt(
+                        'name: "m" backend: "onnxruntime" max_batch_size: 0 '
+                        'default_model_filename: "model.onnx" '
+                        "instance_group [{ count: 2 kind: KIND_CPU }]",
+                        "m",
+                    )
+                ),
+                version=1,
+                model_dir=tmp_path / "m",
+                version_dir=tmp_path / "m" / "1",
+            )
+        )
+
+
+_RESIDENT = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import numpy as np
+    import onnxruntime as ort
+    from inferd.backends.ort_weights import SharedWeights
+
+    def resident():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) * 1024
+
+    path, shared = Path(sys.argv[1]), sys.argv[2] == "1"
+    ort.InferenceSession(sys.argv[3], providers=["CPUExecutionProvider"])  # libraries in
+    before = resident()
+    weights = SharedWeights(path) if shared else None
+    sessions, cpu = [], ["CPUExecutionProvider"]
+    for _ in range(3):
+        options = ort.SessionOptions()
+        if weights is None:
+            sessions.append(ort.InferenceSession(str(path), options, providers=cpu))
+        else:
+            model, options = weights.model, weights.apply(options)
+            sessions.append(ort.InferenceSession(model, options, providers=cpu))
+    for session in sessions:  # every weight's pages touched
+        session.run(None, {"X": np.ones((1, 16), np.float32)})
+    print(json.dumps(resident() - before))
+    """
+)
+
+
+def test_three_sessions_hold_one_copy_of_the_weights(tmp_path: Path) -> None:
+    """A 48 MiB Gather table (ONNX Runtime does not repack it): three sessions built from the
+    file hold three copies, three built on shared weights one. Each way in its own process."""
+    path = _save(_weighted(rows=196_608), tmp_path / "big" / "model.onnx")
+    warm = _save(_weighted(), tmp_path / "warm" / "model.onnx")
+    grown = {}
+    for shared in ("0", "1"):
+        out = subprocess.run(
+            [sys.executable, "-c", _RESIDENT, str(path), shared, str(warm)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        grown[shared] = json.loads(out.stdout) / (1 << 20)
+    assert grown["0"] > 130, grown  # three copies of 48 MiB
+    assert grown["1"] < 80, grown  # one
