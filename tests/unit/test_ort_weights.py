@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from inferd.backends.base import LoadContext
 from inferd.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeModel
-from inferd.backends.ort_weights import NotShareable, SharedWeights
+from inferd.backends.ort_weights import NotShareable, SharedWeights, first_session, mapped_ranges
 from inferd.codecs.model_config import parse_pbtxt, spec_from_proto
 from inferd.core.inference import InferRequest
 from inferd.core.model_spec import InstanceGroupSpec
@@ -85,7 +85,8 @@ def test_sessions_built_on_shared_weights_answer_as_the_file_does(tmp_path: Path
     path = _save(_weighted(), tmp_path / "1" / "model.onnx")
     expected = ort.InferenceSession(str(path), providers=CPU).run(None, {"X": _x()})[0]
     shared = SharedWeights(path)
-    # the large weights left the model the sessions parse; the small one stayed inside
+    shared.share(shared.weights)
+    # the large weights left the model the sessions parse; the small ones stayed inside
     stripped = onnx.ModelProto.FromString(shared.model)
     inline = {t.name for t in stripped.graph.initializer if t.HasField("raw_data")}
     assert inline == {"b", "axis"}
@@ -124,6 +125,58 @@ def test_a_damaged_file_is_refused_by_the_reader(tmp_path: Path) -> None:
     garbage.write_bytes(b"\xff" * 4096)
     with pytest.raises((NotShareable, DecodeError)):
         SharedWeights(garbage)
+
+
+def _matmuls() -> onnx.ModelProto:
+    rng = np.random.default_rng(4)
+    weights = [rng.standard_normal(s).astype(np.float32) for s in ((16, 256), (256, 64))]
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["X", "a"], ["h"]),
+            helper.make_node("MatMul", ["h", "b"], ["Y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
+        [numpy_helper.from_array(w, n) for w, n in zip(weights, "ab", strict=True)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_the_weights_onnxruntime_keeps_are_shared_and_those_it_repacks_are_not(
+    tmp_path: Path,
+) -> None:
+    """A Gather's table stays as it is in every session: shared. A matrix product's weight
+    each session repacks into a buffer of its own: read from the file by each, kept by none.
+    Either way no session maps the file once the sessions are built."""
+    path = _save(_weighted(), tmp_path / "mixed" / "model.onnx")
+    expected = ort.InferenceSession(str(path), providers=CPU).run(None, {"X": _x()})[0]
+    weights = SharedWeights(path)
+    assert first_session(weights, ort.SessionOptions(), CPU, 0) is None  # it kept some
+    assert "table" in weights.shared
+    assert "w1" not in weights.shared
+    sessions = [
+        ort.InferenceSession(weights.model, weights.apply(ort.SessionOptions()), providers=CPU)
+        for _ in range(2)
+    ]
+    assert mapped_ranges(path) == set()
+    for session in sessions:
+        np.testing.assert_array_equal(session.run(None, {"X": _x()})[0], expected)
+    # the answer is kept for the file: no session built to find it out again
+    again = SharedWeights(path)
+    assert first_session(again, ort.SessionOptions(), CPU, 0) is None
+    assert again.shared == weights.shared
+
+    only_products = _save(_matmuls(), tmp_path / "products" / "model.onnx")
+    weights = SharedWeights(only_products)
+    first = first_session(weights, ort.SessionOptions(), CPU, 0)
+    assert first is not None  # nothing to share: the session serves
+    assert weights.shared == frozenset()
+    assert mapped_ranges(only_products) == set()
+    expected = ort.InferenceSession(str(only_products), providers=CPU).run(None, {"X": _x()})[0]
+    np.testing.assert_array_equal(first.run(None, {"X": _x()})[0], expected)
 
 
 def _load(tmp_path: Path, config: str, model: onnx.ModelProto | None = None) -> OnnxRuntimeModel:
@@ -224,7 +277,7 @@ _RESIDENT = textwrap.dedent(
     from pathlib import Path
     import numpy as np
     import onnxruntime as ort
-    from inferd.backends.ort_weights import SharedWeights
+    from inferd.backends.ort_weights import SharedWeights, first_session, mapped_ranges
 
     def resident():
         for line in open("/proc/self/status"):
@@ -232,20 +285,23 @@ _RESIDENT = textwrap.dedent(
                 return int(line.split()[1]) * 1024
 
     path, shared = Path(sys.argv[1]), sys.argv[2] == "1"
-    ort.InferenceSession(sys.argv[3], providers=["CPUExecutionProvider"])  # libraries in
+    cpu = ["CPUExecutionProvider"]
+    ort.InferenceSession(sys.argv[3], providers=cpu)  # the runtime's libraries in
     before = resident()
-    weights = SharedWeights(path) if shared else None
-    sessions, cpu = [], ["CPUExecutionProvider"]
-    for _ in range(3):
-        options = ort.SessionOptions()
-        if weights is None:
-            sessions.append(ort.InferenceSession(str(path), options, providers=cpu))
+    sessions = []
+    if shared:
+        weights = SharedWeights(path)
+        first = first_session(weights, ort.SessionOptions(), cpu, 0)
+        sessions += [] if first is None else [first]
+    while len(sessions) < 3:
+        if shared:
+            options = weights.apply(ort.SessionOptions())
+            sessions.append(ort.InferenceSession(weights.model, options, providers=cpu))
         else:
-            model, options = weights.model, weights.apply(options)
-            sessions.append(ort.InferenceSession(model, options, providers=cpu))
+            sessions.append(ort.InferenceSession(str(path), providers=cpu))
     for session in sessions:  # every weight's pages touched
         session.run(None, {"X": np.ones((1, 16), np.float32)})
-    print(json.dumps(resident() - before))
+    print(json.dumps([resident() - before, len(mapped_ranges(path))]))
     """
 )
 
@@ -264,6 +320,8 @@ def test_three_sessions_hold_one_copy_of_the_weights(tmp_path: Path) -> None:
             check=True,
             timeout=120,
         )
-        grown[shared] = json.loads(out.stdout) / (1 << 20)
+        grown[shared], mapped = json.loads(out.stdout)
+        grown[shared] /= 1 << 20
+        assert mapped == 0  # no session reads the file once built
     assert grown["0"] > 130, grown  # three copies of 48 MiB
     assert grown["1"] < 80, grown  # one

@@ -3,16 +3,20 @@
 ONNX Runtime copies the weights of an ``.onnx`` file into every session it builds from it, and a
 model gets one session per instance, plus a solo session (:mod:`inferd.backends.onnxruntime`).
 Each build also parses the whole file first, so a load holds about the file's size again for a
-while beyond what it keeps. For a model of two sessions or more on the host, the backend reads
-each large weight once, straight from the file into its own array (no parse of the whole file),
-and hands the arrays to every session with ``SessionOptions.add_initializer``, which uses them
-in place. The sessions are built from a copy of the model without those weights (a few hundred
-KiB for all-MiniLM-L6-v2), whose initializers name their place in the file as external data.
+while beyond what it keeps. For a model of two sessions or more on the host, the backend builds
+its sessions from a copy of the model whose large weights are marked as external data at their
+place in the file (a few hundred KiB for all-MiniLM-L6-v2), so no session parses the weights:
 
-What stays per session is what ONNX Runtime repacks for its matrix products. Measured on
-all-MiniLM-L6-v2 with three sessions (``bench/onnx_shared_weights.py``): see
-``docs/backends.md``. The arrays are private memory: a file overwritten while the model is
-loaded changes nothing until the model is loaded again.
+- a weight ONNX Runtime *keeps as it is* (an embedding table, a bias, a norm's scale) is read
+  once into an array of the backend's, which every session uses in place
+  (``SessionOptions.add_initializer``);
+- a weight it *repacks* (a matrix product's) each session reads from the file while it is
+  built and owns only in its repacked form, as it would have.
+
+Which is which, the first session tells (:func:`first_session`), and the answer is kept per
+file. No session maps the file once built: a file overwritten while the model is loaded changes
+nothing until the model is loaded again. Measured with ``bench/onnx_external_data.py``, see
+``docs/backends.md``.
 
 Where the file is read as ``ModelProto`` → ``graph`` → ``initializer`` → ``raw_data``, this module
 walks protobuf's wire format itself: no protobuf library gives a field's place in its file. The
@@ -22,7 +26,8 @@ pieces around the weights are parsed by ``onnx``'s own classes.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,11 +117,22 @@ def _mapped(f: Any) -> Iterator[mmap.mmap]:
         yield data
 
 
+@dataclass(frozen=True)
+class _Weight:
+    offset: int  # its bytes in the file: [offset, offset + size)
+    size: int
+    dtype: np.dtype[Any]
+    dims: tuple[int, ...]
+
+
 class SharedWeights:
-    """The model without its large weights, and those weights, read once."""
+    """The model with its large weights marked as external data at their place in the file
+    (:attr:`model`), and those of them read once for every session (:meth:`share`)."""
 
     def __init__(self, path: Path, *, min_bytes: int = MIN_SHARED_BYTES) -> None:
+        self.path = path
         self.folder = str(path.parent)
+        self.weights: dict[str, _Weight] = {}
         self._values: dict[str, ort.OrtValue] = {}
         with open(path, "rb") as f, _mapped(f) as data:
             model = onnx.ModelProto()
@@ -127,18 +143,15 @@ class SharedWeights:
                     continue
                 for part in _fields(data, field.value, field.end):
                     if part.number == _GRAPH_INITIALIZER:
-                        graph.initializer.append(self._initializer(f, data, part, path, min_bytes))
+                        graph.initializer.append(self._initializer(data, part, min_bytes))
                     else:
                         graph.MergeFromString(data[part.start : part.end])
-            if not self._values:
+            if not self.weights:
                 raise NotShareable(f"no weight of {min_bytes} bytes or more inside {path.name}")
             model.graph.CopyFrom(graph)
         self.model = model.SerializeToString()
-        self.nbytes = sum(int(v.numpy().nbytes) for v in self._values.values())
 
-    def _initializer(
-        self, f: Any, data: Any, part: _Field, path: Path, min_bytes: int
-    ) -> onnx.TensorProto:
+    def _initializer(self, data: Any, part: _Field, min_bytes: int) -> onnx.TensorProto:
         raw = next(
             (t for t in _fields(data, part.value, part.end) if t.number == _TENSOR_RAW_DATA), None
         )
@@ -153,16 +166,43 @@ class SharedWeights:
         size = raw.end - raw.value
         if dtype.itemsize * int(np.prod(tensor.dims, dtype=np.int64)) != size:
             raise NotShareable(f"weight '{tensor.name}' holds {size} bytes, not its shape's")
-        array = np.empty(tuple(tensor.dims), dtype)
-        f.seek(raw.value)
-        if f.readinto(array.reshape(-1).view(np.uint8).data) != size:
-            raise NotShareable(f"the file ends inside weight '{tensor.name}'")
-        self._values[tensor.name] = ort.OrtValue.ortvalue_from_numpy(array)
+        self.weights[tensor.name] = _Weight(raw.value, size, dtype, tuple(tensor.dims))
         tensor.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", path.name), ("offset", raw.value), ("length", size)):
+        for key, value in (("location", self.path.name), ("offset", raw.value), ("length", size)):
             entry = tensor.external_data.add()
             entry.key, entry.value = key, str(value)
         return tensor
+
+    @property
+    def shared(self) -> frozenset[str]:
+        """The weights read once for every session."""
+        return frozenset(self._values)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes read once for every session."""
+        return sum(self.weights[name].size for name in self._values)
+
+    def share(self, names: Iterable[str]) -> None:
+        """Read the weights ``names`` into private arrays that every session uses in place (the
+        others each session reads from the file while it is built, and owns)."""
+        with open(self.path, "rb") as f:
+            for name in names:
+                weight = self.weights[name]
+                array = np.empty(weight.dims, weight.dtype)
+                f.seek(weight.offset)
+                if f.readinto(array.reshape(-1).view(np.uint8).data) != weight.size:
+                    raise NotShareable(f"the file ends inside weight '{name}'")
+                self._values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+
+    def within(self, ranges: Iterable[tuple[int, int]]) -> set[str]:
+        """The weights whose bytes lie inside one of the file ranges ``ranges``."""
+        spans = list(ranges)
+        return {
+            name
+            for name, w in self.weights.items()
+            if any(lo <= w.offset and w.offset + w.size <= hi for lo, hi in spans)
+        }
 
     def apply(self, options: ort.SessionOptions) -> ort.SessionOptions:
         """Give ``options`` the shared weights (ONNX Runtime keeps a reference to each)."""
@@ -170,3 +210,59 @@ class SharedWeights:
         for name, value in self._values.items():
             options.add_initializer(name, value)
         return options
+
+
+def mapped_ranges(path: Path) -> set[tuple[int, int]] | None:
+    """The ranges of ``path`` (file offsets) this process has mapped; None where the process's
+    maps cannot be read (not Linux)."""
+    try:
+        text = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    found = set()
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5] == target:
+            low, high = (int(x, 16) for x in parts[0].split("-"))
+            offset = int(parts[2], 16)
+            found.add((offset, offset + high - low))
+    return found
+
+
+# (device, inode, size, modification time, graph optimization level) of a model file -> the
+# weights ONNX Runtime keeps as they are (the others it repacks into buffers of its own)
+_KEPT: dict[tuple[int, ...], frozenset[str]] = {}
+
+
+def first_session(
+    weights: SharedWeights, options: ort.SessionOptions, providers: list[Any], level: int
+) -> ort.InferenceSession | None:
+    """Find out which weights ONNX Runtime keeps as they are and :meth:`~SharedWeights.share`
+    those; return the session built to find out where it can serve (None: build another).
+
+    The session is built with every large weight read from the file. ONNX Runtime maps each
+    such weight from the file; a weight it repacks (a matrix product's) it unmaps once repacked,
+    one it keeps stays mapped. Those still mapped are shared: a session that mapped the file
+    for good would read whatever the file holds if it were overwritten. The answer is kept per
+    file, so a reload of an unchanged file builds no extra session.
+    """
+    stat = weights.path.stat()
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, level)
+    kept = _KEPT.get(key)
+    if kept is not None:
+        weights.share(kept)
+        return None
+    before = mapped_ranges(weights.path)
+    session = ort.InferenceSession(weights.model, weights.apply(options), providers=providers)
+    after = mapped_ranges(weights.path)
+    if before is None or after is None:  # no way to tell: share them all
+        kept = frozenset(weights.weights)
+    else:
+        kept = frozenset(weights.within(after - before))
+    _KEPT[key] = kept
+    if not kept:
+        return session
+    del session  # it maps the file for what it kept
+    weights.share(kept)
+    return None
