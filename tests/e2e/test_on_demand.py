@@ -27,7 +27,9 @@ from tests.helpers.monitoring_assets import exported_names, is_on_demand, used_n
 
 pytestmark = pytest.mark.e2e
 
-ROWS = 256 * 1024  # a 16 MiB table of float32: each model holds about that much
+# a 48 MiB table of float32, read once for the three sessions of the model (two instances and a
+# solo session): each model holds about that much, well above what the server holds beside it
+ROWS = 768 * 1024
 MODELS = {"m1": 1.0, "m2": 2.0, "m3": 3.0, "m4": 4.0}  # name -> the value its table holds
 CONFIG = """
 name: "{name}"
