@@ -325,3 +325,28 @@ def test_three_sessions_hold_one_copy_of_the_weights(tmp_path: Path) -> None:
         assert mapped == 0  # no session reads the file once built
     assert grown["0"] > 130, grown  # three copies of 48 MiB
     assert grown["1"] < 80, grown  # one
+
+
+def test_a_weight_outside_the_version_folder_is_refused_as_before(tmp_path: Path) -> None:
+    """The sessions are built from bytes, with the version folder as the one external data
+    may come from: a weight that names a file outside it fails the load, shared or not."""
+    model = _weighted()
+    secret = np.arange(64, dtype=np.float32)
+    (tmp_path / "secret.bin").write_bytes(secret.tobytes())
+    outside = numpy_helper.from_array(secret, "outside")
+    outside.ClearField("raw_data")
+    outside.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "../../../secret.bin"), ("offset", "0"), ("length", "256")):
+        entry = outside.external_data.add()
+        entry.key, entry.value = key, value
+    model.graph.initializer.append(outside)
+    model.graph.node.append(helper.make_node("Identity", ["outside"], ["leak"]))
+    model.graph.output.append(helper.make_tensor_value_info("leak", TensorProto.FLOAT, [64]))
+    for share in ("true", "false"):
+        with pytest.raises(ModelLoadError, match="escapes model directory"):
+            _load(
+                tmp_path / share,
+                "instance_group [{ count: 2 kind: KIND_CPU }] parameters { key: "
+                f'"share_weights" value: {{ string_value: "{share}" }} }}',
+                model,
+            )
