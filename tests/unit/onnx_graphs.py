@@ -15,12 +15,23 @@ def _model(
     nodes: list[onnx.NodeProto],
     inputs: list[onnx.ValueInfoProto],
     outputs: list[onnx.ValueInfoProto],
+    initializers: Sequence[onnx.TensorProto] = (),
 ) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def with_weights(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: Sequence[onnx.TensorProto],
+) -> onnx.ModelProto:
+    """A checked model of ``nodes`` with ``initializers`` (opset 17)."""
+    return _model(nodes, inputs, outputs, initializers)
 
 
 def save(model: onnx.ModelProto, path: Path) -> Path:

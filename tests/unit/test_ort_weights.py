@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
+from onnx_graphs import save, with_weights
 
 from inferd.backends.base import LoadContext
 from inferd.backends.onnxruntime import OnnxRuntimeBackend, OnnxRuntimeModel
@@ -27,8 +28,9 @@ CPU = ["CPUExecutionProvider"]
 
 
 def _weighted(rows: int = 300) -> onnx.ModelProto:
-    """Y = relu(X @ W1 + b) @ W2 + cast(H) @ ... : float32, float16 and int64 weights, large and
-    small, a Gather table and a weight used by two nodes."""
+    """float32, float16 and int64 weights, large and small: matrix products' weights (which ONNX
+    Runtime repacks), a Gather table and an int64 list (which it keeps as they are), and one
+    weight that two nodes use."""
     rng = np.random.default_rng(3)
     w1 = rng.standard_normal((16, 64)).astype(np.float32)
     half = rng.standard_normal((64, 64)).astype(np.float16)
@@ -58,23 +60,11 @@ def _weighted(rows: int = 300) -> onnx.ModelProto:
         helper.make_node("Add", ["mg0", "ps"], ["mg"]),
         helper.make_node("MatMul", ["mg", "full"], ["Y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 16])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
-        weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return with_weights(nodes, [_io("X", 16)], [_io("Y", 64)], weights)
 
 
-def _save(model: onnx.ModelProto, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(model.SerializeToString())
-    return path
+def _io(name: str, width: int) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", width])
 
 
 def _x() -> np.ndarray:
@@ -82,7 +72,7 @@ def _x() -> np.ndarray:
 
 
 def test_sessions_built_on_shared_weights_answer_as_the_file_does(tmp_path: Path) -> None:
-    path = _save(_weighted(), tmp_path / "1" / "model.onnx")
+    path = save(_weighted(), tmp_path / "1" / "model.onnx")
     expected = ort.InferenceSession(str(path), providers=CPU).run(None, {"X": _x()})[0]
     shared = SharedWeights(path)
     shared.share(shared.weights)
@@ -102,7 +92,7 @@ def test_sessions_built_on_shared_weights_answer_as_the_file_does(tmp_path: Path
 
 def test_a_file_without_large_weights_inside_is_not_shared(tmp_path: Path) -> None:
     model = _weighted()
-    small = _save(model, tmp_path / "small" / "model.onnx")
+    small = save(model, tmp_path / "small" / "model.onnx")
     with pytest.raises(NotShareable, match="no weight of 100000 bytes or more"):
         SharedWeights(small, min_bytes=100_000)
     outside = tmp_path / "outside" / "model.onnx"
@@ -130,19 +120,12 @@ def test_a_damaged_file_is_refused_by_the_reader(tmp_path: Path) -> None:
 def _matmuls() -> onnx.ModelProto:
     rng = np.random.default_rng(4)
     weights = [rng.standard_normal(s).astype(np.float32) for s in ((16, 256), (256, 64))]
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["X", "a"], ["h"]),
-            helper.make_node("MatMul", ["h", "b"], ["Y"]),
-        ],
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 16])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 64])],
-        [numpy_helper.from_array(w, n) for w, n in zip(weights, "ab", strict=True)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    nodes = [
+        helper.make_node("MatMul", ["X", "a"], ["h"]),
+        helper.make_node("MatMul", ["h", "b"], ["Y"]),
+    ]
+    named = [numpy_helper.from_array(w, n) for w, n in zip(weights, "ab", strict=True)]
+    return with_weights(nodes, [_io("X", 16)], [_io("Y", 64)], named)
 
 
 def test_the_weights_onnxruntime_keeps_are_shared_and_those_it_repacks_are_not(
@@ -151,7 +134,7 @@ def test_the_weights_onnxruntime_keeps_are_shared_and_those_it_repacks_are_not(
     """A Gather's table stays as it is in every session: shared. A matrix product's weight
     each session repacks into a buffer of its own: read from the file by each, kept by none.
     Either way no session maps the file once the sessions are built."""
-    path = _save(_weighted(), tmp_path / "mixed" / "model.onnx")
+    path = save(_weighted(), tmp_path / "mixed" / "model.onnx")
     expected = ort.InferenceSession(str(path), providers=CPU).run(None, {"X": _x()})[0]
     weights = SharedWeights(path)
     assert first_session(weights, ort.SessionOptions(), CPU, 0) is None  # it kept some
@@ -169,7 +152,7 @@ def test_the_weights_onnxruntime_keeps_are_shared_and_those_it_repacks_are_not(
     assert first_session(again, ort.SessionOptions(), CPU, 0) is None
     assert again.shared == weights.shared
 
-    only_products = _save(_matmuls(), tmp_path / "products" / "model.onnx")
+    only_products = save(_matmuls(), tmp_path / "products" / "model.onnx")
     weights = SharedWeights(only_products)
     first = first_session(weights, ort.SessionOptions(), CPU, 0)
     assert first is not None  # nothing to share: the session serves
@@ -181,7 +164,7 @@ def test_the_weights_onnxruntime_keeps_are_shared_and_those_it_repacks_are_not(
 
 def _load(tmp_path: Path, config: str, model: onnx.ModelProto | None = None) -> OnnxRuntimeModel:
     model_dir = tmp_path / "m"
-    _save(model or _weighted(), model_dir / "1" / "model.onnx")
+    save(model or _weighted(), model_dir / "1" / "model.onnx")
     text = f"""
         name: "m" backend: "onnxruntime" max_batch_size: 0
         default_model_filename: "model.onnx"
@@ -309,8 +292,8 @@ _RESIDENT = textwrap.dedent(
 def test_three_sessions_hold_one_copy_of_the_weights(tmp_path: Path) -> None:
     """A 48 MiB Gather table (ONNX Runtime does not repack it): three sessions built from the
     file hold three copies, three built on shared weights one. Each way in its own process."""
-    path = _save(_weighted(rows=196_608), tmp_path / "big" / "model.onnx")
-    warm = _save(_weighted(), tmp_path / "warm" / "model.onnx")
+    path = save(_weighted(rows=196_608), tmp_path / "big" / "model.onnx")
+    warm = save(_weighted(), tmp_path / "warm" / "model.onnx")
     grown = {}
     for shared in ("0", "1"):
         out = subprocess.run(
