@@ -16,6 +16,7 @@ that misspells one of this backend's is refused with the key it meant.
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import threading
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import numpy as np
 import onnxruntime as ort
 from google.protobuf.message import DecodeError
 
-from inferd.backends import ort_providers, ort_weights, shapes
+from inferd.backends import ort_providers, shapes
 from inferd.backends.autofill import add_tensors, apply_batching
 from inferd.backends.base import LoadContext, Outputs
 from inferd.backends.batching import StackingInstance
@@ -416,7 +417,6 @@ class OnnxRuntimeModel:
         self.accelerators = ort_providers.parse_accelerators(ctx.spec)
         ort_providers.check_available(ctx.spec, self.accelerators, ort.get_available_providers())
         self.weights = self._shared_weights()
-        self._probed = False  # whether the weights ONNX Runtime keeps as they are are known
 
     def _shared_weights(self) -> SharedWeights | None:
         """One copy of the weights for every session (:mod:`inferd.backends.ort_weights`):
@@ -452,20 +452,11 @@ class OnnxRuntimeModel:
     ) -> ort.InferenceSession:
         spec = self._ctx.spec
         providers = self.providers(group, index)
-        options = self._settings.session_options(intra_op_threads, solo=solo)
+        options = functools.partial(self._settings.session_options, intra_op_threads, solo=solo)
         try:
             if self.weights is None:
-                return ort.InferenceSession(str(self._path), options, providers=providers)
-            with self._lock:
-                if not self._probed:
-                    self._probed = True
-                    level = self._settings.graph_level
-                    first = ort_weights.first_session(self.weights, options, providers, level)
-                    if first is not None:
-                        return first
-                    options = self._settings.session_options(intra_op_threads, solo=solo)
-            model, options = self.weights.model, self.weights.apply(options)
-            return ort.InferenceSession(model, options, providers=providers)
+                return ort.InferenceSession(str(self._path), options(), providers=providers)
+            return self.weights.session(options, providers, self._settings.graph_level)
         except Exception as exc:
             raise ModelLoadError(
                 f"failed to load '{spec.name}' version {self._ctx.version}: onnxruntime could "

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,8 @@ class SharedWeights:
         self.folder = str(path.parent)
         self.weights: dict[str, _Weight] = {}
         self._values: dict[str, ort.OrtValue] = {}
+        self._known = False  # whether the weights to share are known (the first session's)
+        self._lock = threading.Lock()
         with open(path, "rb") as f, _mapped(f) as data:
             model = onnx.ModelProto()
             graph = onnx.GraphProto()
@@ -203,6 +206,19 @@ class SharedWeights:
             for name, w in self.weights.items()
             if any(lo <= w.offset and w.offset + w.size <= hi for lo, hi in spans)
         }
+
+    def session(
+        self, options: Callable[[], ort.SessionOptions], providers: list[Any], level: int
+    ) -> ort.InferenceSession:
+        """A session on these weights (``options``: fresh options each call); the first one
+        finds out which weights to share (:func:`first_session`)."""
+        with self._lock:
+            if not self._known:
+                first = first_session(self, options(), providers, level)
+                self._known = True
+                if first is not None:
+                    return first
+        return ort.InferenceSession(self.model, self.apply(options()), providers=providers)
 
     def apply(self, options: ort.SessionOptions) -> ort.SessionOptions:
         """Give ``options`` the shared weights (ONNX Runtime keeps a reference to each)."""
