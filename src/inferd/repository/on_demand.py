@@ -41,7 +41,6 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from inferd.core.clock import Clock, SystemClock
-from inferd.core.statistics import Histogram
 from inferd.errors import InferdError, UnavailableError
 from inferd.repository.eviction import (
     DEFER_MAX_S,
@@ -162,12 +161,19 @@ class OnDemandLoader:
         return self._over(room, unaccounted), unaccounted
 
     async def give_back(self) -> None:
-        self._peaks.spoil()  # what the trim gives back would read as a load's transient
         async with self._measuring:  # what the trim gives back is no load's
-            self._shares.observe(await asyncio.to_thread(self._measure))
-            await asyncio.to_thread(self._release)
-            self._trimmed_rss = await asyncio.to_thread(self._measure)
+            freed = await self._trim_measured()
             self._shares.rebase(self._trimmed_rss)
+        # what the trim gave back would read as a load's transient, or hide a large one's
+        self._peaks.given_back(freed)
+
+    async def _trim_measured(self) -> int:
+        """Hand free memory back to the system (under ``_measuring``); the bytes it gave."""
+        before = await asyncio.to_thread(self._measure)
+        self._shares.observe(before)
+        await asyncio.to_thread(self._release)
+        self._trimmed_rss = await asyncio.to_thread(self._measure)
+        return before - self._trimmed_rss
 
     def choose_for_watch(self, unaccounted: int) -> Choice:
         room = self._room()
@@ -333,7 +339,7 @@ class OnDemandLoader:
         reason = reason or ("after_eviction" if model.loads else "first_request")
         async with self._measuring:
             self._shares.begin(name, size, await asyncio.to_thread(self._measure))
-        self._peaks.begin(name)
+        self._peaks.begin(name, large=room is not None and self._large.is_large(size, room))
         self._active = active = self._active + 1
         counters = self._counters
         counters.peak_parallel_loads = max(counters.peak_parallel_loads, active)
@@ -356,33 +362,26 @@ class OnDemandLoader:
             model.failed, model.failed_at_s = str(exc), self._now()
             raise
         finally:
-            # what the load freed (the files it read, its build's and warm-up's buffers) goes
-            # back before its growth is measured: kept by the allocator, it would count as the
-            # model's (and the process would stay larger by it until the next unload's trim)
+            # what the load freed (files read, build and warm-up buffers) goes back before its
+            # growth is measured: kept by the allocator, it would count as the model's
             async with self._measuring:
-                self._shares.observe(await asyncio.to_thread(self._measure))
-                await asyncio.to_thread(self._release)
-                self._trimmed_rss = await asyncio.to_thread(self._measure)
+                freed = await self._trim_measured()
                 self._shares.charge(name, self._trimmed_rss)
+            self._peaks.given_back(freed, by=name)
             rise = self._peaks.end(name)
             self._active -= 1
             async with self._measuring:
                 grown = self._shares.end(name, await asyncio.to_thread(self._measure))
         model.failed = ""
         elapsed = self._now() - started
-        # the median of its last few loads: one load's growth is noisy (other loads, requests
-        # and the allocator move the resident set meanwhile), and the largest of all of them
-        # only ever grows; what a size misses, the measured admission (_unaccounted) counts
+        # the median of its last few loads (one load's growth is noisy, the largest only ever
+        # grows); what a size misses, the measured admission (_unaccounted) counts
         model.measured = [*model.measured, grown][-SIZE_SAMPLES:]
         model.size_bytes = model_size(model)
         model.runtime = runtime
         self._peaks.record(model, runtime, rise)
         model.loads += 1
-        counters.loads[reason] = counters.loads.get(reason, 0) + 1
-        histogram = counters.load_seconds.get(runtime)
-        if histogram is None:
-            histogram = counters.load_seconds[runtime] = Histogram.with_bounds(LOAD_SECONDS_BUCKETS)
-        histogram.observe(elapsed)
+        counters.loaded(reason, runtime, elapsed)
         now = self._now()
         model.heat = decayed_heat(model.heat, now - model.last_used_s, self._cfg.heat_half_life_s)
         model.reload_s = elapsed
@@ -556,7 +555,7 @@ class OnDemandLoader:
         try:
             # one unload at a time, and no load's trim in between: the drop is the victim's
             async with self._measuring:
-                before = await asyncio.to_thread(self._measure)
+                first = before = await asyncio.to_thread(self._measure)
                 self._shares.observe(before)
                 # what the allocator kept since the last trim goes back first (the drop below is
                 # the victim's alone), unless nothing moved since: a trim walks every free chunk
@@ -570,6 +569,7 @@ class OnDemandLoader:
                 self._shares.rebase(after)  # what the unload freed is no load's
         finally:
             self._evicting.discard(victim)
+        self._peaks.given_back(first - after)  # a large load's bound counts the trim's too
         freed = before - after
         _log.info("model '%s' %s (%d bytes freed)", victim, reason, freed)
         # its size from now on: what its unloads give back (a runtime's libraries stay loaded)

@@ -144,6 +144,14 @@ class Counters:
     load_seconds: dict[str, Histogram] = field(default_factory=dict)
     peak_parallel_loads: int = 0
 
+    def loaded(self, reason: str, runtime: str, seconds: float) -> None:
+        """A load for ``reason`` of a ``runtime`` model took ``seconds``."""
+        self.loads[reason] = self.loads.get(reason, 0) + 1
+        histogram = self.load_seconds.get(runtime)
+        if histogram is None:
+            histogram = self.load_seconds[runtime] = Histogram.with_bounds(LOAD_SECONDS_BUCKETS)
+        histogram.observe(seconds)
+
     def snapshot(
         self, budget: int | None, baseline: int, loaded: Mapping[str, ModelRecord], reserved: int
     ) -> OnDemandStats:
