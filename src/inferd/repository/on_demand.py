@@ -5,10 +5,11 @@ The repository manager owns the models; this loader decides when one loads and w
 - **one load per model**: the first request for a model that is not loaded starts its load;
   later requests join it. Each waits at most ``wait_s``, then fails with a 503 that says the
   model is loading (the load goes on; the next request joins it or finds the model READY);
-- **parallel loads, bounded**: at most ``load_threads`` (``--model-load-thread-count``); each
-  reserves its estimated size before it starts, so two loads never count on the same free
-  bytes; a model being loaded (or unloaded) is never chosen for eviction. Growth measured while
-  loads overlap is split among them (:class:`~inferd.repository.memory.GrowthShares`);
+- **parallel loads, bounded**: at most ``load_threads`` (``--model-load-thread-count``), the
+  waiting load whose model loses most requests per second of loading first
+  (:class:`~inferd.repository.load_gate.LoadGate`); each reserves its estimated size before it
+  starts, so two loads never count on the same free bytes; a model being loaded (or unloaded)
+  is never chosen for eviction. Growth measured while loads overlap is split among them;
 - **large loads one at a time** (:class:`~inferd.repository.on_demand_state.LargeLoads`): a
   model larger than a quarter of what the budget leaves for models waits, without holding a
   load thread, until no other such load is under way;
@@ -51,6 +52,7 @@ from inferd.repository.eviction import (
     choose_victims,
     decayed_heat,
 )
+from inferd.repository.load_gate import LoadGate
 from inferd.repository.load_peaks import LoadPeaks
 from inferd.repository.memory import (
     GrowthShares,
@@ -77,6 +79,7 @@ from inferd.repository.on_demand_state import (
     read_outcome,
     size_source,
     too_big_refusal,
+    wait_refusal,
 )
 from inferd.repository.on_demand_watch import watch_memory
 
@@ -123,7 +126,7 @@ class OnDemandLoader:
         self._models: dict[str, ModelRecord] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._gate = asyncio.Semaphore(max(1, settings.load_threads))
+        self._gate = LoadGate(settings.load_threads, self._demand, settings.wait_s / 10)
         self._large = LargeLoads()
         self._reserved: dict[str, int] = {}  # loads under way: their estimated sizes
         self._evicting: set[str] = set()  # models being unloaded: counted, not chosen again
@@ -257,16 +260,7 @@ class OnDemandLoader:
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.settings.wait_s)
         except TimeoutError:
-            failure = fut.exception() if fut.done() and not fut.cancelled() else None
-            if failure is not None:  # the load failed as the wait ran out
-                raise failure from None
-            held = self._no_room.get(name)
-            if held is not None:
-                raise UnavailableError(held) from None
-            raise UnavailableError(
-                f"model '{name}' is loading on demand and was not ready within "
-                f"{self.settings.wait_s:g} s; retry shortly"
-            ) from None
+            raise wait_refusal(name, fut, self._no_room.get(name), self.settings.wait_s) from None
         finally:
             left = self._waiting.pop(name, 1) - 1
             if left:
@@ -277,7 +271,7 @@ class OnDemandLoader:
 
     async def _run(self, name: str, fut: asyncio.Future[None], reason: str) -> None:
         try:
-            async with await self._turn(name), self._gate:
+            async with await self._turn(name), self._gate.slot(name):
                 if name not in self._loaded():
                     await self._load_one(name, reason)
         except asyncio.CancelledError:  # the server is stopping
@@ -492,6 +486,12 @@ class OnDemandLoader:
                 await asyncio.sleep(_ROOM_RETRY_S)
         finally:
             self._no_room.pop(name, None)
+
+    def _demand(self, name: str) -> float:
+        """The model's recent requests (as the cost order counts them) and those waiting."""
+        m, now = self._models.get(name), self._now()
+        heat = decayed_heat(m.heat, now - m.last_used_s, self._cfg.heat_half_life_s) if m else 0
+        return heat + self._waiting.get(name, 0)
 
     def _transient(self, model: ModelRecord, size: int) -> int:
         return self._peaks.estimate(model, size, self._models.values())

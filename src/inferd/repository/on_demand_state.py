@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from inferd.core.statistics import Histogram
+from inferd.errors import UnavailableError
 
 __all__ = [
     "LOAD_SECONDS_BUCKETS",
@@ -32,6 +33,7 @@ __all__ = [
     "read_outcome",
     "size_source",
     "transient_estimate",
+    "wait_refusal",
 ]
 
 LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -322,6 +324,22 @@ def plausible_free(model: ModelRecord, freed: int) -> bool:
     measured 155 MB, and would have reserved that at each of its loads."""
     grown = int(statistics.median(model.measured)) if model.measured else 0
     return freed <= FREED_PLAUSIBLE * max(grown, model.on_disk, 1)
+
+
+def wait_refusal(
+    name: str, load: asyncio.Future[None], no_room: str | None, wait_s: float
+) -> BaseException:
+    """Why a request waited ``wait_s`` for the model's ``load`` in vain: the load's failure if
+    it failed as the wait ran out, else why it still waits for room (``no_room``), else that
+    it is still loading."""
+    failure = load.exception() if load.done() and not load.cancelled() else None
+    if failure is not None:
+        return failure
+    if no_room is not None:
+        return UnavailableError(no_room)
+    return UnavailableError(
+        f"model '{name}' is loading on demand and was not ready within {wait_s:g} s; retry shortly"
+    )
 
 
 def read_outcome(fut: asyncio.Future[None]) -> None:

@@ -1,0 +1,159 @@
+"""The order in which waiting on-demand loads take the load threads: the model that loses the
+most requests per second of loading first (its recent and waiting requests over its load
+time), a load that waited past the patience first of all, never more loads than threads."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from inferd.repository.load_gate import LoadGate
+from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
+from inferd.testing import FakeClock
+
+
+async def _order(gate: LoadGate, names: list[str], hold: str = "first") -> list[str]:
+    """Hold the one thread with ``hold``, queue ``names`` in that order, release: the order in
+    which they got the thread."""
+    got: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with gate.slot(hold):
+            await release.wait()
+
+    async def load(name: str) -> None:
+        async with gate.slot(name):
+            got.append(name)
+            await asyncio.sleep(0)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    tasks = []
+    for name in names:
+        tasks.append(asyncio.create_task(load(name)))
+        await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, *tasks)
+    return got
+
+
+async def test_the_model_asked_for_most_loads_first_not_the_first_to_ask() -> None:
+    demand = {"rare": 1.0, "hot": 10.0, "warm": 5.0}
+    gate = LoadGate(1, lambda n: demand.get(n, 0.0), patience_s=60.0)
+    assert await _order(gate, ["rare", "hot", "warm"]) == ["hot", "warm", "rare"]
+
+
+async def test_a_model_that_loads_faster_goes_first_at_equal_demand() -> None:
+    """``slow`` held the thread 50 ms at its last load, ``quick`` almost nothing: a second of
+    loading ``quick`` serves more waiting requests."""
+    gate = LoadGate(1, lambda n: 1.0, patience_s=60.0)
+    for name, seconds in (("slow", 0.05), ("quick", 0.0)):
+        async with gate.slot(name):
+            await asyncio.sleep(seconds)
+    assert await _order(gate, ["slow", "quick"]) == ["quick", "slow"]
+
+
+async def test_with_nothing_known_loads_go_in_the_order_they_came() -> None:
+    gate = LoadGate(1, lambda n: 0.0, patience_s=60.0)
+    assert await _order(gate, ["a", "b", "c"]) == ["a", "b", "c"]
+
+
+async def test_a_load_that_waited_past_the_patience_goes_before_any_other() -> None:
+    """``rare`` has waited longer than the patience: it goes before ``hot``, however much more
+    ``hot`` is asked for (a model in the tail still loads within its requests' wait)."""
+    demand = {"rare": 0.0, "hot": 100.0}
+    gate = LoadGate(1, lambda n: demand.get(n, 0.0), patience_s=0.05)
+    got: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with gate.slot("first"):
+            await release.wait()
+
+    async def load(name: str) -> None:
+        async with gate.slot(name):
+            got.append(name)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    rare = asyncio.create_task(load("rare"))
+    await asyncio.sleep(0.1)  # past the patience
+    hot = asyncio.create_task(load("hot"))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, rare, hot)
+    assert got == ["rare", "hot"]
+
+
+async def test_never_more_loads_than_threads_and_every_load_gets_one() -> None:
+    """Random demands, durations and cancellations: at most 3 loads hold a thread at once; every
+    load not cancelled gets one; a cancelled one takes none and leaks none."""
+    rng = random.Random(7)
+    demand = {f"m{k}": rng.random() * 10 for k in range(40)}
+    gate = LoadGate(3, demand.__getitem__, patience_s=0.02)
+    holding = peak = 0
+    done: list[str] = []
+
+    async def load(name: str) -> None:
+        nonlocal holding, peak
+        async with gate.slot(name):
+            holding += 1
+            peak = max(peak, holding)
+            await asyncio.sleep(rng.random() * 0.005)
+            holding -= 1
+            done.append(name)
+
+    tasks = {name: asyncio.create_task(load(name)) for name in demand}
+    await asyncio.sleep(0.001)
+    cancelled = set(rng.sample(sorted(demand), 8))
+    for name in cancelled:
+        tasks[name].cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert peak <= 3
+    assert set(done) >= set(demand) - cancelled
+    assert gate.waiting() == 0
+    # every thread came back: three loads at once get one each straight away
+    async with gate.slot("x"), gate.slot("y"), gate.slot("z"):
+        assert gate.waiting() == 0
+
+
+async def test_the_loader_loads_the_model_with_most_waiting_requests_first() -> None:
+    """One load thread, held by ``a``'s load; then one request for ``b``, one for ``c`` and
+    five for ``hot``: ``hot`` loads next (first come, first served loaded ``b`` and ``c``
+    first while its five requests waited)."""
+    order: list[str] = []
+    gate = asyncio.Event()
+    loaded: dict[str, int] = {}
+
+    async def load(name: str) -> str:
+        if name == "a":
+            await gate.wait()
+        order.append(name)
+        loaded[name] = 0
+        return "onnxruntime"
+
+    async def unload(name: str, reason: str) -> None:
+        loaded.pop(name, None)
+
+    async def estimate(name: str) -> int:
+        return 10
+
+    loader = OnDemandLoader(
+        OnDemandSettings(budget_bytes=None, load_threads=1, watch_s=0.0),
+        load=load,
+        unload=unload,
+        loaded=lambda: dict(loaded),
+        estimate=estimate,
+        measure=lambda: 1000,
+        clock=FakeClock(),
+    )
+    await loader.start()
+    waiters = [asyncio.create_task(loader.ensure("a"))]
+    await asyncio.sleep(0.01)
+    for name in ["b", "c"] + ["hot"] * 5:
+        waiters.append(asyncio.create_task(loader.ensure(name)))
+        await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(*waiters)
+    assert order == ["a", "hot", "b", "c"]
