@@ -13,12 +13,14 @@ import pytest
 from inferd.errors import InvalidArgumentError
 from inferd.repository.memory import (
     MemoryBudget,
+    ProcessTree,
     container_limit,
     folder_bytes,
     limit_malloc_arenas,
     parse_budget,
     parse_cgroup_v1,
     parse_cgroup_v2,
+    parse_last_pid,
     parse_size,
     parse_stat_ppid,
     process_tree_rss,
@@ -124,6 +126,66 @@ def test_process_tree_rss_counts_worker_processes() -> None:
         assert child.stdout.readline().strip() == "ready"  # its 64 MiB are touched (zeroed)
         assert process_tree_rss(child.pid) > 60 << 20
         assert process_tree_rss() >= alone + (60 << 20) - (16 << 20)  # the parent's tree
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
+        assert child.stdout is not None
+        child.stdout.close()
+
+
+def _fake_proc(root: Path, last_pid: int, tree: dict[int, tuple[int, int]]) -> None:
+    """``tree``: pid -> (parent pid, resident pages)."""
+    root.mkdir(exist_ok=True)
+    (root / "loadavg").write_text(f"0.50 0.40 0.30 1/80 {last_pid}\n")
+    for pid, (ppid, pages) in tree.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        (root / str(pid) / "stat").write_text(f"{pid} (python) S {ppid} {pid} {pid} 0 -1\n")
+        (root / str(pid) / "statm").write_text(f"9999 {pages} 10 1 0 50 0\n")
+
+
+def test_the_last_pid_is_read_from_loadavg() -> None:
+    assert parse_last_pid("0.71 0.77 0.97 1/78 504\n") == 504
+
+
+def test_a_process_tree_scans_for_workers_only_after_a_process_was_created(
+    tmp_path: Path,
+) -> None:
+    """The server (pid 10) and one worker (11): the scan runs once while no process is created;
+    a worker started later (12) moves the last pid and is counted; one that exits drops out
+    without a scan; an unrelated process (20, child of 1) never counts."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    proc = tmp_path / "proc"
+    _fake_proc(proc, 11, {1: (0, 1), 10: (1, 100), 11: (10, 50), 20: (1, 7)})
+    tree = ProcessTree(10, proc)
+    assert tree.rss() == 150 * page
+    assert tree.rss() == 150 * page
+    assert tree.scans == 1
+    _fake_proc(proc, 12, {12: (11, 30)})  # a worker's own worker, started now
+    assert tree.rss() == 180 * page
+    assert tree.scans == 2
+    (proc / "11" / "statm").unlink()  # 11 exited
+    assert tree.rss() == 130 * page
+    assert tree.scans == 2
+    (proc / "loadavg").unlink()  # not readable: a scan each time
+    tree.rss()
+    tree.rss()
+    assert tree.scans == 4
+
+
+def test_a_process_tree_counts_a_worker_started_after_its_first_measurement() -> None:
+    tree = ProcessTree()
+    alone = tree.rss()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "b = bytearray(64 << 20); print('ready', flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        assert tree.rss() >= alone + (60 << 20) - (16 << 20)
     finally:
         assert child.stdin is not None
         child.stdin.close()

@@ -57,7 +57,7 @@ from inferd.repository.load_peaks import LoadPeaks
 from inferd.repository.memory import (
     GrowthShares,
     PeakMeter,
-    process_tree_rss,
+    ProcessTree,
     release_free_memory,
 )
 from inferd.repository.on_demand_state import (
@@ -107,7 +107,7 @@ class OnDemandLoader:
         unload: Callable[[str, str], Awaitable[None]],
         loaded: Callable[[], dict[str, int]],
         estimate: Callable[[str], Awaitable[int]],
-        measure: Callable[[], int] = process_tree_rss,
+        measure: Callable[[], int] | None = None,
         release: Callable[[], None] = release_free_memory,
         clock: Clock | None = None,
         peak: PeakMeter | None = None,
@@ -117,10 +117,10 @@ class OnDemandLoader:
         self._unload = unload
         self._loaded = loaded
         self._estimate = estimate
-        self._measure = measure
+        self._measure = measure if measure is not None else ProcessTree().rss
         self._release = release
         # loads' transient peaks, read where this process's own resident set is measured
-        meter = peak if peak is not None or measure is not process_tree_rss else PeakMeter()
+        meter = peak if peak is not None or measure is not None else PeakMeter()
         self._peaks = LoadPeaks(meter)
         self._clock = clock if clock is not None else SystemClock()
         self._models: dict[str, ModelRecord] = {}
