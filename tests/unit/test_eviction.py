@@ -28,6 +28,7 @@ from inferd.repository.memory import GrowthShares
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
 from inferd.tools.scaling.model_cache import che_hit_ratio, size_aware_hit_ratio, zipf_popularity
+from tests.helpers.on_demand import loader_over
 
 MODELS = [f"m{i}" for i in range(6)]
 
@@ -439,15 +440,7 @@ class _Host:
         return self.sizes[name] if self.on_disk else 0
 
     def loader(self, budget: int | None, **kw: object) -> OnDemandLoader:
-        return OnDemandLoader(
-            OnDemandSettings(budget_bytes=budget, **kw),  # type: ignore[arg-type]
-            load=self.load,
-            unload=self.unload,
-            loaded=lambda: dict(self.loaded),
-            estimate=self.estimate,
-            measure=lambda: self.rss,
-            clock=self.clock,
-        )
+        return loader_over(self, OnDemandSettings(budget_bytes=budget, **kw))  # type: ignore[arg-type]
 
 
 async def test_one_load_per_model_however_many_waiters() -> None:

@@ -8,6 +8,7 @@ import asyncio
 
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
+from tests.helpers.on_demand import loader_over
 
 BASE = 1000
 ROOM = 1000  # a model larger than a quarter of it (250) loads as a large one
@@ -33,6 +34,7 @@ class _Host:
 
     def __init__(self, sizes: dict[str, int], transient: dict[str, int]) -> None:
         self.sizes, self.transient = sizes, transient
+        self.disk: dict[str, int] = {}  # files' sizes where not the loaded size
         self.gates = {name: asyncio.Event() for name in sizes}
         for gate in self.gates.values():
             gate.set()
@@ -56,22 +58,13 @@ class _Host:
         self._move(-self.sizes[name])
 
     async def estimate(self, name: str) -> int:
-        return self.sizes[name]
+        return self.disk.get(name, self.sizes[name])
 
     def loader(self) -> OnDemandLoader:
         settings = OnDemandSettings(
             budget_bytes=BASE + ROOM, min_residency_s=0.0, eviction="lru", watch_s=0.0
         )
-        return OnDemandLoader(
-            settings,
-            load=self.load,
-            unload=self.unload,
-            loaded=lambda: dict(self.loaded),
-            estimate=self.estimate,
-            measure=lambda: self.rss,
-            clock=self.clock,
-            peak=_HighWater(self),  # type: ignore[arg-type]
-        )
+        return loader_over(self, settings, peak=_HighWater(self))
 
 
 async def _settle() -> None:
@@ -144,3 +137,30 @@ async def test_memory_freed_during_a_large_load_does_not_hide_its_peak() -> None
     await _large_load_overlapped(host, loader, during="old")
     reserved = await _reserved(loader, host, "big")
     assert 480 <= reserved <= 480 + 10 + 30, reserved
+
+
+async def test_a_copy_of_a_model_measured_once_is_reserved_at_its_twin_s_size() -> None:
+    """``big`` (200 bytes of files) measured 400 at its one load, which was not its runtime's
+    first (``small`` loaded before it, with the libraries): ``big2``, a copy never loaded,
+    reserves 400, not its files' 200 (a MiniLM copy holds twice its files' size; copies loading
+    before any had loaded twice went over the budget by half their size each)."""
+    host = _Host({"small": 10, "big": 400, "big2": 400}, {})
+    host.disk.update({"big": 200, "big2": 200})
+    loader = host.loader()
+    await loader.start()
+    for name in ("small", "big"):
+        await loader.ensure(name)
+    assert await _reserved(loader, host, "big2") == 400
+
+
+async def test_a_copy_is_not_sized_by_a_twin_whose_one_load_carried_its_runtime_s_libraries() -> (
+    None
+):
+    """``big`` was its runtime's first load: its growth (400) held the runtime's libraries, so
+    ``big2`` is reserved at its files' size until ``big`` has loaded twice."""
+    host = _Host({"big": 400, "big2": 400}, {})
+    host.disk.update({"big": 200, "big2": 200})
+    loader = host.loader()
+    await loader.start()
+    await loader.ensure("big")
+    assert await _reserved(loader, host, "big2") == 200

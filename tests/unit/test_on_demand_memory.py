@@ -17,6 +17,7 @@ from inferd.repository.eviction import EvictionConfig, Resident, choose_victims
 from inferd.repository.memory import GrowthShares, PeakMeter, parse_status_kib
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
+from tests.helpers.on_demand import loader_over
 
 
 class _Peak:
@@ -86,15 +87,10 @@ class _Host:
         kw.setdefault("min_residency_s", 0.0)
         kw.setdefault("eviction", "lru")
         kw.setdefault("watch_s", 0.0)  # the watch between loads: its own test
-        return OnDemandLoader(
+        return loader_over(
+            self,
             OnDemandSettings(budget_bytes=budget, **kw),  # type: ignore[arg-type]
-            load=self.load,
-            unload=self.unload,
-            loaded=lambda: dict(self.loaded),
-            estimate=self.estimate,
-            measure=lambda: self.rss,
             release=release,
-            clock=self.clock,
             peak=_Peak(self) if peak else None,
         )
 

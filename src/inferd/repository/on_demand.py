@@ -237,9 +237,8 @@ class OnDemandLoader:
         most ``wait_s`` (then a 503 says the model is loading)."""
         fut = self._loading.get(name)
         if fut is None and name not in self._evicting and name in self._loaded():
-            # loaded meanwhile (the caller checked before another request's load ended): a
-            # second load queued behind the load threads would only hold its waiters there,
-            # counted in flight on a resident model that then cannot make room for others
+            # loaded meanwhile: a second load queued behind the load threads would hold its
+            # waiters, counted in flight on a resident model that then cannot make room
             return
         if fut is None:
             # a failed load's error answers for its back-off: a broken model is not reloaded
@@ -315,9 +314,8 @@ class OnDemandLoader:
         model, size = await self._expected_size(name)
         if model.too_big:
             raise UnavailableError(model.too_big)
-        # what the load holds at its peak: its size and how far an earlier load of it that ran
-        # alone rose above its end (reading the files, building the session, the warm-up's
-        # buffers); unknown before such a load
+        # what the load holds at its peak: its size and how far an earlier load of it rose
+        # above its end (reading the files, building the session, the warm-up's buffers)
         need = size + self._transient(model, size)
         room = self._room()
         asked = self._now()
@@ -372,6 +370,7 @@ class OnDemandLoader:
         # grows); what a size misses, the measured admission (_unaccounted) counts
         model.measured = [*model.measured, grown][-SIZE_SAMPLES:]
         model.size_bytes = model_size(model)
+        model.libraries |= not any(m.runtime == runtime for m in self._models.values())
         model.runtime = runtime
         self._peaks.record(model, runtime, rise)
         model.loads += 1
@@ -497,8 +496,8 @@ class OnDemandLoader:
         return self._peaks.estimate(model, size, self._models.values())
 
     def _leaving(self) -> int:
-        """The models being unloaded: still resident, but their room is already promised to
-        whoever chose them (else counted twice: another load unloads more for the same room)."""
+        """The models being unloaded: still resident, their room promised to whoever chose
+        them (else counted twice: another load unloads more for the same room)."""
         return sum(self._models[n].size_bytes for n in self._evicting & self._loaded().keys())
 
     def _reserved_by_others(self, name: str) -> int:

@@ -106,6 +106,7 @@ class ModelRecord:
     freed: list[int] = field(default_factory=list)  # what its last unloads gave back, newest last
     transient_bytes: int | None = None  # how far a load of it rose above its end (None: unknown)
     runtime: str = ""  # its runtime, once loaded
+    libraries: bool = False  # its first load was its runtime's: its growth held the libraries
     on_disk: int = 0  # its files' size, at its last load
     loaded_at_s: float = 0.0
     last_used_s: float = 0.0
@@ -188,11 +189,14 @@ def eviction_reason(when: str, for_name: str, policy: str) -> str:
 def first_estimate(records: Iterable[ModelRecord], on_disk: int) -> int:
     """The size of a model never loaded: its files' size times the ratio of size to files
     of the measured model whose files' size is closest to its own, within a quarter (a
-    copy of a model, another fine-tune of one architecture); else its files' size."""
+    copy of a model, another fine-tune of one architecture); else its files' size. A model
+    measured once counts unless that load was its runtime's first (its growth then held the
+    runtime's libraries): a MiniLM copy holds twice its files' size, and copies loading
+    before any had loaded twice were admitted at half their size."""
     best: tuple[float, float] | None = None
     for other in records:
-        if other.loads < 2:
-            continue  # measured once: its size may still hold its runtime's libraries
+        if other.loads < 1 or (other.loads < 2 and other.libraries):
+            continue
         distance = _disk_distance(other.on_disk, on_disk)
         if distance is not None and (best is None or distance < best[0]):
             best = (distance, other.size_bytes / other.on_disk)
