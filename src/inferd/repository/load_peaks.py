@@ -5,17 +5,9 @@ buffers of its warm-up). The on-demand loader reserves that peak before the load
 that the budget holds at its top. A peak is read from the process's peak resident set
 (:class:`~inferd.repository.memory.PeakMeter`), and it is the load's own only if nothing else
 moved the resident set meanwhile: no other load began, and no unload or allocator trim gave
-memory back (those are *spoiled*).
-
-A *large* load (one that takes its turn alone among large loads) is measured even when small
-loads overlap it, by a bound from above: the peak since its start, plus every byte unloads and
-trims gave back meanwhile (a drop before its peak could otherwise hide part of its rise). The
-small loads' growth meanwhile is counted as its own, a few MiB too many, where not measuring
-it left its copies to be estimated from small models' peak-to-size ratios: a MiniLM copy's
-peak of about 5 MiB estimated at 260 MiB, unloading small models for room nobody used.
-
-A model whose own peak is unknown is estimated from a copy of it, else from its runtime's
-recent loads (:func:`~inferd.repository.on_demand_state.transient_estimate`).
+memory back (those are *spoiled*). A model whose own peak is unknown is estimated from a copy
+of it, else from its runtime's recent loads
+(:func:`~inferd.repository.on_demand_state.transient_estimate`).
 """
 
 from __future__ import annotations
@@ -35,25 +27,20 @@ class LoadPeaks:
     def __init__(self, meter: PeakMeter | None) -> None:
         self._meter = meter
         self._alone: dict[str, bool] = {}  # loads running: whether nothing else overlapped
-        # large loads running: the bytes given back since each began (its bound's correction)
-        self._given: dict[str, int] = {}
         # per runtime, the last transient / size ratios measured: their median estimates a
         # model whose own transient is unknown and that has no measured copy
         self._ratios: dict[str, list[float]] = {}
 
-    def begin(self, name: str, *, large: bool = False) -> None:
+    def begin(self, name: str) -> None:
         """A load starts: the peak is reset when no other load runs (and read at its end
-        only if nothing overlapped it), and at a ``large`` load's start (read at its end as a
-        bound whatever overlapped it; at most one large load runs at a time)."""
+        only if nothing overlapped it)."""
         if self._meter is None:
             return
         alone = not self._alone
-        if alone or large:
+        if alone:
             self._meter.reset()
         self.spoil()
         self._alone[name] = alone
-        if large:
-            self._given[name] = 0
 
     def spoil(self) -> None:
         """The peaks of the loads under way are not theirs alone: another load began, or an
@@ -61,28 +48,11 @@ class LoadPeaks:
         for other in self._alone:
             self._alone[other] = False
 
-    def given_back(self, freed: int, by: str = "") -> None:
-        """An unload or a trim gave ``freed`` bytes back (``by``: at the end of that load,
-        whose own peak is behind it): the loads under way are spoiled, and a large one's bound
-        counts the bytes."""
-        for other in self._alone:
-            if other != by:
-                self._alone[other] = False
-        for other in self._given:
-            if other != by:
-                self._given[other] += max(0, freed)
-
     def end(self, name: str) -> int | None:
-        """A load ended: how far the resident set rose above its start, if it ran alone; for a
-        large load that did not, at most how far (its bound)."""
-        alone = self._alone.pop(name, False)
-        given = self._given.pop(name, None)
-        if self._meter is None or not (alone or given is not None):
-            return None
-        rise = self._meter.rise()
-        if rise is None or alone:
-            return rise
-        return rise + (given or 0)
+        """A load ended: how far the resident set rose above its start, if it ran alone."""
+        if self._alone.pop(name, False) and self._meter is not None:
+            return self._meter.rise()
+        return None
 
     def record(self, model: ModelRecord, runtime: str, rise: int | None) -> None:
         """Keep what a load that ran alone held beyond its (now updated) size."""

@@ -164,19 +164,16 @@ class OnDemandLoader:
         return self._over(room, unaccounted), unaccounted
 
     async def give_back(self) -> None:
+        self._peaks.spoil()  # what the trim gives back would read as a load's transient
         async with self._measuring:  # what the trim gives back is no load's
-            freed = await self._trim_measured()
+            await self._trim_measured()
             self._shares.rebase(self._trimmed_rss)
-        # what the trim gave back would read as a load's transient, or hide a large one's
-        self._peaks.given_back(freed)
 
-    async def _trim_measured(self) -> int:
-        """Hand free memory back to the system (under ``_measuring``); the bytes it gave."""
-        before = await asyncio.to_thread(self._measure)
-        self._shares.observe(before)
+    async def _trim_measured(self) -> None:
+        """Hand free memory back to the system (under ``_measuring``), measured around it."""
+        self._shares.observe(await asyncio.to_thread(self._measure))
         await asyncio.to_thread(self._release)
         self._trimmed_rss = await asyncio.to_thread(self._measure)
-        return before - self._trimmed_rss
 
     def choose_for_watch(self, unaccounted: int) -> Choice:
         room = self._room()
@@ -331,7 +328,7 @@ class OnDemandLoader:
         reason = reason or ("after_eviction" if model.loads else "first_request")
         async with self._measuring:
             self._shares.begin(name, size, await asyncio.to_thread(self._measure))
-        self._peaks.begin(name, large=room is not None and self._large.is_large(size, room))
+        self._peaks.begin(name)
         self._active = active = self._active + 1
         counters = self._counters
         counters.peak_parallel_loads = max(counters.peak_parallel_loads, active)
@@ -357,9 +354,8 @@ class OnDemandLoader:
             # what the load freed (files read, build and warm-up buffers) goes back before its
             # growth is measured: kept by the allocator, it would count as the model's
             async with self._measuring:
-                freed = await self._trim_measured()
+                await self._trim_measured()
                 self._shares.charge(name, self._trimmed_rss)
-            self._peaks.given_back(freed, by=name)
             rise = self._peaks.end(name)
             self._active -= 1
             async with self._measuring:
@@ -554,7 +550,7 @@ class OnDemandLoader:
         try:
             # one unload at a time, and no load's trim in between: the drop is the victim's
             async with self._measuring:
-                first = before = await asyncio.to_thread(self._measure)
+                before = await asyncio.to_thread(self._measure)
                 self._shares.observe(before)
                 # what the allocator kept since the last trim goes back first (the drop below is
                 # the victim's alone), unless nothing moved since: a trim walks every free chunk
@@ -568,7 +564,6 @@ class OnDemandLoader:
                 self._shares.rebase(after)  # what the unload freed is no load's
         finally:
             self._evicting.discard(victim)
-        self._peaks.given_back(first - after)  # a large load's bound counts the trim's too
         freed = before - after
         _log.info("model '%s' %s (%d bytes freed)", victim, reason, freed)
         # its size from now on: what its unloads give back (a runtime's libraries stay loaded)
