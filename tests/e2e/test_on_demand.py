@@ -432,9 +432,14 @@ def test_an_ensembles_step_models_leave_with_it(pinned: ServerProcess) -> None:
     _infer_http(pinned, "ens")
     index = _index(pinned)
     assert index["step1"]["state"] == "READY"
-    for name in ("m2", "m3", "m4"):  # ens is the least recently used: it leaves first
-        _infer_http(pinned, name)
-    index = _index(pinned)
+    # the other models take the room back: ens, the least recently used, leaves once the
+    # policy weighs it lowest (which load that is depends on the sizes the server measured)
+    for _ in range(3):
+        for name in ("m2", "m3", "m4"):
+            _infer_http(pinned, name)
+        index = _index(pinned)
+        if index["ens"]["on_demand"] == "available":
+            break
     assert index["ens"]["on_demand"] == "available"
     assert index["step1"]["state"] == "UNAVAILABLE"
     assert "a step of ensemble 'ens'" in index["step1"]["reason"]
