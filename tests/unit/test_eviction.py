@@ -975,20 +975,10 @@ def test_concurrent_loads_never_overcommit_the_budget(
             seen = now
 
     async def run() -> None:
-        loader = OnDemandLoader(
-            OnDemandSettings(
-                budget_bytes=1000 + host.room,
-                min_residency_s=1.0,
-                wait_s=60.0,
-                load_threads=threads,
-            ),
-            load=host.load,
-            unload=host.unload,
-            loaded=lambda: dict(host.loaded),
-            estimate=host.estimate,
-            measure=lambda: host.rss,
-            clock=host.clock,
+        settings = OnDemandSettings(
+            budget_bytes=1000 + host.room, min_residency_s=1.0, wait_s=60.0, load_threads=threads
         )
+        loader = loader_over(host, settings)
         await loader.start()
         waiters = []
         for op, k in ops:
