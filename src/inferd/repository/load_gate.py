@@ -6,10 +6,10 @@ that arrives while its load waits is one more miss, so the order of the queue de
 misses a load costs. :class:`LoadGate` takes the waiting load whose model loses the most
 requests per second of loading first: its recent requests and those waiting on it, over the
 time its last load held a thread (else the median of the last loads'): Smith's rule for the
-least weighted waiting. First come, first served
-(the semaphore before it) let a model asked for every 100 ms wait behind ten models asked for
-once. A load that has waited ``patience_s`` goes before any other, the longest waiting first,
-so a model rarely asked for still loads well within its requests' wait bound.
+least weighted waiting. First come, first served (the semaphore before it) let a model asked
+for every 100 ms wait behind ten models asked for once. A load that has waited ``patience_s``
+goes before any other, the longest waiting first, so a model rarely asked for still loads well
+within its requests' wait bound.
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ from dataclasses import dataclass
 
 __all__ = ["LoadGate"]
 
+_RECENT = 15  # loads whose thread time gives the median for a model never loaded
+
 
 @dataclass(slots=True)
 class _Waiter:
     name: str
     since: float  # loop time it began to wait
     granted: asyncio.Future[None]
-
-
-_RECENT = 15  # loads whose thread time gives the median for a model never loaded
 
 
 class LoadGate:
@@ -84,14 +83,14 @@ class LoadGate:
         """A thread is free: hand it to the waiting load worth the most, if any."""
         loop = asyncio.get_running_loop()
         while self._waiting:
-            chosen = self.next(loop.time())
+            chosen = self._next(loop.time())
             self._waiting.remove(chosen)
             if not chosen.granted.done():  # (cancelled, not yet out of the queue: skipped)
                 chosen.granted.set_result(None)
                 return
         self._free += 1
 
-    def next(self, now: float) -> _Waiter:
+    def _next(self, now: float) -> _Waiter:
         """The waiter to go next at loop time ``now`` (there is one at least)."""
         overdue = [w for w in self._waiting if now - w.since >= self.patience_s]
         if overdue:
