@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -317,7 +319,7 @@ def test_the_file_is_read_once_per_instance_not_once_more_for_the_load(
 
     class Counted(module.Booster):  # type: ignore[misc,name-defined]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            reads.append(kwargs.get("model_file") is not None)
+            reads.append(bool(kwargs.get("model_file") or kwargs.get("model_str")))
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(module, "Booster", Counted)
@@ -341,6 +343,56 @@ def test_the_file_is_read_once_per_instance_not_once_more_for_the_load(
     # native: the load's copy serves the first instance, the second reads its own; onnx: the
     # load's copy is converted and checked, and the instances run the conversion
     assert sum(reads) == (2 if runtime == "native" else 1)
+
+
+_PEAK_OF_A_LOAD = """
+import sys
+from pathlib import Path
+from inferd.backends.trees.libraries import load_tree_file
+from inferd.repository.memory import PeakMeter
+path = Path(sys.argv[1])
+load_tree_file(path, "lightgbm")  # the library's own first-use allocations
+meter = PeakMeter()
+if not meter.reset():
+    print(-1)
+else:
+    tree = load_tree_file(path, "lightgbm")
+    print(meter.rise())
+"""
+
+
+def test_a_lightgbm_load_peaks_near_what_it_keeps(tmp_path: Path) -> None:
+    """Read from a path, LightGBM touches a 16 MiB buffer whatever the file's size: a small
+    model's load peaked 16 MiB above its start, and an on-demand loader reserves that peak
+    at every load of it. Parsed from the file's text, it peaks at about the model's size."""
+    path = tmp_path / "model.txt"
+    lgb_booster(BINARY, {"objective": "binary"}).save_model(str(path))
+    assert path.stat().st_size < 100_000
+    run = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_A_LOAD, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    rise = int(run.stdout.split()[-1])
+    if rise < 0:
+        pytest.skip("the peak resident set cannot be reset here (/proc/self/clear_refs)")
+    assert rise < 4 << 20, f"a {path.stat().st_size}-byte model's load peaked {rise} bytes up"
+
+
+def test_a_lightgbm_file_that_is_not_utf8_still_loads(tmp_path: Path) -> None:
+    from inferd.backends.trees.libraries import load_tree_file
+
+    trained = lgb_booster(BINARY, {"objective": "binary"})
+    text = trained.model_to_string().replace("Column_0", "caf\xe9", 1)
+    path = tmp_path / "model.txt"
+    path.write_bytes(text.encode("latin-1"))
+    tree = load_tree_file(path, "lightgbm")
+    assert tree.classes == 2
+    assert tree.kind.startswith("binary")
+    x = rows(BINARY)
+    np.testing.assert_allclose(tree.native_scorer(1)(x)[:, 1], trained.predict(x), rtol=1e-5)
 
 
 def test_a_conversion_after_a_scorer_took_the_loaded_copy_reads_the_file_again(

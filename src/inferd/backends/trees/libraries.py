@@ -203,24 +203,33 @@ def _xgboost_scorer(tree: TreeFile, threads: int, booster: Any = None) -> Scorer
 # -- LightGBM -----------------------------------------------------------------------------------
 
 
-def _lightgbm_objective(path: Path) -> str:
-    """The ``objective=`` line of a LightGBM text model (read without parsing the trees)."""
-    with path.open("r", encoding="utf-8", errors="replace") as stream:
-        for line in stream:
-            if line.startswith("objective="):
-                return line.partition("=")[2].strip()
-            if line.startswith("Tree="):
-                break
+def _lightgbm_objective(text: str) -> str:
+    """The ``objective=`` line of a LightGBM text model (found without parsing the trees)."""
+    for line in text[: text.find("\nTree=")].splitlines():
+        if line.startswith("objective="):
+            return line.partition("=")[2].strip()
     return ""
 
 
-def _lightgbm_booster(path: Path) -> Any:
-    return _need("lightgbm", "trees").Booster(model_file=str(path))
+def _lightgbm_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="surrogateescape")
+
+
+def _lightgbm_booster(path: Path, text: str | None = None) -> Any:
+    """Parsed from the text, not from the path: LightGBM reads a file through a 16 MiB buffer
+    that it fills with zeros, whatever the file's size; a half-megabyte model's load then
+    peaks 16 MiB above what it keeps, and the freed buffer stays in the heap."""
+    text = _lightgbm_text(path) if text is None else text
+    try:
+        return _need("lightgbm", "trees").Booster(model_str=text)
+    except UnicodeEncodeError:  # not UTF-8: the library reads such a file as it is
+        return _need("lightgbm", "trees").Booster(model_file=str(path))
 
 
 def load_lightgbm(path: Path) -> TreeFile:
-    booster = _lightgbm_booster(path)
-    objective = _lightgbm_objective(path)
+    text = _lightgbm_text(path)
+    booster = _lightgbm_booster(path, text)
+    objective = _lightgbm_objective(text)
     name = objective.split(" ")[0]
     classes = 0
     if name == "binary":
