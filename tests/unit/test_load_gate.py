@@ -157,3 +157,123 @@ async def test_the_loader_loads_the_model_with_most_waiting_requests_first() -> 
     gate.set()
     await asyncio.gather(*waiters)
     assert order == ["a", "hot", "b", "c"]
+
+
+async def test_a_load_that_runs_alone_waits_for_the_loads_under_way_and_none_joins_it() -> None:
+    """Three threads, ``a`` and ``b`` loading; ``big`` asks to run alone, then ``c`` comes
+    (worth less): when ``a`` ends, its thread waits for ``big`` rather than go to ``c``;
+    ``big`` starts once ``b`` has ended too, and ``c`` only after ``big``."""
+    demand = {"big": 5.0, "c": 1.0}
+    gate = LoadGate(3, lambda n: demand.get(n, 0.0), patience_s=60.0)
+    events: list[str] = []
+    ends = {name: asyncio.Event() for name in ("a", "b", "big")}
+
+    async def load(name: str, alone: bool = False) -> None:
+        async with gate.slot(name, alone=alone):
+            events.append(f"+{name}")
+            if name in ends:
+                await ends[name].wait()
+            events.append(f"-{name}")
+
+    tasks = [asyncio.create_task(load("a")), asyncio.create_task(load("b"))]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(load("big", alone=True)))
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(load("c")))
+    for name in ("a", "b", "big"):
+        await asyncio.sleep(0.01)
+        ends[name].set()
+    await asyncio.gather(*tasks)
+    assert events == ["+a", "+b", "-a", "-b", "+big", "-big", "+c", "-c"]
+
+
+async def test_a_load_worth_more_than_the_one_that_runs_alone_takes_a_free_thread() -> None:
+    """``big`` waits to run alone behind ``a``; ``hot``, worth more, comes while a thread is
+    free: it loads at once (the threads wait only for the load chosen to go next)."""
+    demand = {"big": 1.0, "hot": 50.0}
+    gate = LoadGate(2, lambda n: demand.get(n, 0.0), patience_s=60.0)
+    release = asyncio.Event()
+    got: list[str] = []
+
+    async def load(name: str, alone: bool = False) -> None:
+        async with gate.slot(name, alone=alone):
+            got.append(name)
+            if name == "a":
+                await release.wait()
+
+    a = asyncio.create_task(load("a"))
+    await asyncio.sleep(0)
+    big = asyncio.create_task(load("big", alone=True))
+    await asyncio.sleep(0)
+    hot = asyncio.create_task(load("hot"))
+    await asyncio.sleep(0.01)
+    assert got == ["a", "hot"]
+    release.set()
+    await asyncio.gather(a, big, hot)
+    assert got == ["a", "hot", "big"]
+
+
+async def test_a_cancelled_load_that_was_to_run_alone_gives_the_held_threads_back() -> None:
+    demand = {"big": 5.0, "c": 1.0}
+    gate = LoadGate(2, lambda n: demand.get(n, 0.0), patience_s=60.0)
+    release = asyncio.Event()
+    got: list[str] = []
+
+    async def load(name: str, alone: bool = False) -> None:
+        async with gate.slot(name, alone=alone):
+            got.append(name)
+            if name == "a":
+                await release.wait()
+
+    a = asyncio.create_task(load("a"))
+    await asyncio.sleep(0)
+    big = asyncio.create_task(load("big", alone=True))
+    await asyncio.sleep(0)
+    c = asyncio.create_task(load("c"))
+    await asyncio.sleep(0.01)
+    assert got == ["a"]  # the free thread waits for big
+    big.cancel()
+    await asyncio.sleep(0.01)
+    assert got == ["a", "c"]
+    release.set()
+    await asyncio.gather(a, c, big, return_exceptions=True)
+    assert gate.waiting() == 0
+
+
+async def test_loads_that_run_alone_never_overlap_another_and_every_load_gets_its_turn() -> None:
+    """Random demands, durations, cancellations and a fifth of the loads alone: never more
+    than 3 loads at once, never one beside a load that runs alone, every load not cancelled
+    served, no thread leaked."""
+    rng = random.Random(11)
+    demand = {f"m{k}": rng.random() * 10 for k in range(40)}
+    alone = set(rng.sample(sorted(demand), 8))
+    gate = LoadGate(3, demand.__getitem__, patience_s=0.02)
+    holding: set[str] = set()
+    peak = 0
+    done: list[str] = []
+
+    async def load(name: str) -> None:
+        nonlocal peak
+        async with gate.slot(name, alone=name in alone):
+            assert not (holding & alone), (name, holding)
+            assert not holding or name not in alone, (name, holding)
+            holding.add(name)
+            peak = max(peak, len(holding))
+            try:
+                await asyncio.sleep(rng.random() * 0.005)
+            finally:  # (cancelled while it holds its thread: gone all the same)
+                holding.discard(name)
+            done.append(name)
+
+    tasks = {name: asyncio.create_task(load(name)) for name in demand}
+    await asyncio.sleep(0.001)
+    cancelled = set(rng.sample(sorted(demand), 8))
+    for name in cancelled:
+        tasks[name].cancel()
+    results = await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert not [r for r in results if isinstance(r, AssertionError)]
+    assert peak <= 3
+    assert set(done) >= set(demand) - cancelled
+    assert gate.waiting() == 0
+    async with gate.slot("x", alone=True):  # every thread came back
+        assert gate.waiting() == 0

@@ -623,3 +623,58 @@ async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_
     assert int(dict(loader.details("d", False))["memory_bytes"]) == 250 * mib
     assert host.rss == (1000 + 100) * mib
     await loader.close()
+
+
+class _GatedHost(_Host):
+    """``_Host`` with a gate per model, and for each load the loads it ran beside."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        super().__init__(sizes)
+        self.gates = {name: asyncio.Event() for name in sizes}
+        for gate in self.gates.values():
+            gate.set()
+        self.running: set[str] = set()
+        self.beside: dict[str, set[str]] = {}
+        self.began: list[str] = []
+
+    async def load(self, name: str) -> str:
+        self.began.append(name)
+        self.beside[name] = set(self.running)
+        for other in self.running:
+            self.beside[other].add(name)
+        self.running.add(name)
+        try:
+            await self.gates[name].wait()
+            return await super().load(name)
+        finally:
+            self.running.discard(name)
+
+
+async def test_a_large_model_loads_alone_until_its_peak_is_measured() -> None:
+    """``big`` (400 of a 1000-byte room) has never loaded and no copy of it has: its load waits
+    for ``s1``'s load to end and ``s2``'s waits for it, so the peak the meter reads is its own
+    (beside small loads, its peak was estimated from their ratios: 500 MiB for a MiniLM copy
+    whose own is 0-14 MiB). ``big2``, a copy, then loads beside ``s3``: its peak is known."""
+    host = _GatedHost({"s1": 10, "s2": 10, "s3": 10, "big": 400, "big2": 400})
+    host.transient.update({"big": 20, "big2": 20})
+    loader = host.loader(1000 + 1000, peak=True, load_threads=4)
+    await loader.start()
+    host.gates["s1"].clear()
+    s1 = asyncio.create_task(loader.ensure("s1"))
+    await asyncio.sleep(0.01)
+    big = asyncio.create_task(loader.ensure("big"))
+    await asyncio.sleep(0.01)
+    s2 = asyncio.create_task(loader.ensure("s2"))
+    await asyncio.sleep(0.01)
+    assert host.began == ["s1"]  # big waits for s1's load to end; s2 waits for big
+    host.gates["s1"].set()
+    await asyncio.gather(s1, big, s2)
+    assert host.began == ["s1", "big", "s2"]
+    assert host.beside["big"] == set()
+    host.gates["s3"].clear()
+    s3 = asyncio.create_task(loader.ensure("s3"))
+    await asyncio.sleep(0.01)
+    await loader.ensure("big2")
+    assert host.beside["big2"] == {"s3"}
+    host.gates["s3"].set()
+    await s3

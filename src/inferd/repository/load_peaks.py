@@ -31,14 +31,19 @@ class LoadPeaks:
         # model whose own transient is unknown and that has no measured copy
         self._ratios: dict[str, list[float]] = {}
 
+    @property
+    def measurable(self) -> bool:
+        """Whether a load that runs alone can have its peak read here."""
+        return self._meter is not None
+
     def begin(self, name: str) -> None:
         """A load starts: the peak is reset when no other load runs (and read at its end
         only if nothing overlapped it)."""
         if self._meter is None:
             return
         alone = not self._alone
-        if alone:
-            self._meter.reset()
+        if alone and not self._meter.reset():
+            self._meter = None  # the peak cannot be reset here: every transient stays unknown
         self.spoil()
         self._alone[name] = alone
 

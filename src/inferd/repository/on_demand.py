@@ -12,7 +12,8 @@ The repository manager owns the models; this loader decides when one loads and w
   is never chosen for eviction. Growth measured while loads overlap is split among them;
 - **large loads one at a time** (:class:`~inferd.repository.on_demand_state.LargeLoads`): a
   model larger than a quarter of what the budget leaves for models waits, without holding a
-  load thread, until no other such load is under way;
+  load thread, until no other such load is under way; until its transient peak is measured,
+  it runs alone (no other load beside it), so that the peak read is its own;
 - **room first**: with a budget, :func:`inferd.repository.eviction.choose_victims` names the
   idle models to unload (``eviction``: ``lru``, the least recently used first, or ``cost``, the
   least worth keeping per byte first: recent requests x reload time / size; never one with
@@ -267,7 +268,8 @@ class OnDemandLoader:
 
     async def _run(self, name: str, fut: asyncio.Future[None], reason: str) -> None:
         try:
-            async with await self._turn(name), self._gate.slot(name):
+            turn, alone = await self._turn(name)
+            async with turn, self._gate.slot(name, alone=alone):
                 if name not in self._loaded():
                     await self._load_one(name, reason)
         except asyncio.CancelledError:  # the server is stopping
@@ -301,11 +303,11 @@ class OnDemandLoader:
             return model, max(model.size_bytes, model.on_disk)
         return model, first_estimate(self._models.values(), model.on_disk)
 
-    async def _turn(self, name: str) -> contextlib.AbstractAsyncContextManager[object]:
-        """What the load waits for before a load thread: a large load's turn, or nothing."""
-        room, (_, size) = self._room(), await self._expected_size(name, fresh=False)
-        large = room is not None and self._large.is_large(size, room)
-        return self._large.turn(name) if large else contextlib.nullcontext()
+    async def _turn(self, name: str) -> tuple[contextlib.AbstractAsyncContextManager[object], bool]:
+        """What the load waits for before a load thread, and whether it runs alone."""
+        model, size = await self._expected_size(name, fresh=False)
+        room, measurable = self._room(), self._peaks.measurable
+        return self._large.plan(name, model, size, room, self._models.values(), measurable)
 
     async def _load_one(self, name: str, reason: str) -> None:
         model, size = await self._expected_size(name)

@@ -15,6 +15,7 @@ from inferd.core.statistics import Histogram
 from inferd.errors import UnavailableError
 
 __all__ = [
+    "ALONE_LOADS",
     "LOAD_SECONDS_BUCKETS",
     "RATIO_SAMPLES",
     "SIZE_SAMPLES",
@@ -33,11 +34,15 @@ __all__ = [
     "read_outcome",
     "size_source",
     "transient_estimate",
+    "transient_measured",
     "wait_refusal",
 ]
 
 LOAD_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SIZE_SAMPLES = 3  # a model's size: the median of its last loads' measured growths
+#: a large model's loads that run alone (no other load beside them) until its transient peak
+#: is measured: one suffices unless an unload or a trim spoils the reading
+ALONE_LOADS = 2
 #: a model whose transient is unknown: its runtime's median transient / size over this many
 #: recent loads that ran alone (one outlier, a load that overlapped a request's buffers, does
 #: not set every later estimate)
@@ -66,6 +71,31 @@ class LargeLoads:
 
     def is_large(self, size: int, room: int) -> bool:
         return size * self.divisor > room
+
+    def plan(
+        self,
+        name: str,
+        model: ModelRecord,
+        size: int,
+        room: int | None,
+        records: Iterable[ModelRecord],
+        measurable: bool = True,
+    ) -> tuple[contextlib.AbstractAsyncContextManager[object], bool]:
+        """What ``name``'s load waits for before a load thread (its turn if it is large), and
+        whether it runs alone: a large model's first loads (up to :data:`ALONE_LOADS`) until
+        its transient peak, or a copy's, is measured. Beside other loads its peak is not its
+        own, and carried over from small models' ratios it asks for more than the whole room
+        (a shared-weights MiniLM copy: 500 MiB for a peak of 0-14 MiB above its 178 MiB).
+        ``measurable``: whether a peak can be read at all (else no load runs alone)."""
+        if room is None or not self.is_large(size, room):
+            return contextlib.nullcontext(), False
+        alone = (
+            measurable
+            and model.alone_loads < ALONE_LOADS
+            and not transient_measured(model, records)
+        )
+        model.alone_loads += alone
+        return self.turn(name), alone
 
     @contextlib.asynccontextmanager
     async def turn(self, name: str) -> AsyncIterator[None]:
@@ -115,6 +145,7 @@ class ModelRecord:
     evicted_s: float = -math.inf  # when it was last evicted (the loader's clock)
     reloaded_after_s: float = math.inf  # how long after its last eviction its last load came
     loads: int = 0
+    alone_loads: int = 0  # loads it ran alone for, to measure its transient peak
     evicted_at: str = ""  # ISO 8601, UTC
     evicted_reason: str = ""
     too_big: str = ""  # the refusal, once the model is known to exceed the budget
@@ -222,17 +253,27 @@ def transient_estimate(
     first load); else 0 (nothing measured yet)."""
     if model.transient_bytes is not None:
         return model.transient_bytes
-    # the largest ratio among them: copies' peaks vary (a MiniLM copy's, 62-125 MB)
-    copies = [
+    copies = _copies_ratios(model, records)
+    if copies:  # the largest ratio among them: copies' peaks vary
+        return round(max(copies) * size)
+    ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
+    return round((ratio or 0.0) * size)
+
+
+def transient_measured(model: ModelRecord, records: Iterable[ModelRecord]) -> bool:
+    """Whether :func:`transient_estimate` reads ``model``'s own peak or a copy's, rather than
+    carry other models' ratio over to it."""
+    return model.transient_bytes is not None or bool(_copies_ratios(model, records))
+
+
+def _copies_ratios(model: ModelRecord, records: Iterable[ModelRecord]) -> list[float]:
+    """Transient / size of the measured models within a quarter of ``model`` on disk."""
+    return [
         other.transient_bytes / max(1, other.size_bytes)
         for other in records
         if other.transient_bytes is not None
         and _disk_distance(other.on_disk, model.on_disk) is not None
     ]
-    if copies:
-        return round(max(copies) * size)
-    ratio = ratios.get(model.runtime) if model.runtime else max(ratios.values(), default=0.0)
-    return round((ratio or 0.0) * size)
 
 
 def index_details(
