@@ -104,7 +104,6 @@ def simulate(
     n = requests
     draws = np.random.default_rng(seed).choice(len(order), size=n, p=p).tolist()
     heat: dict[str, float] = {}
-    burst: dict[str, float] = {}  # the same requests with the short half-life
     last: dict[str, float] = {}
     loaded_at: dict[str, float] = {}
     evicted_at: dict[str, float] = {}
@@ -126,7 +125,6 @@ def simulate(
                     heat=heat[r],
                     reload_s=reload_s[r],
                     reloaded_after_s=reloaded_after.get(r, math.inf),
-                    burst=burst[r],
                 )
                 for r in resident
             ]
@@ -142,9 +140,7 @@ def simulate(
                 loading += reload_s[m] if counted else 0.0
             elif choice.held_by_residency and counted:
                 refusals += 1
-        since = now - last.get(m, now)
-        heat[m] = decayed_heat(heat.get(m, 0.0), since, cfg.heat_half_life_s) + 1
-        burst[m] = decayed_heat(burst.get(m, 0.0), since, cfg.burst_half_life_s) + 1
+        heat[m] = decayed_heat(heat.get(m, 0.0), now - last.get(m, now), cfg.heat_half_life_s) + 1
         last[m] = now
         if prefetch_every and k % prefetch_every == 0:
             free = room - sum(size[r] for r in resident)

@@ -256,47 +256,6 @@ def test_heat_fades_with_its_half_life_so_a_former_favourite_leaves() -> None:
     assert choose_victims([old, new], 10, 20, 100, cfg).victims == ["old"]
 
 
-def test_cost_weighs_a_model_newly_asked_for_often_at_its_new_rate() -> None:
-    """``hot`` was quiet until a moment ago and is now asked for often: its 30 s count (20)
-    still carries its quiet past, its 5 s count (20 as well) says six times as much. Counted
-    at its long count, it was the least worth keeping per byte and left for the small
-    ``tail``; weighed at its new rate, ``tail`` leaves."""
-    cfg = EvictionConfig(0, "cost", heat_half_life_s=30, burst_half_life_s=5)
-    hot = Resident("hot", 100, last_used_s=100, loaded_at_s=0, heat=20, reload_s=1.0, burst=20)
-    tail = Resident("tail", 10, last_used_s=100, loaded_at_s=0, heat=3, reload_s=1.0)
-    assert choose_victims([hot, tail], 10, 110, 100, cfg).victims == ["tail"]
-    assert choose_victims([replace(hot, burst=0), tail], 10, 110, 100, cfg).victims == ["hot"]
-    assert request_rate(hot, 100, cfg) == pytest.approx(20 * 6 * math.log(2) / 30)
-
-
-def test_a_few_requests_in_a_moment_are_no_burst() -> None:
-    """``new`` was asked for three times just now: under the burst's threshold, it is weighed
-    at its long count (3 x 6 would outweigh ``steady``, a model asked for steadily)."""
-    cfg = EvictionConfig(0, "cost", heat_half_life_s=30, burst_half_life_s=5)
-    new = Resident("new", 10, last_used_s=100, loaded_at_s=0, heat=3, reload_s=1.0, burst=3)
-    steady = Resident("steady", 10, last_used_s=100, loaded_at_s=0, heat=5, reload_s=1.0)
-    assert choose_victims([new, steady], 10, 20, 100, cfg).victims == ["new"]
-
-
-def test_the_burst_half_life_is_at_most_the_heat_s() -> None:
-    with pytest.raises(ValueError, match="half-lives"):
-        EvictionConfig(0, "cost", heat_half_life_s=10, burst_half_life_s=20)
-
-
-async def test_the_loader_counts_a_model_s_requests_with_both_half_lives() -> None:
-    host = _Host({"a": 10})
-    loader = host.loader(1000 + 100, min_residency_s=0.0, eviction="cost")
-    await loader.start()
-    await loader.ensure("a")
-    for _ in range(12):
-        loader.touch("a")
-    host.clock.advance(5 * 10**9)  # one burst half-life
-    loader.touch("a")
-    (a,) = loader.residents()
-    assert a.burst == pytest.approx(12 / 2 + 1)
-    assert a.heat == pytest.approx(12 * 0.5 ** (5 / 30) + 1)
-
-
 def test_an_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown eviction policy 'mru'"):
         EvictionConfig(0, "mru")

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 __all__ = [
-    "BURST_MIN_REQUESTS",
     "DEFER_MAX_S",
     "DEFER_RATIO",
     "HOLD_MIN_REQUESTS",
@@ -46,7 +45,6 @@ __all__ = [
     "keep_value",
     "reload_cost",
     "request_rate",
-    "weighed_heat",
 ]
 
 #: the eviction orders ``--model-eviction`` accepts
@@ -65,10 +63,6 @@ HOLD_ONLY_WHEN_NEEDED = True
 DEFER_RATIO = 4.0
 #: and at most this long (and no longer than the waiting load itself is expected to take)
 DEFER_MAX_S = 1.0
-#: ``cost`` weighs a model at its rate over the short half-life (``burst_half_life_s``) when
-#: that count holds at least this many requests and says more than the long one: a model that
-#: just became popular counts at once, not after a long half-life of requests
-BURST_MIN_REQUESTS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,25 +79,22 @@ class Resident:
     reload_s: float = 0.0  # what loading it again costs: its measured load time
     # how long after its last eviction this load of it came (inf: never evicted before)
     reloaded_after_s: float = math.inf
-    burst: float = 0.0  # its requests decayed with the short half-life (``burst_half_life_s``)
 
 
 @dataclass(frozen=True, slots=True)
 class EvictionConfig:
     """``policy``: ``lru`` or ``cost``; ``heat_half_life_s``: how fast ``cost`` forgets
-    requests (a model that stopped being asked for loses half its heat per half-life);
-    ``burst_half_life_s``: the short count that tells a model newly asked for often."""
+    requests (a model that stopped being asked for loses half its heat per half-life)."""
 
     min_residency_s: float = 10.0
     policy: str = "lru"
     heat_half_life_s: float = 30.0
-    burst_half_life_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown eviction policy {self.policy!r}: one of {POLICIES}")
-        if not 0 < self.burst_half_life_s <= self.heat_half_life_s:
-            raise ValueError("the half-lives must be > 0, the burst's at most the heat's")
+        if not self.heat_half_life_s > 0:
+            raise ValueError("the heat half-life must be > 0")
 
 
 def decayed_heat(heat: float, since_s: float, half_life_s: float) -> float:
@@ -111,25 +102,12 @@ def decayed_heat(heat: float, since_s: float, half_life_s: float) -> float:
     return heat * math.pow(0.5, max(0.0, since_s) / half_life_s)
 
 
-def weighed_heat(r: Resident, now: float, cfg: EvictionConfig) -> float:
-    """``r``'s heat decayed to now, or, where its short count holds at least
-    :data:`BURST_MIN_REQUESTS` and says more, the heat that count's rate would have: a model
-    asked for 25 times a second since a moment ago has the heat of one asked for so for long,
-    where its long count still carries its quiet past (a popularity shift's newly hot MiniLM
-    copy was the least worth keeping for 20 s, unloaded for small models every few seconds)."""
-    since = now - r.last_used_s
-    heat = decayed_heat(r.heat, since, cfg.heat_half_life_s)
-    burst = decayed_heat(r.burst, since, cfg.burst_half_life_s)
-    if burst >= BURST_MIN_REQUESTS:
-        return max(heat, burst * cfg.heat_half_life_s / cfg.burst_half_life_s)
-    return heat
-
-
 def request_rate(r: Resident, now: float, cfg: EvictionConfig) -> float:
-    """``r``'s recent requests a second: its weighed heat over the heat's mean life (a model
-    asked for ``x`` times a second for long has a heat of ``x`` times the mean life,
+    """``r``'s recent requests a second: its heat decayed to now over the heat's mean life
+    (a model asked for ``x`` times a second for long has a heat of ``x`` times the mean life,
     ``heat_half_life_s / ln 2``)."""
-    return weighed_heat(r, now, cfg) * math.log(2) / cfg.heat_half_life_s
+    heat = decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s)
+    return heat * math.log(2) / cfg.heat_half_life_s
 
 
 def keep_value(r: Resident, now: float, cfg: EvictionConfig) -> float:
@@ -137,7 +115,7 @@ def keep_value(r: Resident, now: float, cfg: EvictionConfig) -> float:
     rate (recent requests, decayed with a half-life) times the seconds a reload would cost,
     over its size, as GreedyDual-Size-Frequency weighs a cache entry. A small model asked for
     often outweighs a large one asked for as often; a slow load outweighs a fast one."""
-    heat = weighed_heat(r, now, cfg)
+    heat = decayed_heat(r.heat, now - r.last_used_s, cfg.heat_half_life_s)
     return heat * max(r.reload_s, _MIN_RELOAD_S) / max(r.size_bytes, 1)
 
 

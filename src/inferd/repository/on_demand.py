@@ -224,9 +224,8 @@ class OnDemandLoader:
         model = self._models.get(name)
         if model is not None:
             now = self._now()
-            model.decay_to(now, self._cfg)
-            model.heat += 1.0
-            model.burst += 1.0
+            since = now - model.last_used_s
+            model.heat = decayed_heat(model.heat, since, self._cfg.heat_half_life_s) + 1.0
             model.last_used_s = now
 
     # -- loading -------------------------------------------------------------------------------
@@ -375,7 +374,7 @@ class OnDemandLoader:
         model.loads += 1
         counters.loaded(reason, runtime, elapsed)
         now = self._now()
-        model.decay_to(now, self._cfg)
+        model.heat = decayed_heat(model.heat, now - model.last_used_s, self._cfg.heat_half_life_s)
         model.reload_s = elapsed
         model.loaded_at_s = model.last_used_s = now
         model.reloaded_after_s = started - model.evicted_s  # the policy's thrash: small
@@ -537,7 +536,6 @@ class OnDemandLoader:
                     m.heat,
                     m.reload_s,
                     m.reloaded_after_s,
-                    m.burst,
                 )
             )
         return out

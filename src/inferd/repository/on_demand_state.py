@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from inferd.core.statistics import Histogram
 from inferd.errors import UnavailableError
-from inferd.repository.eviction import EvictionConfig, decayed_heat
 
 __all__ = [
     "ALONE_LOADS",
@@ -142,7 +141,6 @@ class ModelRecord:
     loaded_at_s: float = 0.0
     last_used_s: float = 0.0
     heat: float = 0.0  # requests decayed by age, as of last_used_s (kept across evictions)
-    burst: float = 0.0  # the same with the short half-life (EvictionConfig.burst_half_life_s)
     reload_s: float = 0.0  # its last load's duration
     evicted_s: float = -math.inf  # when it was last evicted (the loader's clock)
     reloaded_after_s: float = math.inf  # how long after its last eviction its last load came
@@ -153,12 +151,6 @@ class ModelRecord:
     too_big: str = ""  # the refusal, once the model is known to exceed the budget
     failed: str = ""  # the error of its last load, when that load failed
     failed_at_s: float = 0.0
-
-    def decay_to(self, now: float, cfg: EvictionConfig) -> None:
-        """Decay its request counts to ``now`` (its ``last_used_s`` is set next)."""
-        since = now - self.last_used_s
-        self.heat = decayed_heat(self.heat, since, cfg.heat_half_life_s)
-        self.burst = decayed_heat(self.burst, since, cfg.burst_half_life_s)
 
 
 @dataclass(frozen=True, slots=True)
