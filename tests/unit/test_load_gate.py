@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
+
 from inferd.repository.load_gate import LoadGate
 from inferd.repository.on_demand import OnDemandLoader, OnDemandSettings
 from inferd.testing import FakeClock
@@ -86,38 +88,6 @@ async def test_a_load_that_waited_past_the_patience_goes_before_any_other() -> N
     assert got == ["rare", "hot"]
 
 
-async def test_never_more_loads_than_threads_and_every_load_gets_one() -> None:
-    """Random demands, durations and cancellations: at most 3 loads hold a thread at once; every
-    load not cancelled gets one; a cancelled one takes none and leaks none."""
-    rng = random.Random(7)
-    demand = {f"m{k}": rng.random() * 10 for k in range(40)}
-    gate = LoadGate(3, demand.__getitem__, patience_s=0.02)
-    holding = peak = 0
-    done: list[str] = []
-
-    async def load(name: str) -> None:
-        nonlocal holding, peak
-        async with gate.slot(name):
-            holding += 1
-            peak = max(peak, holding)
-            await asyncio.sleep(rng.random() * 0.005)
-            holding -= 1
-            done.append(name)
-
-    tasks = {name: asyncio.create_task(load(name)) for name in demand}
-    await asyncio.sleep(0.001)
-    cancelled = set(rng.sample(sorted(demand), 8))
-    for name in cancelled:
-        tasks[name].cancel()
-    await asyncio.gather(*tasks.values(), return_exceptions=True)
-    assert peak <= 3
-    assert set(done) >= set(demand) - cancelled
-    assert gate.waiting() == 0
-    # every thread came back: three loads at once get one each straight away
-    async with gate.slot("x"), gate.slot("y"), gate.slot("z"):
-        assert gate.waiting() == 0
-
-
 async def test_the_loader_loads_the_model_with_most_waiting_requests_first() -> None:
     """One load thread, held by ``a``'s load; then one request for ``b``, one for ``c`` and
     five for ``hot``: ``hot`` loads next (first come, first served loaded ``b`` and ``c``
@@ -187,10 +157,12 @@ async def test_a_load_that_runs_alone_waits_for_the_loads_under_way_and_none_joi
     assert events == ["+a", "+b", "-a", "-b", "+big", "-big", "+c", "-c"]
 
 
-async def test_a_load_worth_more_than_the_one_that_runs_alone_takes_a_free_thread() -> None:
-    """``big`` waits to run alone behind ``a``; ``hot``, worth more, comes while a thread is
-    free: it loads at once (the threads wait only for the load chosen to go next)."""
-    demand = {"big": 1.0, "hot": 50.0}
+async def _big_behind_a_then(
+    third: str, demand: dict[str, float]
+) -> tuple[LoadGate, list[str], asyncio.Event, list[asyncio.Task[None]]]:
+    """Two threads: ``a`` holds one until the event is set, ``big`` asks to run alone, then
+    ``third`` asks for a thread; the gate, the loads in the order they got their threads, the
+    event and the tasks (``a``, ``big``, ``third``)."""
     gate = LoadGate(2, lambda n: demand.get(n, 0.0), patience_s=60.0)
     release = asyncio.Event()
     got: list[str] = []
@@ -201,52 +173,46 @@ async def test_a_load_worth_more_than_the_one_that_runs_alone_takes_a_free_threa
             if name == "a":
                 await release.wait()
 
-    a = asyncio.create_task(load("a"))
+    tasks = [asyncio.create_task(load("a"))]
     await asyncio.sleep(0)
-    big = asyncio.create_task(load("big", alone=True))
+    tasks.append(asyncio.create_task(load("big", alone=True)))
     await asyncio.sleep(0)
-    hot = asyncio.create_task(load("hot"))
+    tasks.append(asyncio.create_task(load(third)))
     await asyncio.sleep(0.01)
+    return gate, got, release, tasks
+
+
+async def test_a_load_worth_more_than_the_one_that_runs_alone_takes_a_free_thread() -> None:
+    """``big`` waits to run alone behind ``a``; ``hot``, worth more, comes while a thread is
+    free: it loads at once (the threads wait only for the load chosen to go next)."""
+    _, got, release, tasks = await _big_behind_a_then("hot", {"big": 1.0, "hot": 50.0})
     assert got == ["a", "hot"]
     release.set()
-    await asyncio.gather(a, big, hot)
+    await asyncio.gather(*tasks)
     assert got == ["a", "hot", "big"]
 
 
 async def test_a_cancelled_load_that_was_to_run_alone_gives_the_held_threads_back() -> None:
-    demand = {"big": 5.0, "c": 1.0}
-    gate = LoadGate(2, lambda n: demand.get(n, 0.0), patience_s=60.0)
-    release = asyncio.Event()
-    got: list[str] = []
-
-    async def load(name: str, alone: bool = False) -> None:
-        async with gate.slot(name, alone=alone):
-            got.append(name)
-            if name == "a":
-                await release.wait()
-
-    a = asyncio.create_task(load("a"))
-    await asyncio.sleep(0)
-    big = asyncio.create_task(load("big", alone=True))
-    await asyncio.sleep(0)
-    c = asyncio.create_task(load("c"))
-    await asyncio.sleep(0.01)
+    gate, got, release, tasks = await _big_behind_a_then("c", {"big": 5.0, "c": 1.0})
     assert got == ["a"]  # the free thread waits for big
-    big.cancel()
+    tasks[1].cancel()
     await asyncio.sleep(0.01)
     assert got == ["a", "c"]
     release.set()
-    await asyncio.gather(a, c, big, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
     assert gate.waiting() == 0
 
 
-async def test_loads_that_run_alone_never_overlap_another_and_every_load_gets_its_turn() -> None:
-    """Random demands, durations, cancellations and a fifth of the loads alone: never more
-    than 3 loads at once, never one beside a load that runs alone, every load not cancelled
-    served, no thread leaked."""
+@pytest.mark.parametrize("alone_loads", [0, 8])
+async def test_never_more_loads_than_threads_none_beside_one_alone_and_all_served(
+    alone_loads: int,
+) -> None:
+    """Random demands, durations, cancellations, and ``alone_loads`` of the 40 loads alone:
+    never more than 3 loads at once, never one beside a load that runs alone, every load not
+    cancelled served; a cancelled one takes no thread and leaks none."""
     rng = random.Random(11)
     demand = {f"m{k}": rng.random() * 10 for k in range(40)}
-    alone = set(rng.sample(sorted(demand), 8))
+    alone = set(rng.sample(sorted(demand), alone_loads))
     gate = LoadGate(3, demand.__getitem__, patience_s=0.02)
     holding: set[str] = set()
     peak = 0
