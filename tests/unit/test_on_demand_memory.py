@@ -625,6 +625,16 @@ async def test_back_to_back_unloads_trim_once_each_and_memory_kept_meanwhile_is_
     await loader.close()
 
 
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition`` holds (a load's start takes a few thread hops: up to 2 s on a
+    busy machine)."""
+    for _ in range(400):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition never held")
+
+
 class _GatedHost(_Host):
     """``_Host`` with a gate per model, and for each load the loads it ran beside."""
 
@@ -661,7 +671,7 @@ async def test_a_large_model_loads_alone_until_its_peak_is_measured() -> None:
     await loader.start()
     host.gates["s1"].clear()
     s1 = asyncio.create_task(loader.ensure("s1"))
-    await asyncio.sleep(0.01)
+    await _until(lambda: "s1" in host.running)
     big = asyncio.create_task(loader.ensure("big"))
     await asyncio.sleep(0.01)
     s2 = asyncio.create_task(loader.ensure("s2"))
@@ -673,7 +683,7 @@ async def test_a_large_model_loads_alone_until_its_peak_is_measured() -> None:
     assert host.beside["big"] == set()
     host.gates["s3"].clear()
     s3 = asyncio.create_task(loader.ensure("s3"))
-    await asyncio.sleep(0.01)
+    await _until(lambda: "s3" in host.running)
     await loader.ensure("big2")
     assert host.beside["big2"] == {"s3"}
     host.gates["s3"].set()
